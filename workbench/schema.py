@@ -1,0 +1,224 @@
+"""Table schemas: every table the workbench builds, declared once.
+
+All tables are polars frames with every rank stacked and a ``rank`` column. Times are int64
+nanoseconds on the absolute wall clock (``baseTimeNanoseconds + ts``); durations are int64 ns.
+
+Bump :data:`SCHEMA_VERSION` whenever a schema below changes: cached parquet tables written
+with another version are rebuilt.
+
+Example:
+    >>> from workbench.schema import EVENTS, empty
+    >>> empty(EVENTS).columns[:3]
+    ['rank', 'kind', 'cat']
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import polars as pl
+
+SCHEMA_VERSION = 3
+
+KernelClass = Literal["compute", "communication", "memcpy", "memset", "sync"]
+KERNEL_CLASSES: tuple[str, ...] = ("compute", "communication", "memcpy", "memset", "sync")
+
+EventKind = Literal[
+    "kernel", "memcpy", "memset", "gpu_annotation", "cpu_op", "annotation", "runtime",
+    "driver", "python", "instant", "trace", "other",
+]
+EVENT_KINDS: tuple[str, ...] = (
+    "kernel", "memcpy", "memset", "gpu_annotation", "cpu_op", "annotation", "runtime",
+    "driver", "python", "instant", "trace", "other",
+)
+#: Event kinds that run on a device (GPU) and so belong to the ``kernels`` table.
+DEVICE_KINDS: tuple[str, ...] = ("kernel", "memcpy", "memset")
+
+KernelClassType = pl.Enum(list(KERNEL_CLASSES))
+EventKindType = pl.Enum(list(EVENT_KINDS))
+
+#: Every Kineto event that has a time (complete ``X`` and instant ``i`` events).
+EVENTS: dict[str, pl.DataType] = {
+    "rank": pl.Int32,
+    "kind": EventKindType,          # normalised from ``cat``
+    "cat": pl.Categorical(),        # Kineto category as written
+    "name": pl.Categorical(),
+    "start": pl.Int64,              # ns, absolute
+    "end": pl.Int64,                # ns, absolute (== start for instants)
+    "dur": pl.Int64,                # ns
+    "pid": pl.Int64,                # process id, or device index for GPU rows (null when not an int)
+    "tid": pl.Int64,                # thread id, or stream for GPU rows (null when not an int)
+    "device": pl.Int32,             # GPU index for device events
+    "stream": pl.Int64,             # GPU stream for device events
+    "correlation": pl.Int64,        # launch <-> kernel link
+    "external_id": pl.Int64,        # cpu op <-> kernel link (``External id``)
+    "step": pl.Int32,               # ProfilerStep#N the event belongs to (device events: their launch's step)
+    "kernel_class": KernelClassType,  # device events only
+}
+
+#: Device activity (kernels, memcpy, memset) with the launch that queued it.
+KERNELS: dict[str, pl.DataType] = {
+    "rank": pl.Int32,
+    "kind": EventKindType,
+    "name": pl.Categorical(),
+    "kernel_class": KernelClassType,
+    "start": pl.Int64,
+    "end": pl.Int64,
+    "dur": pl.Int64,
+    "device": pl.Int32,
+    "stream": pl.Int64,
+    "correlation": pl.Int64,
+    "external_id": pl.Int64,
+    "step": pl.Int32,
+    "launch_start": pl.Int64,       # start of the cuda_runtime/cuda_driver launch with the same correlation
+    "launch_end": pl.Int64,
+    "launch_tid": pl.Int64,
+}
+
+#: One row per collective call on a rank (NCCL via ``record_param_comms``, gloo via ``gloo:*``).
+COLLECTIVES: dict[str, pl.DataType] = {
+    "rank": pl.Int32,
+    "backend": pl.Categorical(),    # nccl, gloo, rccl, ...
+    "pg_name": pl.String,           # process group name ("0", ...)
+    "pg_desc": pl.String,           # "default_pg", ...
+    "pg_ranks": pl.String,          # "[0, 1]" as Kineto writes it
+    "group_size": pl.Int32,
+    "seq": pl.Int64,                # order of this call within its process group on this rank, from 0
+    "collective": pl.Categorical(),  # allreduce, allgather, reduce_scatter, send, recv, broadcast, barrier, ...
+    "dtype": pl.String,
+    "in_elems": pl.Int64,
+    "out_elems": pl.Int64,
+    "bytes": pl.Int64,              # max(in, out) elements times the dtype size
+    "start": pl.Int64,              # host call (record_param_comms / c10d op) start
+    "end": pl.Int64,
+    "kernel_name": pl.String,
+    "kernel_start": pl.Int64,       # device (or gloo thread) execution start; null if none was traced
+    "kernel_end": pl.Int64,
+    "external_id": pl.Int64,
+    "step": pl.Int32,
+}
+
+#: Training steps: from ``ProfilerStep#N`` ranges and from the collectors' ``steps.jsonl``.
+STEPS: dict[str, pl.DataType] = {
+    "rank": pl.Int32,
+    "step": pl.Int32,
+    "source": pl.Categorical(),     # "profiler" or "collector"
+    "start": pl.Int64,
+    "end": pl.Int64,
+    "dur": pl.Int64,
+    "device_ns": pl.Int64,          # device time of the step (collector on CUDA), else null
+    "data_wait_ns": pl.Int64,       # time spent waiting for the batch (collector), else null
+    "profiled": pl.Boolean,         # inside a profiler window
+}
+
+#: One row per rank: where it came from and what it ran on.
+RANKS: dict[str, pl.DataType] = {
+    "rank": pl.Int32,
+    "world_size": pl.Int32,
+    "rank_source": pl.String,       # distributedInfo, file name, --rank, run directory
+    "backend": pl.String,
+    "host": pl.String,
+    "device_name": pl.String,
+    "device_count": pl.Int32,
+    "torch_version": pl.String,
+    "nccl_version": pl.String,
+    "base_time_ns": pl.Int64,       # baseTimeNanoseconds, null for old traces
+    "clock": pl.String,             # "absolute" or "relative" (no base: ts origin unknown)
+    "trace_files": pl.List(pl.String),
+    "events": pl.Int64,
+    "skipped": pl.Int64,
+}
+
+#: Events that were read but not kept as rows, counted per reason.
+SKIPPED: dict[str, pl.DataType] = {
+    "rank": pl.Int32,
+    "file": pl.String,
+    "reason": pl.String,
+    "count": pl.Int64,
+}
+
+#: torch.compile events from TORCH_TRACE structured logs; one row per compile attempt.
+COMPILES: dict[str, pl.DataType] = {
+    "rank": pl.Int32,
+    "compile_id": pl.String,        # "0/1" or "0/0_1" (attempt 1), as tlparse writes it
+    "frame_id": pl.Int32,
+    "frame_compile_id": pl.Int32,
+    "attempt": pl.Int32,
+    "compiled_autograd_id": pl.Int32,
+    "co_name": pl.String,
+    "co_filename": pl.String,
+    "co_firstlineno": pl.Int32,
+    "start": pl.Int64,              # ns, absolute wall clock
+    "end": pl.Int64,
+    "duration_ns": pl.Int64,
+    "entire_frame_compile_s": pl.Float64,
+    "backend_compile_s": pl.Float64,
+    "inductor_compile_s": pl.Float64,
+    "status": pl.String,            # ok, failed, graph_break, eager_fallback, ...
+    "fail_type": pl.String,
+    "fail_reason": pl.String,
+    "recompile_reasons": pl.List(pl.String),
+    "cause": pl.String,             # shape, stride, dtype, requires_grad, grad_mode, int_arg, global, module, limit, graph_break, cache_miss, first, other
+    "cause_source": pl.String,      # e.g. "L['x']" with dim and values seen
+    "graph_breaks": pl.List(pl.String),
+    "cache_hits": pl.Int32,
+    "cache_misses": pl.Int32,
+    "guard_count": pl.Int32,
+    "step": pl.Int32,               # training step from the recompile user context (collectors)
+    "log_file": pl.String,
+}
+
+#: One row per rank: the environment fingerprint the collectors wrote.
+FINGERPRINTS: dict[str, pl.DataType] = {
+    "rank": pl.Int32,
+    "host": pl.String,
+    "local_rank": pl.Int32,
+    "python": pl.String,
+    "torch": pl.String,
+    "triton": pl.String,
+    "cuda": pl.String,
+    "cudnn": pl.String,
+    "nccl": pl.String,
+    "device_name": pl.String,
+    "config_hash": pl.String,
+    "env": pl.String,               # JSON object of TORCH*/NCCL*/CUDA*/PYTORCH* variables
+    "raw": pl.String,               # the whole fingerprint.json
+}
+
+#: Problems the analyses found, ranked by the step time they cost (``cost_ns``, descending).
+FINDINGS: dict[str, pl.DataType] = {
+    "kind": pl.String,              # e.g. "straggler", "exposed_communication", "divergent_recompile"
+    "severity": pl.String,          # "high", "medium", "low", "info"
+    "ranks": pl.List(pl.Int32),
+    "steps": pl.List(pl.Int32),
+    "cost_ns": pl.Int64,            # step time the problem costs over the analysed window (0 if unknown)
+    "evidence": pl.String,          # JSON object of the numbers behind the finding
+    "message": pl.String,           # one sentence for a person
+    "source": pl.String,            # analysis that emitted it
+}
+
+TABLES: dict[str, dict[str, pl.DataType]] = {
+    "events": EVENTS,
+    "kernels": KERNELS,
+    "collectives": COLLECTIVES,
+    "steps": STEPS,
+    "ranks": RANKS,
+    "skipped": SKIPPED,
+    "compiles": COMPILES,
+    "fingerprints": FINGERPRINTS,
+    "findings": FINDINGS,
+}
+
+
+def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """An empty frame with exactly ``schema``."""
+    return pl.DataFrame(schema=schema)
+
+
+def conform(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """``frame`` with the columns of ``schema`` in order and cast to its types; missing columns are null."""
+    columns = [
+        (pl.col(name) if name in frame.columns else pl.lit(None)).cast(dtype).alias(name)
+        for name, dtype in schema.items()
+    ]
+    return frame.select(columns)
