@@ -1,0 +1,81 @@
+"""The analysed window: which steps and which device activity an analysis looks at.
+
+``"steady"`` (the default) keeps the complete ``ProfilerStep`` iterations, as HTA does: every profiler step of a
+rank except its last one, whose device work the profiler stops recording part-way (HTA drops it too, via
+``include_last_profiler_step=False``). Device activity belongs to the step of the launch that queued it (the
+``step`` column of KERNELS), so a kernel that runs after its step's CPU range still counts for that step.
+``"all"`` keeps everything. A rank with fewer than two profiler steps falls back to ``"all"`` (HTA does the same).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import polars as pl
+
+Window = Literal["steady", "all"]
+WINDOWS: tuple[str, ...] = ("steady", "all")
+
+
+def _check(window: str) -> None:
+    if window not in WINDOWS:
+        raise ValueError(f"window must be one of {WINDOWS}, not {window!r}")
+
+
+def profiler_steps(steps: pl.DataFrame) -> pl.DataFrame:
+    """The ``ProfilerStep#N`` rows of STEPS (``source == "profiler"``), sorted by rank and start."""
+    if steps.is_empty():
+        return steps
+    return steps.filter(pl.col("source").cast(pl.String) == "profiler").sort(["rank", "start"])
+
+
+def window_steps(steps: pl.DataFrame, window: Window = "steady") -> pl.DataFrame:
+    """The profiler steps in the window, one row per rank and step.
+
+    Columns: ``rank``, ``step``, ``start``, ``end`` (the step's CPU range, ns), ``last`` (True for the rank's last
+    profiler step, which ``"steady"`` leaves out), ``in_window`` (kept by this window).
+    """
+    _check(window)
+    prof = profiler_steps(steps)
+    if prof.is_empty():
+        return pl.DataFrame(
+            schema={"rank": pl.Int32, "step": pl.Int32, "start": pl.Int64, "end": pl.Int64,
+                    "last": pl.Boolean, "in_window": pl.Boolean}
+        )
+    prof = prof.select("rank", "step", "start", "end").with_columns(
+        last=pl.col("start") == pl.col("start").max().over("rank"),
+        _n=pl.len().over("rank"),
+    )
+    keep = pl.lit(True) if window == "all" else (~pl.col("last") | (pl.col("_n") < 2))
+    return prof.with_columns(in_window=keep).drop("_n")
+
+
+def window_kernels(kernels: pl.DataFrame, steps: pl.DataFrame, window: Window = "steady") -> pl.DataFrame:
+    """KERNELS rows in the window.
+
+    ``"steady"``: device activity whose launch belongs to a complete profiler step of its rank (so activity
+    without a recorded launch, or launched outside every ``ProfilerStep``, is left out). Ranks with fewer than two
+    profiler steps keep all their rows. ``"all"``: every row.
+    """
+    _check(window)
+    if window == "all" or kernels.is_empty():
+        return kernels
+    ws = window_steps(steps, window)
+    few = ws.group_by("rank").agg(n=pl.len()).filter(pl.col("n") >= 2).select("rank")
+    kept_steps = ws.filter(pl.col("in_window")).select("rank", "step")
+    with_steps = kernels.join(kept_steps, on=["rank", "step"], how="semi")
+    fallback = kernels.join(few, on="rank", how="anti")
+    return pl.concat([with_steps, fallback]) if not fallback.is_empty() else with_steps
+
+
+def window_range(kernels: pl.DataFrame) -> pl.DataFrame:
+    """Per rank, the device time range the window covers: first activity start to last activity end.
+
+    Columns: ``rank``, ``start``, ``end``, ``window_ns``. This is HTA's "kernel time".
+    """
+    return (
+        kernels.group_by("rank")
+        .agg(pl.col("start").min(), pl.col("end").max())
+        .with_columns(window_ns=pl.col("end") - pl.col("start"))
+        .sort("rank")
+    )

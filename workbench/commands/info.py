@@ -1,0 +1,102 @@
+"""``workbench info PATH`` and ``workbench ingest PATH``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+import workbench
+from workbench.run import Run
+
+PATH_ARG = typer.Argument(..., help="Run directory, folder of Kineto traces, one trace file, or TORCH_TRACE logs.")
+RANK_OPT = typer.Option(None, "--rank", help="Rank of a lone trace file that names none.")
+SKIP_OPT = typer.Option(False, "--skip-bad", help="Load the good ranks and list the bad files instead of stopping.")
+
+
+def open_with_progress(path: Path, *, rank: int | None, skip_bad: bool, show: bool = True) -> Run:
+    """``workbench.open`` with a progress bar on stderr for long reads."""
+    console = Console(stderr=True)
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TaskProgressColumn(),
+                  TimeElapsedColumn(), console=console, transient=True, disable=not show) as bar:
+        task = bar.add_task(f"reading {path}", total=None)
+
+        def progress(stage: str, done: int, total: int) -> None:
+            bar.update(task, total=total, completed=done, description=f"reading {stage}")
+
+        return workbench.open(path, rank=rank, on_error="skip" if skip_bad else "raise", progress=progress)
+
+
+def _fmt_ns(ns: int) -> str:
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if ns >= scale:
+            return f"{ns / scale:.3f} {unit}"
+    return f"{ns} ns"
+
+
+def print_info(info: dict[str, Any]) -> None:
+    """The human-readable summary."""
+    console = Console()
+    t = Table(title=f"workbench info — {info['path']}", show_header=False, title_justify="left")
+    t.add_column(style="bold")
+    t.add_column()
+    ranks = info["ranks"]
+    t.add_row("ranks", f"{len(ranks)}: {', '.join(map(str, ranks[:32]))}{' …' if len(ranks) > 32 else ''}")
+    t.add_row("world size", str(info["world_size"]))
+    if info["missing_ranks"]:
+        t.add_row("missing ranks", ", ".join(map(str, info["missing_ranks"])))
+    t.add_row("backend", ", ".join(info["backend"]) or "-")
+    t.add_row("devices", ", ".join(info["devices"]) or "-")
+    t.add_row("torch", ", ".join(info["torch_version"]) or "-")
+    t.add_row("NCCL", ", ".join(info["nccl_version"]) or "-")
+    t.add_row("steps", f"{info['steps']} ({_range(info['step_ids'])})")
+    t.add_row("time span", _fmt_ns(info["span_ns"]) + (f"  clock: {', '.join(info['clock'])}" if info["clock"] else ""))
+    t.add_row("events", f"{info['events']:,}  " + "  ".join(f"{k}={v:,}" for k, v in info["events_by_kind"].items()))
+    t.add_row("kernels", "  ".join(f"{k}={v:,}" for k, v in info["kernels"].items()))
+    t.add_row("collectives", f"{info['collectives']:,}  " + "  ".join(f"{k}={v}" for k, v in info["collectives_by_name"].items()))
+    t.add_row("compiles", str(info["compiles"]))
+    if info["skipped"]:
+        t.add_row("not kept", "  ".join(f"{k}: {v:,}" for k, v in info["skipped"].items()))
+    console.print(t)
+    for p in info["problems"]:
+        console.print(f"[yellow]problem:[/] {p}")
+
+
+def _range(ids: list[int]) -> str:
+    if not ids:
+        return "none"
+    return f"{ids[0]}–{ids[-1]}" if len(ids) > 1 else str(ids[0])
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``info`` and ``ingest`` to the CLI."""
+
+    @app.command()
+    def info(
+        path: Path = PATH_ARG,
+        json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+        rank: int | None = RANK_OPT,
+        skip_bad: bool = SKIP_OPT,
+    ) -> None:
+        """Summarise any torch.profiler / torch.compile output: ranks, steps, events, kernels, collectives."""
+        run = open_with_progress(path, rank=rank, skip_bad=skip_bad, show=not json)
+        summary = run.info()
+        if json:
+            typer.echo(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
+        else:
+            print_info(summary)
+
+    @app.command()
+    def ingest(path: Path = PATH_ARG, rank: int | None = RANK_OPT, skip_bad: bool = SKIP_OPT) -> None:
+        """Build the cached tables (parquet under PATH/.workbench/) so later opens are fast."""
+        run = open_with_progress(path, rank=rank, skip_bad=skip_bad)
+        typer.echo(f"ingested {len(run.ranks)} rank(s), {run.events.height:,} events, "
+                   f"{run.kernels.height:,} kernels, {run.collectives.height:,} collectives, "
+                   f"{run.compiles.height:,} compiles")
+        for p in run.problems:
+            typer.echo(f"problem: {p}", err=True)

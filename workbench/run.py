@@ -1,0 +1,355 @@
+"""``workbench.open(path)`` and the :class:`Run` it returns: every table of a run as polars frames.
+
+Example:
+    >>> run = workbench.open("sample_traces/cpu-gloo-4rank")      # doctest: +SKIP
+    >>> run.kernels.group_by("rank", "kernel_class").len()        # doctest: +SKIP
+    >>> run.steps.to_pandas()                                     # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+import polars as pl
+
+from workbench import cache as table_cache
+from workbench import rundir, schema
+from workbench.discover import Sources, TraceSource, discover
+from workbench.errors import InputError, TraceError
+from workbench.kineto import TraceTables, read_trace
+
+OnError = Literal["raise", "skip"]
+ProgressCallback = Callable[[str, int, int], None]
+
+
+@dataclass(slots=True)
+class Run:
+    """All tables of one run, all ranks stacked with a ``rank`` column (schemas in :mod:`workbench.schema`)."""
+
+    path: Path
+    ranks: pl.DataFrame
+    events: pl.DataFrame
+    kernels: pl.DataFrame
+    collectives: pl.DataFrame
+    steps: pl.DataFrame
+    compiles: pl.DataFrame
+    fingerprints: pl.DataFrame
+    skipped: pl.DataFrame
+    problems: list[str] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """A short name for the run: its folder (or file) name."""
+        return self.path.name
+
+    @property
+    def world_size(self) -> int | None:
+        """The world size the traces or ``run.json`` state, else the number of ranks seen."""
+        ws = self._stated_world_size()
+        return ws if ws is not None else (self.ranks.height or None)
+
+    def _stated_world_size(self) -> int | None:
+        ws = self.meta.get("world_size")
+        if ws is None and self.ranks.height:
+            ws = self.ranks.get_column("world_size").max()
+        return int(ws) if ws is not None else None
+
+    def table(self, name: str) -> pl.DataFrame:
+        """A table by name (``events``, ``kernels``, ...)."""
+        if name not in schema.TABLES or name == "findings":
+            raise KeyError(f"no table {name!r}; tables: {', '.join(t for t in schema.TABLES if t != 'findings')}")
+        return getattr(self, name)
+
+    def info(self) -> dict[str, Any]:
+        """A JSON-ready summary: ranks, world size, devices, versions, steps, span, events, kernels, collectives."""
+        return summarize(self)
+
+
+def summarize(run: Run) -> dict[str, Any]:
+    """The summary ``workbench info`` prints."""
+    ev = run.events
+    span = 0
+    if ev.height:
+        span = int(ev.get_column("end").max() - ev.get_column("start").min())
+    elif run.steps.height:
+        span = int(run.steps.get_column("end").max() - run.steps.get_column("start").min())
+    kernels = {k: 0 for k in schema.KERNEL_CLASSES}
+    for k, n in run.kernels.group_by("kernel_class").len().iter_rows():
+        if k is not None:
+            kernels[k] = int(n)
+    by_kind = {str(k): int(n) for k, n in ev.group_by("kind").len().sort("kind").iter_rows()}
+    coll = run.collectives
+    collectives_by_name = {str(k): int(n) for k, n in coll.group_by("collective").len().sort("collective").iter_rows()}
+    steps = sorted(set(run.steps.get_column("step").drop_nulls().to_list()))
+    r = run.ranks
+    devices = sorted({d for d in r.get_column("device_name").drop_nulls().to_list()}) if r.height else []
+    return {
+        "path": str(run.path),
+        "ranks": [int(x) for x in r.get_column("rank").to_list()],
+        "world_size": run.world_size,
+        "missing_ranks": run.meta.get("missing_ranks", []),
+        "backend": sorted({b for b in r.get_column("backend").drop_nulls().to_list()}),
+        "devices": devices,
+        "torch_version": sorted({v for v in r.get_column("torch_version").drop_nulls().to_list()}),
+        "nccl_version": sorted({v for v in r.get_column("nccl_version").drop_nulls().to_list()}),
+        "clock": sorted({v for v in r.get_column("clock").drop_nulls().to_list()}),
+        "steps": len(steps),
+        "step_ids": steps,
+        "span_ns": span,
+        "events": ev.height,
+        "events_by_kind": by_kind,
+        "kernels": kernels,
+        "collectives": coll.height,
+        "collectives_by_name": collectives_by_name,
+        "compiles": run.compiles.height,
+        "skipped": {str(k): int(n) for k, n in run.skipped.group_by("reason").agg(pl.col("count").sum()).sort("reason").iter_rows()},
+        "problems": run.problems,
+    }
+
+
+# --- opening -------------------------------------------------------------------------------------
+
+
+def open(  # noqa: A001 - the notebook entry point is deliberately ``workbench.open``
+    path: str | os.PathLike[str],
+    *,
+    rank: int | None = None,
+    on_error: OnError = "raise",
+    cache: bool = True,
+    progress: ProgressCallback | None = None,
+    workers: int | None = None,
+) -> Run:
+    """Open a run directory, a folder of Kineto traces, one trace file, or TORCH_TRACE logs.
+
+    ``rank`` names the rank of a lone trace that carries none. ``on_error="skip"`` loads the good
+    ranks and lists the bad files in ``Run.problems``; ``"raise"`` raises the first
+    :class:`~workbench.errors.TraceError`. ``progress(stage, done, total)`` is called as files finish.
+    """
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+    root = Path(path)
+    sources = discover(root)
+    if rank is not None and len(sources.traces) != 1:
+        raise InputError(f"{root}: --rank applies to a single trace file, but {len(sources.traces)} were found")
+    problems: list[str] = []
+    cache_dir = table_cache.cache_root(root) if cache and sources.traces else None
+    parts = _read_traces(sources.traces, rank, on_error, problems, cache_dir, progress, workers)
+    if not sources.is_run_dir:
+        _check_unique_ranks(parts)
+    meta = rundir.read_json(sources.run_json) if sources.run_json else {}
+    compiles, compile_skipped = _read_compiles(sources, on_error, problems)
+    steps_collector, steps_skipped = _read_steps_files(sources.steps_files)
+    fingerprints = _read_fingerprints(sources.fingerprint_files, on_error, problems)
+    ranks = _ranks_table(parts, sources, meta, fingerprints)
+    run = Run(
+        path=root,
+        ranks=ranks,
+        events=_concat([p.events for p in parts], schema.EVENTS),
+        kernels=_concat([p.kernels for p in parts], schema.KERNELS),
+        collectives=_concat([p.collectives for p in parts], schema.COLLECTIVES),
+        steps=_merge_steps(_concat([p.steps for p in parts], schema.STEPS), steps_collector),
+        compiles=compiles,
+        fingerprints=fingerprints,
+        skipped=_concat([p.skipped for p in parts] + [compile_skipped, steps_skipped], schema.SKIPPED),
+        problems=problems,
+        meta=dict(meta),
+    )
+    ws = run._stated_world_size()
+    if ws and ranks.height:
+        missing = sorted(set(range(ws)) - set(ranks.get_column("rank").to_list()))
+        if missing and sources.is_run_dir:
+            run.problems.append(f"{root}: ranks missing from the run: {_short_list(missing)} (world size {ws})")
+        run.meta["missing_ranks"] = missing if len(missing) < 64 else []
+    return run
+
+
+def _short_list(xs: list[int]) -> str:
+    return ", ".join(map(str, xs[:16])) + (f", … ({len(xs)} in all)" if len(xs) > 16 else "")
+
+
+def _read_one(src: TraceSource, rank: int | None, cache_dir: Path | None) -> TraceTables:
+    override = src.rank if src.rank is not None else rank
+    key = table_cache.entry_key(src.path, override) if cache_dir else ""
+    if cache_dir:
+        hit = table_cache.load(cache_dir, key)
+        if hit is not None:
+            return hit
+    tables = read_trace(src.path, rank=override)
+    if src.rank is not None:
+        tables.meta["rank_source"] = "run directory"
+        tables.rank_source = "run directory"
+    if cache_dir:
+        table_cache.store(cache_dir, key, tables)
+    return tables
+
+
+def _read_traces(
+    traces: list[TraceSource], rank: int | None, on_error: OnError, problems: list[str],
+    cache_dir: Path | None, progress: ProgressCallback | None, workers: int | None,
+) -> list[TraceTables]:
+    """Read every trace, several at once (polars and zlib release the GIL)."""
+    if not traces:
+        return []
+    n_workers = max(1, min(workers or os.cpu_count() or 1, len(traces)))
+    results: list[TraceTables | None] = [None] * len(traces)
+    errors: list[TraceError | None] = [None] * len(traces)
+
+    def work(i: int) -> None:
+        try:
+            results[i] = _read_one(traces[i], rank, cache_dir)
+        except TraceError as exc:
+            errors[i] = exc
+
+    done = 0
+    with ThreadPoolExecutor(max_workers=n_workers) as pool:
+        for _ in pool.map(work, range(len(traces))):
+            done += 1
+            if progress:
+                progress("traces", done, len(traces))
+    for exc in errors:
+        if exc is None:
+            continue
+        if on_error == "raise":
+            raise exc
+        problems.append(str(exc))
+    return [r for r in results if r is not None]
+
+
+def _check_unique_ranks(parts: list[TraceTables]) -> None:
+    seen: dict[int, str] = {}
+    for p in parts:
+        if p.rank in seen:
+            raise InputError(f"two trace files claim rank {p.rank}: {seen[p.rank]} and {p.path}")
+        seen[p.rank] = p.path
+
+
+def _concat(frames: list[pl.DataFrame], sch: dict[str, pl.DataType]) -> pl.DataFrame:
+    frames = [f for f in frames if f.height]
+    if not frames:
+        return schema.empty(sch)
+    return pl.concat([schema.conform(f, sch) for f in frames], how="vertical")
+
+
+def _read_compiles(sources: Sources, on_error: OnError, problems: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    if not sources.compile_logs:
+        return schema.empty(schema.COMPILES), schema.empty(schema.SKIPPED)
+    try:
+        from workbench.compile_log import read_compile_logs
+    except ImportError:
+        return schema.empty(schema.COMPILES), schema.empty(schema.SKIPPED)
+    frames, skipped = [], []
+    by_rank: dict[int | None, list[Path]] = {}
+    for p, r in sources.compile_logs:
+        by_rank.setdefault(r, []).append(p)
+    for r, paths in by_rank.items():
+        try:
+            c, s = read_compile_logs(paths, rank=r)
+        except TraceError as exc:
+            if on_error == "raise":
+                raise
+            problems.append(str(exc))
+            continue
+        frames.append(c)
+        skipped.append(s)
+    return _concat(frames, schema.COMPILES), _concat(skipped, schema.SKIPPED)
+
+
+def _read_steps_files(files: dict[int, Path]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``steps.jsonl`` of every rank; lines of one step are merged, later keys winning."""
+    rows: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
+    for rank, path in files.items():
+        lines, bad = rundir.read_jsonl(path)
+        merged: dict[int, dict[str, Any]] = {}
+        for line in lines:
+            step = line.get("step")
+            if isinstance(step, int):
+                merged.setdefault(step, {}).update(line)
+        for step, d in sorted(merged.items()):
+            start, end = d.get("start_ns"), d.get("end_ns")
+            if start is None or end is None:
+                bad += 1
+                continue
+            rows.append({"rank": rank, "step": step, "source": "collector", "start": start, "end": end,
+                         "dur": end - start, "device_ns": d.get("device_ns"), "data_wait_ns": d.get("data_wait_ns"),
+                         "profiled": bool(d.get("profiled", False))})
+        if bad:
+            skipped.append({"rank": rank, "file": str(path), "reason": "steps.jsonl line incomplete or unreadable",
+                            "count": bad})
+    steps = pl.DataFrame(rows, schema=schema.STEPS) if rows else schema.empty(schema.STEPS)
+    return steps, (pl.DataFrame(skipped, schema=schema.SKIPPED) if skipped else schema.empty(schema.SKIPPED))
+
+
+def _merge_steps(profiler: pl.DataFrame, collector: pl.DataFrame) -> pl.DataFrame:
+    return _concat([collector, profiler], schema.STEPS).sort("rank", "source", "step")
+
+
+def _read_fingerprints(files: dict[int, Path], on_error: OnError, problems: list[str]) -> pl.DataFrame:
+    rows = []
+    for rank, path in files.items():
+        try:
+            fp = rundir.read_json(path)
+        except TraceError as exc:
+            if on_error == "raise":
+                raise
+            problems.append(str(exc))
+            continue
+        versions = fp.get("versions") if isinstance(fp.get("versions"), dict) else fp
+        device = fp.get("device") if isinstance(fp.get("device"), dict) else {}
+        rows.append({
+            "rank": rank,
+            "host": fp.get("host"),
+            "local_rank": fp.get("local_rank"),
+            **{k: (None if versions.get(k) is None else str(versions.get(k)))
+               for k in ("python", "torch", "triton", "cuda", "cudnn", "nccl")},
+            "device_name": device.get("name") if device else fp.get("device_name"),
+            "config_hash": fp.get("config_hash"),
+            "env": orjson.dumps(fp.get("env") or {}).decode(),
+            "raw": orjson.dumps(fp, default=str).decode(),
+        })
+    return pl.DataFrame(rows, schema=schema.FINGERPRINTS) if rows else schema.empty(schema.FINGERPRINTS)
+
+
+def _ranks_table(parts: list[TraceTables], sources: Sources, meta: dict[str, Any],
+                 fingerprints: pl.DataFrame) -> pl.DataFrame:
+    rows: dict[int, dict[str, Any]] = {}
+    for p in parts:
+        m = p.meta
+        info = m.get("distributedInfo") or {}
+        devs = m.get("deviceProperties") or []
+        row = rows.setdefault(p.rank, {
+            "rank": p.rank, "world_size": info.get("world_size") or meta.get("world_size"),
+            "rank_source": p.rank_source, "backend": info.get("backend"), "host": None,
+            "device_name": devs[0].get("name") if devs else None,
+            "device_count": len(devs) or None, "torch_version": None,
+            "nccl_version": info.get("nccl_version"), "base_time_ns": m.get("baseTimeNanoseconds"),
+            "clock": m.get("clock"), "trace_files": [], "events": 0, "skipped": 0,
+        })
+        row["trace_files"].append(p.path)
+        row["events"] += p.events.height
+        row["skipped"] += int(p.skipped.get_column("count").sum() or 0)
+    fp_by_rank = {r["rank"]: r for r in fingerprints.iter_rows(named=True)}
+    extra = set(sources.steps_files) | set(fp_by_rank) | {r for _, r in sources.compile_logs if r is not None}
+    for r in extra - set(rows):
+        rows[r] = {"rank": r, "world_size": meta.get("world_size"), "rank_source": "run directory",
+                   "trace_files": [], "events": 0, "skipped": 0}
+    for r, row in rows.items():
+        fp = fp_by_rank.get(r)
+        if fp:
+            row["host"] = fp["host"]
+            row["torch_version"] = fp["torch"]
+            row["nccl_version"] = row.get("nccl_version") or fp["nccl"]
+            row["device_name"] = row.get("device_name") or fp["device_name"]
+    if not rows:
+        return schema.empty(schema.RANKS)
+    return pl.DataFrame([rows[r] for r in sorted(rows)], schema=schema.RANKS, strict=False)
+
+
+__all__ = ["Run", "open", "summarize"]
