@@ -65,7 +65,7 @@ def covered_until(
         .sort("_m_start")
     )
     p = points.lazy().with_row_index("_pt").sort(at)
-    joined = p.join_asof(m, left_on=at, right_on="_m_start", by=by or None, strategy="backward")
+    joined = p.join_asof(m, left_on=at, right_on="_m_start", by=by or None, strategy="backward", check_sortedness=False)
     value = (
         pl.col("_before") + pl.min_horizontal(pl.col(at) - pl.col("_m_start"), pl.col("_len")).clip(lower_bound=0)
     ).fill_null(0)

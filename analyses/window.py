@@ -61,10 +61,10 @@ def window_kernels(kernels: pl.DataFrame, steps: pl.DataFrame, window: Window = 
     if window == "all" or kernels.is_empty():
         return kernels
     ws = window_steps(steps, window)
-    few = ws.group_by("rank").agg(n=pl.len()).filter(pl.col("n") >= 2).select("rank")
+    stepped = ws.group_by("rank").agg(n=pl.len()).filter(pl.col("n") >= 2).select("rank")
     kept_steps = ws.filter(pl.col("in_window")).select("rank", "step")
     with_steps = kernels.join(kept_steps, on=["rank", "step"], how="semi")
-    fallback = kernels.join(few, on="rank", how="anti")
+    fallback = kernels.join(stepped, on="rank", how="anti")
     return pl.concat([with_steps, fallback]) if not fallback.is_empty() else with_steps
 
 

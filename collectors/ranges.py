@@ -50,8 +50,9 @@ class Ranges:
             except Exception:
                 self._nvtx = None
 
-    def push(self, name: str) -> tuple[Any, bool]:
-        """Open ``name``; returns a token for :meth:`pop`."""
+    def push(self, name: str, *, kineto: bool = True) -> tuple[Any, bool]:
+        """Open ``name`` (on NVTX, and on Kineto while profiling unless ``kineto=False``); returns a token for
+        :meth:`pop`."""
         if not self.enabled:
             return None, False
         torch = self._torch
@@ -63,7 +64,7 @@ class Ranges:
                 self._nvtx.range_push(name)
                 pushed = True
             rf = None
-            if torch.autograd._profiler_enabled():
+            if kineto and torch.autograd._profiler_enabled():
                 rf = torch.autograd.profiler.record_function(name)
                 rf.__enter__()
             return rf, pushed

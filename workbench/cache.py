@@ -32,6 +32,8 @@ def cache_root(input_path: Path) -> Path:
     base = input_path if input_path.is_dir() else input_path.parent
     local = base / rundir.CACHE_DIR
     try:
+        if not local.exists() and not base.stat().st_mode & 0o222:
+            raise PermissionError("read-only input folder")  # honoured even for root
         local.mkdir(exist_ok=True)
         probe = local / f".probe-{os.getpid()}"
         probe.write_bytes(b"")

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import plotly.graph_objects as go
 import polars as pl
 
@@ -181,19 +182,30 @@ def reduce_timeline(
         .unique(subset=keys, keep="first")
         .select([*keys, "kernel_class"])
     )
+    spans = spans.join(dominant, on=keys, how="left").sort(keys)
+    # Runs of adjacent bins of one lane with the same dominant class look like one bar at this zoom: draw them
+    # as one span (the figure then stays small however dense the lane is).
+    lane_change = (pl.col("rank") != pl.col("rank").shift()) | (pl.col("stream") != pl.col("stream").shift())
+    brk = (
+        lane_change
+        | (pl.col("bin") - pl.col("bin").shift() > 1)
+        | (pl.col("kernel_class").fill_null("") != pl.col("kernel_class").fill_null("").shift())
+    ).fill_null(True)
     return (
-        spans.join(dominant, on=keys, how="left")
-        .select(
-            pl.col("rank").cast(pl.Int32),
-            pl.col("stream").cast(pl.Int64),
-            "kernel_class",
-            "start",
-            "end",
-            "count",
-            "busy_ns",
-            "name",
-            pl.lit(False).alias("exact"),
+        spans.with_columns(brk.cum_sum().alias("_run"))
+        .group_by("_run")
+        .agg(
+            pl.col("rank").first().cast(pl.Int32),
+            pl.col("stream").first().cast(pl.Int64),
+            pl.col("kernel_class").first(),
+            pl.col("start").min(),
+            pl.col("end").max(),
+            pl.col("count").sum().cast(pl.UInt32),
+            pl.col("busy_ns").sum(),
+            pl.col("name").sort_by("busy_ns").last(),
         )
+        .drop("_run")
+        .with_columns(pl.lit(False).alias("exact"))
         .sort("rank", "stream", "start")
     )
 
@@ -237,28 +249,31 @@ def timeline_view(
     )
 
 
-def _segments(frame: pl.DataFrame, lane: pl.Expr, origin: int, text: pl.Expr) -> tuple[list, list, list]:
-    """x/y/text lists drawing each row as a horizontal segment (None separates segments)."""
+def _segments(frame: pl.DataFrame, lane: pl.Expr, origin: int, text: pl.Expr) -> tuple[np.ndarray, list, np.ndarray]:
+    """x/y/text arrays drawing each row as a horizontal segment (NaN x separates segments).
+
+    x is in ms since ``origin``; y holds lane labels (mapped to numbers by the caller); the hover text sits on the
+    first point of each segment only. numpy arrays keep plotly's validation and the JSON (base64) cheap.
+    """
     if frame.is_empty():
-        return [], [], []
+        return np.empty(0), [], np.empty(0, dtype=str)
     d = frame.select(
         ((pl.col("start") - origin) / 1e6).alias("x0"),
         ((pl.col("end") - origin) / 1e6).alias("x1"),
         lane.alias("lane"),
-        text.alias("text"),
+        text.fill_null("").alias("text"),
     )
     n = d.height
-    x: list = [None] * (3 * n)
-    y: list = [None] * (3 * n)
-    t: list = [None] * (3 * n)
-    x[0::3] = d["x0"].to_list()
-    x[1::3] = d["x1"].to_list()
+    x = np.full(3 * n, np.nan)
+    x[0::3] = d["x0"].to_numpy()
+    x[1::3] = d["x1"].to_numpy()
     lanes = d["lane"].to_list()
+    y: list = [None] * (3 * n)
     y[0::3] = lanes
     y[1::3] = lanes
-    texts = d["text"].to_list()
+    texts = d["text"].to_numpy().astype(str)
+    t = np.full(3 * n, "", dtype=texts.dtype)
     t[0::3] = texts
-    t[1::3] = texts
     return x, y, t
 
 
@@ -309,7 +324,7 @@ def timeline_figure(
             origin,
             pl.concat_str([pl.lit("step "), pl.col("step").cast(pl.String), pl.lit(" · "), _ms("dur"), pl.lit(" ms")]),
         )
-        lanes.update(v for v in y if v is not None)
+        lanes.update(v for v in y[0::3])
         fig.add_trace(go.Scatter(x=x, y=y, text=t, mode="lines", name="steps", hoverinfo="text",
                                  line=dict(color=CLASS_COLORS["step"], width=6)))
 
@@ -319,15 +334,15 @@ def timeline_figure(
         text = pl.when(pl.col("exact")).then(
             pl.concat_str([pl.col("name").str.slice(0, 80), pl.lit(" · "), _ms("busy_ns"), pl.lit(" ms")])
         ).otherwise(
-            pl.concat_str([pl.col("count").cast(pl.String), pl.lit(" kernels, busy "), _ms("busy_ns"),
-                           pl.lit(" ms; longest: "), pl.col("name").str.slice(0, 60)])
+            pl.concat_str([pl.col("count").cast(pl.String), pl.lit(" kernels · busy "), _ms("busy_ns"),
+                           pl.lit(" ms · "), pl.col("name").str.slice(0, 40)])
         )
         for cls in [*KERNEL_CLASSES, None]:
             part = sp.filter(pl.col("kernel_class").is_null()) if cls is None else sp.filter(pl.col("kernel_class") == cls)
             if part.is_empty():
                 continue
             x, y, t = _segments(part, lane, origin, text)
-            lanes.update(v for v in y if v is not None)
+            lanes.update(v for v in y[0::3])
             fig.add_trace(go.Scatter(x=x, y=y, text=t, mode="lines", name=cls or "other", hoverinfo="text",
                                      line=dict(color=CLASS_COLORS.get(cls or "", "#888"), width=14)))
 
@@ -353,7 +368,7 @@ def timeline_figure(
                 pl.lit(" B · "), ((pl.col("end") - pl.col("start")) / 1e6).round(3).cast(pl.String), pl.lit(" ms"),
             ])
             x, y, t = _segments(co, _lane_label(pl.col("rank"), "collectives"), origin, text)
-        lanes.update(v for v in y if v is not None)
+        lanes.update(v for v in y[0::3])
         fig.add_trace(go.Scatter(x=x, y=y, text=t, mode="lines", name="collectives", hoverinfo="text",
                                  line=dict(color=CLASS_COLORS["collective"], width=10)))
 
@@ -373,7 +388,7 @@ def timeline_figure(
             ]).alias("text"),
         )
         lanes.update(d["y"].to_list())
-        fig.add_trace(go.Scatter(x=d["x"].to_list(), y=d["y"].to_list(), text=d["text"].to_list(),
+        fig.add_trace(go.Scatter(x=d["x"].to_numpy(), y=d["y"].to_list(), text=d["text"].to_numpy().astype(str),
                                  mode="markers", name="recompiles", hoverinfo="text",
                                  marker=dict(symbol="triangle-down", size=12, color=CLASS_COLORS["compile"])))
         x, y, t = _segments(cp.with_columns(pl.coalesce("end", "start").alias("end")), label, origin,
@@ -381,11 +396,17 @@ def timeline_figure(
         fig.add_trace(go.Scatter(x=x, y=y, text=t, mode="lines", showlegend=False, hoverinfo="text",
                                  line=dict(color=CLASS_COLORS["compile"], width=4)))
 
-    order = sorted(lanes, key=_lane_sort_key, reverse=True)
-    fig.update_yaxes(categoryorder="array", categoryarray=order, type="category", fixedrange=True)
+    order = sorted(lanes, key=_lane_sort_key)
+    index = {label: i for i, label in enumerate(order)}
+    for tr in fig.data:  # lane labels → numbers (short JSON); the axis shows the labels
+        if tr.y is not None:
+            tr.y = np.array([np.nan if v is None else index[v] for v in tr.y], dtype=np.float32)
+    fig.update_yaxes(tickvals=list(range(len(order))), ticktext=order, range=[len(order) - 0.5, -0.5],
+                     fixedrange=True, showgrid=False, zeroline=False)
     fig.update_xaxes(title="ms since start of run", range=[(lo - origin) / 1e6, (hi - origin) / 1e6],
                      showgrid=True)
     _base_layout(fig, title=title, height=max(220, 70 + 26 * len(order)))
+    fig.update_layout(margin=dict(l=150))
     fig.update_layout(uirevision=uirevision, hovermode="closest", dragmode="zoom",
                       meta={"exact": view.exact, "visible_kernels": view.visible_kernels, "spans": view.spans.height})
     return fig

@@ -18,7 +18,7 @@ from typing import Literal
 
 import polars as pl
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 KernelClass = Literal["compute", "communication", "memcpy", "memset", "sync"]
 KERNEL_CLASSES: tuple[str, ...] = ("compute", "communication", "memcpy", "memset", "sync")
@@ -137,7 +137,7 @@ SKIPPED: dict[str, pl.DataType] = {
     "count": pl.Int64,
 }
 
-#: torch.compile events from TORCH_TRACE structured logs; one row per compile attempt.
+#: torch.compile events from TORCH_TRACE structured logs; one row per frame compile (``attempt`` = last attempt).
 COMPILES: dict[str, pl.DataType] = {
     "rank": pl.Int32,
     "compile_id": pl.String,        # "0/1" or "0/0_1" (attempt 1), as tlparse writes it
@@ -154,17 +154,25 @@ COMPILES: dict[str, pl.DataType] = {
     "entire_frame_compile_s": pl.Float64,
     "backend_compile_s": pl.Float64,
     "inductor_compile_s": pl.Float64,
-    "status": pl.String,            # ok, failed, graph_break, eager_fallback, ...
+    "bwd_compile_s": pl.Float64,    # backward graph compile (bwd_compilation_metrics), run at the first backward
+    "status": pl.String,            # ok, graph_break, eager_fallback (recompile limit hit), failed, incomplete
     "fail_type": pl.String,
     "fail_reason": pl.String,
+    "fail_user_frame": pl.String,   # "file:line" of the user code that failed
     "recompile_reasons": pl.List(pl.String),
-    "cause": pl.String,             # shape, stride, dtype, requires_grad, grad_mode, int_arg, global, module, limit, graph_break, cache_miss, first, other
-    "cause_source": pl.String,      # e.g. "L['x']" with dim and values seen
-    "graph_breaks": pl.List(pl.String),
+    "cause": pl.String,             # see analyses.recompiles.CAUSES: first, shape, stride, dtype, requires_grad, grad_mode, global_state, int_arg, float_arg, global, module, limit, graph_break, backend, ...
+    "cause_detail": pl.String,      # sub-type: graph-break type (print, data_dependent_branch, item, ...), limit type, dim
+    "cause_source": pl.String,      # e.g. "L['x'] dim 0: 4 -> 8"
+    "graph_breaks": pl.List(pl.String),      # dynamo_graph_break_reason payloads
+    "restart_reasons": pl.List(pl.String),   # compilation_metrics.restart_reasons
+    "collective_schedule": pl.List(pl.String),  # inductor_collective_schedule (collective ops in order)
     "cache_hits": pl.Int32,
     "cache_misses": pl.Int32,
     "guard_count": pl.Int32,
-    "step": pl.Int32,               # training step from the recompile user context (collectors)
+    "step": pl.Int32,               # training step from the recompile user context (collectors: "step=N")
+    "user_context": pl.String,      # recompile_user_contexts as written
+    "config_hash": pl.String,       # sha256[:16] of the dynamo + inductor config the compile ran with
+    "torch_version": pl.String,
     "log_file": pl.String,
 }
 

@@ -1,0 +1,227 @@
+"""Time breakdown of the device timeline per rank and per step, and idle time causes per stream.
+
+Definitions (all times int64 ns, all on the device timeline of one rank):
+
+* window: from the first device activity start to the last device activity end in the analysed window
+  (:mod:`workbench.analyses.window`). HTA calls this "kernel time".
+* per step: the window is cut into consecutive segments, one per step, each from the first start of the activity
+  launched in that step to the first start of the next step's activity (the last one to the window's end). The
+  per-step rows therefore add up exactly to the per-rank totals.
+* busy: time covered by at least one kernel, memcpy or memset (the union; ``sync`` rows are waits, not work).
+* compute / communication / memcpy / memset: time covered by at least one activity of that ``kernel_class``.
+* overlapped communication: communication time during which some compute runs (communication ∩ compute);
+  exposed communication: the rest.
+* exposed memory: memcpy/memset time with neither compute nor communication running.
+* idle: window - busy. ``compute + exposed communication + exposed memory + idle = window``.
+* HTA's ``non_compute`` = busy - compute = exposed communication + exposed memory.
+
+Idle causes per stream follow HTA's ``get_idle_time_breakdown``: on each stream, the gap before each kernel is
+*host wait* when that kernel's launch started after the previous kernel on the stream ended (the CPU was late),
+*kernel wait* when the gap is shorter than ``kernel_wait_ns`` (back-to-back launch overhead), else *other*.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from workbench.analyses.intervals import covered_between
+from workbench.analyses.window import Window, window_kernels
+
+#: HTA's default ``consecutive_kernel_delay`` is 30 in trace units, which are microseconds.
+KERNEL_WAIT_NS = 30_000
+
+IDLE_CATEGORIES: tuple[str, ...] = ("host_wait", "kernel_wait", "other")
+
+_NS_COLUMNS = (
+    "window_ns", "busy_ns", "idle_ns", "compute_ns", "comm_ns", "comm_overlapped_ns", "comm_exposed_ns",
+    "memcpy_ns", "memset_ns", "memory_ns", "memory_exposed_ns", "non_compute_ns",
+)
+
+
+def step_segments(kernels: pl.DataFrame) -> pl.DataFrame:
+    """The device timeline of each rank cut into one segment per step.
+
+    Columns: ``rank``, ``step`` (the launch step; null for activity launched outside every step), ``start``
+    (first start of that step's activity), ``end`` (next segment's start, or the rank's last activity end),
+    ``activities`` (device rows launched in that step).
+    """
+    if kernels.is_empty():
+        return pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int32, "start": pl.Int64, "end": pl.Int64,
+                                    "activities": pl.UInt32})
+    per_step = kernels.group_by("rank", "step").agg(
+        start=pl.col("start").min(), _last=pl.col("end").max(), activities=pl.len()
+    )
+    return (
+        per_step.sort("rank", "start")
+        .with_columns(
+            end=pl.col("start").shift(-1).over("rank").fill_null(pl.col("_last").max().over("rank")),
+        )
+        .with_columns(end=pl.max_horizontal("start", "end"))
+        .select("rank", "step", "start", "end", "activities")
+    )
+
+
+def _covered(kernels: pl.DataFrame, classes: tuple[str, ...], segments: pl.DataFrame, name: str) -> pl.LazyFrame:
+    subset = kernels.lazy().filter(pl.col("kernel_class").cast(pl.String).is_in(classes))
+    return covered_between(subset, segments.lazy(), by=["rank"], name=name).select("rank", "step", "start", name)
+
+
+def with_percentages(frame: pl.DataFrame) -> pl.DataFrame:
+    """Add the percentage columns to a frame holding the ``*_ns`` columns of :func:`time_breakdown`.
+
+    ``compute_pct``, ``comm_exposed_pct``, ``memory_exposed_pct``, ``idle_pct``, ``non_compute_pct``: percent of
+    ``window_ns``. ``comm_overlap_pct``: overlapped / communication time (HTA's measure; null without
+    communication). ``comm_overlap_of_max_pct``: overlapped / max(communication, compute).
+    """
+    w = pl.col("window_ns").cast(pl.Float64)
+
+    def pct(num: pl.Expr, den: pl.Expr) -> pl.Expr:
+        return pl.when(den > 0).then(100.0 * num.cast(pl.Float64) / den.cast(pl.Float64)).otherwise(None)
+
+    return frame.with_columns(
+        compute_pct=pct(pl.col("compute_ns"), w),
+        comm_exposed_pct=pct(pl.col("comm_exposed_ns"), w),
+        memory_exposed_pct=pct(pl.col("memory_exposed_ns"), w),
+        idle_pct=pct(pl.col("idle_ns"), w),
+        non_compute_pct=pct(pl.col("non_compute_ns"), w),
+        comm_overlap_pct=pct(pl.col("comm_overlapped_ns"), pl.col("comm_ns")),
+        comm_overlap_of_max_pct=pct(pl.col("comm_overlapped_ns"), pl.max_horizontal("comm_ns", "compute_ns")),
+    )
+
+
+def time_breakdown(kernels: pl.DataFrame, steps: pl.DataFrame, window: Window = "steady") -> pl.DataFrame:
+    """Device time breakdown per rank and per step (see the module docstring for the definitions).
+
+    Columns: ``rank``, ``step``, ``start``, ``end`` (the step's device segment), ``activities``, then in ns:
+    ``window_ns`` (segment length), ``busy_ns``, ``idle_ns``, ``compute_ns``, ``comm_ns``, ``comm_overlapped_ns``,
+    ``comm_exposed_ns``, ``memcpy_ns``, ``memset_ns``, ``memory_ns`` (memcpy ∪ memset), ``memory_exposed_ns``,
+    ``non_compute_ns``, then the percentages of :func:`with_percentages`.
+    """
+    kw = window_kernels(kernels, steps, window)
+    kw = kw.filter(pl.col("start").is_not_null() & pl.col("end").is_not_null())
+    seg = step_segments(kw)
+    if seg.is_empty():
+        return with_percentages(seg.with_columns([pl.lit(0, pl.Int64).alias(c) for c in _NS_COLUMNS]))
+    keys = ["rank", "step", "start"]
+    parts = [
+        _covered(kw, ("compute", "communication", "memcpy", "memset"), seg, "busy_ns"),
+        _covered(kw, ("compute",), seg, "compute_ns"),
+        _covered(kw, ("communication",), seg, "comm_ns"),
+        _covered(kw, ("compute", "communication"), seg, "_cc_ns"),
+        _covered(kw, ("memcpy",), seg, "memcpy_ns"),
+        _covered(kw, ("memset",), seg, "memset_ns"),
+        _covered(kw, ("memcpy", "memset"), seg, "memory_ns"),
+    ]
+    out = seg.lazy()
+    for part in parts:
+        out = out.join(part, on=keys, how="left", nulls_equal=True)
+    out = (
+        out.with_columns(window_ns=pl.col("end") - pl.col("start"))
+        .with_columns(
+            idle_ns=pl.col("window_ns") - pl.col("busy_ns"),
+            comm_overlapped_ns=pl.col("comm_ns") + pl.col("compute_ns") - pl.col("_cc_ns"),
+            memory_exposed_ns=pl.col("busy_ns") - pl.col("_cc_ns"),
+            non_compute_ns=pl.col("busy_ns") - pl.col("compute_ns"),
+        )
+        .with_columns(comm_exposed_ns=pl.col("comm_ns") - pl.col("comm_overlapped_ns"))
+        .select("rank", "step", "start", "end", "activities", *_NS_COLUMNS)
+        .sort("rank", "start")
+        .collect()
+    )
+    return with_percentages(out)
+
+
+def breakdown_by_rank(step_breakdown: pl.DataFrame) -> pl.DataFrame:
+    """Per-rank totals of :func:`time_breakdown` rows (sums of the ``*_ns`` columns, percentages recomputed).
+
+    Columns: ``rank``, ``steps`` (segments summed), ``start``, ``end``, ``activities``, the ``*_ns`` columns and
+    the percentages of :func:`with_percentages`.
+    """
+    out = step_breakdown.group_by("rank").agg(
+        steps=pl.col("step").count(),
+        start=pl.col("start").min(),
+        end=pl.col("end").max(),
+        activities=pl.col("activities").sum(),
+        *[pl.col(c).sum() for c in _NS_COLUMNS],
+    )
+    return with_percentages(out.sort("rank"))
+
+
+def idle_gaps(
+    kernels: pl.DataFrame, steps: pl.DataFrame, window: Window = "steady", kernel_wait_ns: int = KERNEL_WAIT_NS
+) -> pl.DataFrame:
+    """Every idle gap on every stream, with its cause.
+
+    Columns: ``rank``, ``stream``, ``step`` (the launch step of the kernel after the gap), ``start`` (end of the
+    previous activity on the stream), ``end`` (start of the next one), ``gap_ns``, ``category`` (``host_wait``:
+    the next kernel's launch began after ``start``; ``kernel_wait``: gap < ``kernel_wait_ns``; ``other``),
+    ``launch_late_ns`` (launch start - ``start``, how late the CPU queued the kernel; null if not host wait),
+    ``name`` (the kernel after the gap). Only gaps > 0 between two activities of one stream are listed, as HTA
+    does (no gap before a stream's first activity or after its last).
+    """
+    kw = window_kernels(kernels, steps, window).filter(pl.col("start").is_not_null())
+    prev_end = pl.col("end").cum_max().shift(1).over("rank", "stream")
+    g = (
+        kw.lazy()
+        .select("rank", "stream", "step", "start", "end", "launch_start", "name")
+        .sort("rank", "stream", "start")
+        .with_columns(_prev=prev_end)
+        .filter(pl.col("_prev").is_not_null() & (pl.col("start") > pl.col("_prev")))
+        .with_columns(gap_ns=pl.col("start") - pl.col("_prev"))
+        .with_columns(
+            category=pl.when(pl.col("launch_start") > pl.col("_prev"))
+            .then(pl.lit("host_wait"))
+            .when(pl.col("gap_ns") < kernel_wait_ns)
+            .then(pl.lit("kernel_wait"))
+            .otherwise(pl.lit("other"))
+        )
+        .with_columns(
+            launch_late_ns=pl.when(pl.col("category") == "host_wait").then(pl.col("launch_start") - pl.col("_prev"))
+        )
+        .select("rank", "stream", "step", pl.col("_prev").alias("start"), pl.col("start").alias("end"), "gap_ns",
+                "category", "launch_late_ns", pl.col("name").cast(pl.String))
+        .collect()
+    )
+    return g
+
+
+def idle_causes(gaps: pl.DataFrame, by: tuple[str, ...] = ("rank", "stream")) -> pl.DataFrame:
+    """Idle time per cause, one row per ``by`` group (default: per rank and stream; add ``"step"`` per step).
+
+    Columns: ``by...``, ``host_wait_ns``, ``kernel_wait_ns``, ``other_ns``, ``idle_ns`` (their sum), ``gaps``
+    (number of gaps), ``host_wait_pct`` / ``kernel_wait_pct`` / ``other_pct`` (share of ``idle_ns``).
+    """
+    by = list(by)
+    aggs = [pl.col("gap_ns").filter(pl.col("category") == c).sum().alias(f"{c}_ns") for c in IDLE_CATEGORIES]
+    out = gaps.group_by(by).agg(*aggs, gaps=pl.len()).with_columns(
+        idle_ns=sum(pl.col(f"{c}_ns") for c in IDLE_CATEGORIES)
+    )
+    return out.with_columns(
+        [
+            pl.when(pl.col("idle_ns") > 0).then(100.0 * pl.col(f"{c}_ns") / pl.col("idle_ns")).alias(f"{c}_pct")
+            for c in IDLE_CATEGORIES
+        ]
+    ).sort(by)
+
+
+def idle_breakdown_long(gaps: pl.DataFrame) -> pl.DataFrame:
+    """HTA's ``get_idle_time_breakdown`` shape: one row per rank, stream and idle category.
+
+    Columns: ``rank``, ``stream``, ``idle_category``, ``idle_ns`` (sum of the gaps), ``idle_ratio`` (share of
+    the stream's idle time, null when the stream never idles), ``count``, ``mean_ns``, ``p50_ns``, ``max_ns``.
+    """
+    streams = gaps.select("rank", "stream").unique()
+    cats = pl.DataFrame({"idle_category": list(IDLE_CATEGORIES)})
+    stats = gaps.group_by("rank", "stream", pl.col("category").alias("idle_category")).agg(
+        idle_ns=pl.col("gap_ns").sum(), count=pl.len(), mean_ns=pl.col("gap_ns").mean(),
+        p50_ns=pl.col("gap_ns").median(), max_ns=pl.col("gap_ns").max(),
+    )
+    out = (
+        streams.join(cats, how="cross")
+        .join(stats, on=["rank", "stream", "idle_category"], how="left")
+        .with_columns(idle_ns=pl.col("idle_ns").fill_null(0), count=pl.col("count").fill_null(0))
+    )
+    total = pl.col("idle_ns").sum().over("rank", "stream")
+    return out.with_columns(idle_ratio=pl.when(total > 0).then(pl.col("idle_ns") / total)).sort(
+        "rank", "stream", "idle_category"
+    )

@@ -1,0 +1,172 @@
+"""The runs the app serves: found once under the roots it was started with, opened lazily, cached in-process.
+
+The browser only ever sends a run *id* (a short name listed here); paths never come from the browser, so the
+app reads nothing outside its roots. Opening a run is the slow part, so opened runs and analysis results are
+cached for the life of the server process. A run that fails to open is cached as its error, shown in an error
+panel, and never takes the rest of the app down.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench import rundir
+
+_TRACE_SUFFIXES = (".json", ".json.gz", ".log")
+_SKIP_NAMES = {rundir.CACHE_DIR, "__pycache__", ".git"}
+
+
+class RunUnavailable(Exception):
+    """A run that could not be opened (the message says why, naming the file where it can)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunEntry:
+    """One run the app can show: its id (what URLs carry), a label and the path (server side only)."""
+
+    id: str
+    path: Path
+    label: str
+    is_run_dir: bool
+
+
+def _has_inputs(path: Path, depth: int = 3) -> bool:
+    """True if ``path`` holds a trace or compile log within ``depth`` folder levels (cheap look, no parsing)."""
+    if path.is_file():
+        return path.name.endswith(_TRACE_SUFFIXES)
+    if depth < 0:
+        return False
+    try:
+        children = sorted(path.iterdir())
+    except OSError:
+        return False
+    for p in children:
+        if p.name in _SKIP_NAMES or p.name.startswith("."):
+            continue
+        if p.is_file() and p.name.endswith(_TRACE_SUFFIXES) and p.name not in (rundir.RUN_JSON, "fingerprint.json"):
+            return True
+    return any(p.is_dir() and p.name not in _SKIP_NAMES and not p.name.startswith(".") and _has_inputs(p, depth - 1)
+               for p in children)
+
+
+def _direct_inputs(path: Path) -> bool:
+    return any(p.is_file() and p.name.endswith(_TRACE_SUFFIXES) and not p.name.startswith(".") for p in path.iterdir())
+
+
+def find_runs(roots: Iterable[str | Path]) -> list[RunEntry]:
+    """The runs under ``roots``: each root that is a run itself, else its sub-folders that hold runs.
+
+    A root is one run when it is a file, a run directory, or a folder with trace files directly in it; otherwise
+    each child folder that is a run directory or holds traces is one run (one level down, sorted by name).
+    """
+    found: list[tuple[str, Path, bool]] = []
+    for root in roots:
+        root = Path(root).resolve()
+        if not root.exists():
+            found.append((root.name or str(root), root, False))  # shown as a broken run
+            continue
+        if root.is_file() or rundir.is_run_dir(root) or _direct_inputs(root):
+            found.append((root.name, root, root.is_dir() and rundir.is_run_dir(root)))
+            continue
+        for child in sorted(root.iterdir()):
+            if not child.is_dir() or child.name in _SKIP_NAMES or child.name.startswith("."):
+                continue
+            if rundir.is_run_dir(child):
+                found.append((child.name, child, True))
+            elif _has_inputs(child):
+                found.append((child.name, child, False))
+    entries: list[RunEntry] = []
+    used: set[str] = set()
+    for label, path, is_run in found:
+        base = re.sub(r"[^A-Za-z0-9._-]+", "-", label).strip("-") or "run"
+        rid, n = base, 2
+        while rid in used:
+            rid, n = f"{base}-{n}", n + 1
+        used.add(rid)
+        entries.append(RunEntry(id=rid, path=path, label=label, is_run_dir=is_run))
+    return entries
+
+
+@dataclass(slots=True)
+class _Slot:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    value: Any = None
+    error: BaseException | None = None
+    done: bool = False
+    seconds: float = 0.0
+
+
+class RunStore:
+    """Runs by id, opened on first use and cached with every analysis result computed from them."""
+
+    def __init__(self, roots: Iterable[str | Path], *, opener: Callable[[Path], Any] | None = None):
+        self.roots = [Path(r).resolve() for r in roots]
+        self.entries = find_runs(self.roots)
+        self._by_id = {e.id: e for e in self.entries}
+        self._opener = opener
+        self._slots: dict[tuple[str, str], _Slot] = {}
+        self._guard = threading.Lock()
+
+    # -- runs --------------------------------------------------------------------------------------------------
+    def ids(self) -> list[str]:
+        return [e.id for e in self.entries]
+
+    def default_id(self) -> str | None:
+        return self.entries[0].id if self.entries else None
+
+    def entry(self, run_id: str | None) -> RunEntry | None:
+        return self._by_id.get(run_id or "")
+
+    def run(self, run_id: str):
+        """The opened :class:`workbench.Run`; :class:`RunUnavailable` when the id is unknown or the run is broken."""
+        entry = self.entry(run_id)
+        if entry is None:
+            raise RunUnavailable(f"no run {run_id!r}; runs: {', '.join(self.ids()) or 'none'}")
+        return self.cached(run_id, "__run__", lambda: self._open(entry))
+
+    def _open(self, entry: RunEntry):
+        if self._opener is not None:
+            return self._opener(entry.path)
+        import workbench
+
+        try:
+            return workbench.open(entry.path, on_error="skip")
+        except Exception as exc:  # InputError / TraceError carry one clear line
+            raise RunUnavailable(f"{type(exc).__name__}: {exc}") from exc
+
+    def status(self, run_id: str) -> str:
+        """``"not opened"``, ``"ok"`` or the error line: for the runs list, without opening anything."""
+        slot = self._slots.get((run_id, "__run__"))
+        if slot is None or not slot.done:
+            return "not opened"
+        return "ok" if slot.error is None else f"error: {slot.error}"
+
+    # -- cache -------------------------------------------------------------------------------------------------
+    def cached(self, run_id: str, key: str, compute: Callable[[], Any]) -> Any:
+        """``compute()`` once per (run, key), results and errors both cached; concurrent callers wait for one."""
+        with self._guard:
+            slot = self._slots.setdefault((run_id, key), _Slot())
+        with slot.lock:
+            if not slot.done:
+                t = time.perf_counter()
+                try:
+                    slot.value = compute()
+                except Exception as exc:  # noqa: BLE001 - shown in the page as an error panel
+                    slot.error = exc
+                slot.seconds = time.perf_counter() - t
+                slot.done = True
+        if slot.error is not None:
+            raise slot.error
+        return slot.value
+
+    def forget(self, run_id: str, key: str | None = None) -> None:
+        """Drop cached results of a run (one key, or all with ``key=None``)."""
+        with self._guard:
+            for k in [k for k in self._slots if k[0] == run_id and (key is None or k[1] == key)]:
+                del self._slots[k]

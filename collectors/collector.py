@@ -1,0 +1,497 @@
+"""The :class:`Collector`: one object around a training loop, on every rank, that writes a run directory.
+
+Example:
+    >>> import tempfile, torch
+    >>> from workbench.collectors import Collector
+    >>> model = torch.nn.Linear(4, 2)
+    >>> with Collector(tempfile.mkdtemp(), profile_repeat=0) as collector:
+    ...     for _ in range(3):
+    ...         with collector.step():
+    ...             model(torch.randn(8, 4)).sum().backward()
+    >>> collector.steps_done
+    3
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import logging
+import os
+import sys
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+import orjson
+
+from workbench import rundir
+from workbench.collectors import compile_capture
+from workbench.collectors.fingerprint import fingerprint
+from workbench.collectors.options import CollectorOptions
+from workbench.collectors.profiling import ProfilerWindows
+from workbench.collectors.ranges import Ranges
+
+log = logging.getLogger("workbench.collectors")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Written into run.json as ``collector_version``.
+COLLECTOR_VERSION = "0.1.0"
+
+
+def _dist_info() -> tuple[int, int, int, str]:
+    """(rank, local_rank, world_size, source): torch.distributed when initialised, else the environment."""
+    env = os.environ
+    local_rank = int(env.get("LOCAL_RANK", "0") or 0)
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), local_rank, dist.get_world_size(), "torch.distributed"
+    except Exception:
+        pass
+    if "RANK" in env:
+        return int(env["RANK"]), local_rank, int(env.get("WORLD_SIZE", "1") or 1), "env"
+    return 0, local_rank, 1, "default"
+
+
+class _StepContext:
+    """The reusable context manager behind ``collector.step()`` (no allocation per step)."""
+
+    __slots__ = ("_c",)
+
+    def __init__(self, collector: Collector) -> None:
+        self._c = collector
+
+    def __enter__(self) -> _StepContext:
+        self._c._step_begin()
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self._c._step_end()
+
+
+class Collector(contextlib.ContextDecorator):
+    """Instrument a training loop; every rank writes its part of the run directory at ``path``.
+
+    ``with collector:`` around the loop (or ``@collector`` on the function that runs it) and
+    ``with collector.step():`` around each iteration (or ``@collector.step`` on the train-step function).
+    Options are the fields of :class:`CollectorOptions` as keywords after ``path`` (``profile_start=5,
+    profile_length=3, profile_repeat=1, profile_every=100, profile_ranks=None, activities=None,
+    record_shapes=False, with_stack=False, profile_memory=False, with_modules=False, compile_config=None,
+    compile_capture=True, device_timing=True, nvtx=True, run_id=None, extra={}``), or ``options=``. A bad option raises ``ValueError``;
+    a compile config that does not validate raises :class:`workbench.errors.InputError` (both at construction).
+    After that the collector never raises into training: its errors are logged once per component, listed in
+    ``collector.errors`` and ``fingerprint.json``, and the part that failed is turned off.
+
+    What is written (``docs/run-directory.md``): ``run.json`` (rank 0), ``rank<R>/fingerprint.json``,
+    ``rank<R>/steps.jsonl`` (every step), ``rank<R>/trace/*.json.gz`` (profiler windows),
+    ``rank<R>/compile/*.log`` (TORCH_TRACE-format compile log, recompiles tagged ``step=<N>``).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, options: CollectorOptions | None = None,
+                 **kwargs: Any) -> None:
+        if options is not None and kwargs:
+            raise ValueError("pass either options=CollectorOptions(...) or keyword options, not both")
+        self.options = options if options is not None else CollectorOptions(**kwargs)
+        self.path = Path(path)
+        self.errors: list[str] = []
+        self._failed: set[str] = set()
+        self.compile_config: Any = None
+        self._compile_config_error: str | None = None
+        if self.options.compile_config is not None:
+            from workbench.compile_config import load_compile_config
+
+            self.compile_config = load_compile_config(self.options.compile_config)  # raises InputError
+            self.compile_config.apply_env()
+        self._step_ctx = _StepContext(self)
+        self._started = False
+        self._closed = False
+        self.rank, self.local_rank, self.world_size = 0, 0, 1
+        self.rank_source = "default"
+        self._next_step = 0
+        self._current: int | None = None
+        self._depth = 0
+        self._t0 = 0
+        self._prev_end: int | None = None
+        self._steps_fd: int | None = None
+        self._windows: ProfilerWindows | None = None
+        self._compile_handler: compile_capture.TraceFileHandler | None = None
+        self._ranges = Ranges(enabled=False)
+        self._open_ranges: dict[str, tuple[Any, bool]] = {}
+        self._hooks: list[Any] = []
+        self._applied_threads: set[int] = set()
+        self._cuda = False
+        self._event_pool: list[Any] = []
+        self._pending: deque[tuple[int, Any, Any]] = deque()
+        self._e0: Any = None
+        self._created = ""
+        self._run_id = ""
+
+    # ------------------------------------------------------------------ public
+    @property
+    def rank_dir(self) -> Path:
+        return self.path / rundir.RANK_DIR.format(rank=self.rank)
+
+    @property
+    def steps_done(self) -> int:
+        """Number of completed steps."""
+        return self._next_step
+
+    @property
+    def step_num(self) -> int:
+        """The step running now, or the next one between steps."""
+        return self._current if self._current is not None else self._next_step
+
+    @property
+    def compile_kwargs(self) -> dict[str, Any]:
+        """``torch.compile`` keyword arguments from the compile config (``{}`` without one)."""
+        return self.compile_config.compile_kwargs if self.compile_config is not None else {}
+
+    @property
+    def trace_files(self) -> list[Path]:
+        return list(self._windows.files) if self._windows is not None else []
+
+    def compile(self, model: Any, **kwargs: Any) -> Any:
+        """``torch.compile(model, **compile_kwargs, **kwargs)``: the compile config's arguments applied."""
+        import torch
+
+        return torch.compile(model, **{**self.compile_kwargs, **kwargs})
+
+    def step(self, fn: F | None = None) -> Any:
+        """``with collector.step():`` around one iteration, or ``@collector.step`` on a train-step function."""
+        if fn is None:
+            return self._step_ctx
+        if not callable(fn):
+            raise TypeError(f"collector.step takes a function to decorate or nothing, got {fn!r}")
+        ctx = self._step_ctx
+
+        @functools.wraps(fn)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            with ctx:
+                return fn(*args, **kwargs)
+
+        return wrapped
+
+    def range(self, name: str) -> Any:
+        """A named range (NVTX, and ``record_function`` while profiling): ``with collector.range("data"):``."""
+        return self._ranges.range(name)
+
+    def instrument(self, model: Any = None, optimizer: Any = None) -> Collector:
+        """Add ``forward``, ``backward`` and ``optimizer`` ranges through hooks.
+
+        ``forward``: the model's forward (pre- and post-forward hooks on ``model``, e.g. the DDP wrapper).
+        ``backward``: from the end of forward to the start of ``optimizer.step()`` (or the end of the step):
+        loss, backward and gradient clipping, kept on the training thread. ``optimizer``: ``optimizer.step()``
+        (step pre/post hooks). With a compile config that has ``[mark_dynamic]``, also marks the model's inputs.
+        """
+        try:
+            if model is not None:
+                self._hooks.append(model.register_forward_pre_hook(self._fwd_pre))
+                self._hooks.append(model.register_forward_hook(self._fwd_post))
+                if self.compile_config is not None and self.compile_config.mark_dynamic:
+                    self._hooks.append(self.compile_config.mark_dynamic_hook(model))
+            if optimizer is not None:
+                self._hooks.append(optimizer.register_step_pre_hook(self._opt_pre))
+                self._hooks.append(optimizer.register_step_post_hook(self._opt_post))
+        except Exception as exc:
+            self._fail("ranges", exc)
+        return self
+
+    # ------------------------------------------------------------------ lifecycle
+    def __enter__(self) -> Collector:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> Collector:
+        """Open the run directory for this rank (``with collector:`` calls it; the first step does too)."""
+        if self._started:
+            return self
+        self._started = True
+        self._closed = False
+        self.rank, self.local_rank, self.world_size, self.rank_source = _dist_info()
+        self._created = datetime.now(timezone.utc).isoformat()
+        self._run_id = (self.options.run_id or _env_run_id() or uuid.uuid4().hex[:12])
+        self._ranges = Ranges(enabled=self.options.nvtx)
+        try:
+            self.rank_dir.mkdir(parents=True, exist_ok=True)
+        except Exception as exc:
+            self._fail("run_dir", exc)
+        self._apply_in_thread()
+        try:
+            steps = self.path / rundir.STEPS_JSONL.format(rank=self.rank)
+            self._steps_fd = os.open(steps, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except Exception as exc:
+            self._fail("steps", exc)
+        if self.options.compile_capture:
+            try:
+                log_path = (self.path / rundir.COMPILE_DIR.format(rank=self.rank)
+                            / f"dedicated_log_torch_trace_rank_{self.rank}_{os.getpid()}.log")
+                self._compile_handler = compile_capture.install(
+                    log_path, lambda exc: self._fail("compile_capture", exc))
+                compile_capture.set_step_source(lambda: self.step_num)
+            except Exception as exc:
+                self._fail("compile_capture", exc)
+        if self.options.profiles_rank(self.rank):
+            self._windows = ProfilerWindows(
+                self.options, self.path / rundir.TRACE_DIR.format(rank=self.rank), self.rank, self._fail)
+        self._write_fingerprint()
+        self._write_run_json(final=False)
+        atexit.register(self.close)
+        return self
+
+    def close(self) -> None:
+        """Finish: resolve pending CUDA step times (one wait, here only), save a window in progress, write the
+        final fingerprint and run.json. Idempotent."""
+        if not self._started or self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.close)
+        if self._depth:  # closed inside a step (an exception unwound the loop)
+            self._depth = 1
+            self._step_end()
+        self._drain_events(wait=True)
+        last = self._next_step - 1 if self._next_step else None
+        if self._windows is not None:
+            self._windows.close(last)
+        for handle in self._hooks:
+            with contextlib.suppress(Exception):
+                handle.remove()
+        self._hooks.clear()
+        if self._compile_handler is not None:
+            compile_capture.set_step_source(None)
+            with contextlib.suppress(Exception):
+                compile_capture.uninstall(self._compile_handler)
+        if self._steps_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._steps_fd)
+            self._steps_fd = None
+        self._write_fingerprint()
+        self._write_run_json(final=True)
+        self._started = False
+
+    # ------------------------------------------------------------------ steps (hot path)
+    def _step_begin(self) -> None:
+        if self._depth:
+            self._depth += 1
+            return
+        t0 = time.time_ns()
+        if not self._started:
+            self.start()
+        self._depth = 1
+        step = self._next_step
+        self._current = step
+        self._t0 = t0
+        try:
+            if threading.get_ident() not in self._applied_threads:
+                self._apply_in_thread()
+            if self._windows is not None:
+                self._windows.on_step_start(step)
+            self._open_ranges["step"] = self._ranges.push(f"step {step}", kineto=False)  # Kineto has ProfilerStep#N
+            if self.options.device_timing:
+                self._record_start_event()
+        except Exception as exc:
+            self._fail("step", exc)
+
+    def _step_end(self) -> None:
+        if self._depth > 1:
+            self._depth -= 1
+            return
+        if not self._depth:
+            return
+        self._depth = 0
+        step = self._current if self._current is not None else self._next_step
+        e1 = self._record_end_event() if self._e0 is not None else None
+        t1 = time.time_ns()
+        try:
+            for name in ("optimizer", "backward", "forward", "step"):
+                token = self._open_ranges.pop(name, None)
+                if token is not None:
+                    self._ranges.pop(*token)
+            profiled = self._windows is not None and self._windows.recording
+            row: dict[str, Any] = {"step": step, "start_ns": self._t0, "end_ns": t1}
+            if self._prev_end is not None:
+                row["data_wait_ns"] = max(0, self._t0 - self._prev_end)
+            row["profiled"] = profiled
+            self._write_line(row)
+            if e1 is not None:
+                self._pending.append((step, self._e0, e1))
+            self._e0 = None
+            if self._pending:
+                self._drain_events(wait=False)
+            if self._windows is not None:
+                self._windows.on_step_end(step)
+            if self.compile_config is not None:
+                self._compile_config_step_end(step)
+        except Exception as exc:
+            self._fail("step", exc)
+        self._next_step = step + 1
+        self._current = None
+        self._prev_end = time.time_ns()
+
+    def _write_line(self, row: dict[str, Any]) -> None:
+        if self._steps_fd is None:
+            return
+        try:
+            os.write(self._steps_fd, orjson.dumps(row) + b"\n")   # one write of one complete line
+        except Exception as exc:
+            self._fail("steps", exc)
+
+    # ------------------------------------------------------------------ CUDA step time
+    def _record_start_event(self) -> None:
+        import torch
+
+        if not self._cuda:
+            if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+                return
+            self._cuda = True
+        e0 = self._event_pool.pop() if self._event_pool else torch.cuda.Event(enable_timing=True)
+        e0.record()
+        self._e0 = e0
+
+    def _record_end_event(self) -> Any:
+        import torch
+
+        try:
+            e1 = self._event_pool.pop() if self._event_pool else torch.cuda.Event(enable_timing=True)
+            e1.record()
+            return e1
+        except Exception as exc:
+            self._fail("device_timing", exc)
+            self._e0 = None
+            return None
+
+    def _drain_events(self, *, wait: bool) -> None:
+        """Write ``device_ns`` for steps whose end event completed (``wait``: wait for all, at close)."""
+        try:
+            while self._pending:
+                step, e0, e1 = self._pending[0]
+                if wait:
+                    e1.synchronize()
+                elif not e1.query():
+                    break
+                self._pending.popleft()
+                self._write_line({"step": step, "device_ns": int(e0.elapsed_time(e1) * 1e6)})
+                if len(self._event_pool) < 64:
+                    self._event_pool.extend((e0, e1))
+        except Exception as exc:
+            self._pending.clear()
+            self._fail("device_timing", exc)
+
+    # ------------------------------------------------------------------ forward / backward / optimizer hooks
+    def _fwd_pre(self, module: Any, args: Any) -> None:
+        if not self._depth:
+            return
+        for name in ("backward", "optimizer"):
+            token = self._open_ranges.pop(name, None)
+            if token is not None:
+                self._ranges.pop(*token)
+        self._open_ranges["forward"] = self._ranges.push("forward")
+
+    def _fwd_post(self, module: Any, args: Any, output: Any) -> None:
+        token = self._open_ranges.pop("forward", None)
+        if token is not None:
+            self._ranges.pop(*token)
+        if self._depth:
+            self._open_ranges["backward"] = self._ranges.push("backward")
+
+    def _opt_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        token = self._open_ranges.pop("backward", None)
+        if token is not None:
+            self._ranges.pop(*token)
+        if self._depth:
+            self._open_ranges["optimizer"] = self._ranges.push("optimizer")
+
+    def _opt_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        token = self._open_ranges.pop("optimizer", None)
+        if token is not None:
+            self._ranges.pop(*token)
+
+    # ------------------------------------------------------------------ compile config
+    def _apply_in_thread(self) -> None:
+        self._applied_threads.add(threading.get_ident())
+        if self.compile_config is None:
+            return
+        try:
+            self.compile_config.apply_in_thread()
+        except Exception as exc:
+            self._compile_config_error = f"{type(exc).__name__}: {exc}"
+            self._fail("compile_config", exc)
+
+    def _compile_config_step_end(self, step: int) -> None:
+        try:
+            for done in self.compile_config.on_step_end(step):
+                log.info("workbench: compile config at step %d: %s", step, done)
+        except Exception as exc:
+            self._fail("compile_config", exc)
+
+    # ------------------------------------------------------------------ files
+    def _write_fingerprint(self) -> None:
+        try:
+            fp = fingerprint(rank=self.rank, local_rank=self.local_rank, world_size=self.world_size)
+            fp["rank_source"] = self.rank_source
+            fp["run_id"] = self._run_id
+            fp["steps"] = self._next_step
+            fp["trace_files"] = [p.name for p in self.trace_files]
+            fp["compile_log_records"] = self._compile_handler.records if self._compile_handler else 0
+            fp["errors"] = list(self.errors)
+            rundir.write_json(self.path / rundir.FINGERPRINT.format(rank=self.rank), fp)
+        except Exception as exc:
+            self._fail("fingerprint", exc)
+
+    def _write_run_json(self, *, final: bool) -> None:
+        if self.rank != 0:
+            return
+        try:
+            opts = asdict(self.options)
+            opts["compile_config"] = str(opts["compile_config"]) if opts["compile_config"] else None
+            extra = opts.pop("extra")
+            meta: dict[str, Any] = {
+                "run_id": self._run_id,
+                "created": self._created,
+                "world_size": self.world_size,
+                "argv": list(sys.argv),
+                "collector_version": COLLECTOR_VERSION,
+                "profile": opts,
+                "profile_windows": self.options.windows(),
+                "compile_config": self.compile_config.to_dict() if self.compile_config is not None else None,
+                "compile_config_path": (str(Path(self.options.compile_config).resolve())
+                                        if self.options.compile_config else None),
+                "compile_config_error": self._compile_config_error,
+                "extra": extra,
+            }
+            if final:
+                meta["finished"] = datetime.now(timezone.utc).isoformat()
+                meta["steps"] = self._next_step
+            rundir.write_json(self.path / rundir.RUN_JSON, meta)
+        except Exception as exc:
+            self._fail("run_json", exc)
+
+    # ------------------------------------------------------------------ errors
+    def _fail(self, component: str, exc: BaseException) -> None:
+        """Log a collector error once per component and remember it; never raises."""
+        message = f"{component}: {type(exc).__name__}: {exc}"
+        if component not in self._failed:
+            self._failed.add(component)
+            self.errors.append(message)
+            try:
+                log.warning("workbench collector (rank %s): %s; training continues without it",
+                            self.rank, message)
+            except Exception:
+                pass
+
+
+def _env_run_id() -> str | None:
+    value = os.environ.get("WORKBENCH_RUN_ID") or os.environ.get("TORCHELASTIC_RUN_ID")
+    return value if value and value != "none" else None

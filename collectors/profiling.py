@@ -1,0 +1,164 @@
+"""Profiler windows driven by the collector's step counter (``torch.profiler`` in manual mode).
+
+A window ``(first, last)`` is recorded like ``torch.profiler.schedule`` would: the profiler is prepared
+(CUPTI/Kineto set-up, the expensive part) during the warm-up step ``first - 1``, tracing starts at the end of
+that step, and ``ProfilerStep#N`` user annotations span from the end of step ``N-1`` to the end of step ``N``
+(so the data loading between steps belongs to the step, as with ``profile.step()``). Step numbers in the trace
+are the collector's own. The trace is exported once, at the end of ``last``, to a temp folder and renamed into
+``rank<R>/trace/`` (only ``export_chrome_trace``; never together with ``tensorboard_trace_handler``).
+
+No profiler object exists outside windows, so the always-on path costs nothing here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+from workbench.collectors.options import CollectorOptions
+
+
+class ProfilerWindows:
+    """Starts, steps and exports ``torch.profiler`` windows. Every error goes to ``on_error`` and skips the
+    window; training goes on."""
+
+    def __init__(self, options: CollectorOptions, trace_dir: Path, rank: int,
+                 on_error: Callable[[str, BaseException], None]) -> None:
+        self.options = options
+        self.trace_dir = trace_dir
+        self.rank = rank
+        self._on_error = on_error
+        self._prof: Any = None
+        self._window: tuple[int, int] | None = None
+        self._recording = False
+        self._step_rf: Any = None
+        self.files: list[Path] = []
+        self.windows_skipped = 0
+
+    @property
+    def recording(self) -> bool:
+        return self._recording
+
+    # ------------------------------------------------------------------ profiler object
+    def _activities(self) -> list[Any]:
+        import torch
+        from torch.profiler import ProfilerActivity
+
+        names = self.options.activities
+        if names is None:
+            names = ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
+        return [ProfilerActivity.CPU if n == "cpu" else ProfilerActivity.CUDA for n in names]
+
+    def _prepare(self, window: tuple[int, int]) -> None:
+        import torch.profiler
+
+        o = self.options
+        prof = torch.profiler.profile(
+            activities=self._activities(), record_shapes=o.record_shapes, with_stack=o.with_stack,
+            profile_memory=o.profile_memory, with_modules=o.with_modules,
+        )
+        prof.prepare_trace()
+        self._prof, self._window = prof, window
+
+    def _enter_step(self, step: int) -> None:
+        import torch.autograd.profiler as ap
+
+        rf = ap.record_function(f"ProfilerStep#{step}")
+        rf.__enter__()
+        self._step_rf = rf
+
+    def _exit_step(self) -> None:
+        rf, self._step_rf = self._step_rf, None
+        if rf is not None:
+            rf.__exit__(None, None, None)
+
+    # ------------------------------------------------------------------ step hooks
+    def on_step_start(self, step: int) -> None:
+        if self._recording:
+            if self._step_rf is None:
+                self._guard(self._enter_step, step)
+            return
+        window = self.options.window_of(step + 1)
+        if window is not None and window[0] == step + 1 and self._prof is None:
+            self._guard(self._prepare, window)          # warm-up step
+            return
+        window = self.options.window_of(step)
+        if window is not None and window[0] == step:    # no warm-up step happened (first window at step 0)
+            if self._prof is None:
+                self._guard(self._prepare, window)
+            if self._prof is not None:
+                self._guard(self._start, step)
+
+    def _start(self, step: int) -> None:
+        self._prof.start_trace()
+        self._recording = True
+        self._enter_step(step)
+
+    def on_step_end(self, step: int) -> None:
+        if self._recording:
+            try:
+                self._exit_step()
+                if self._window is not None and step >= self._window[1]:
+                    self._finish(step)
+                else:
+                    self._enter_step(step + 1)
+            except Exception as exc:
+                self._fail(exc)
+        elif self._prof is not None and self._window is not None and step == self._window[0] - 1:
+            self._guard(self._start, step + 1)
+
+    def close(self, last_step: int | None) -> None:
+        """End of the loop: a window in progress is saved as it is; a prepared one is dropped."""
+        if self._recording:
+            try:
+                self._exit_step()
+                self._finish(last_step if last_step is not None else self._window[0])  # type: ignore[index]
+            except Exception as exc:
+                self._fail(exc)
+        elif self._prof is not None:
+            self._drop()
+
+    # ------------------------------------------------------------------ export
+    def _finish(self, last: int) -> None:
+        prof, window = self._prof, self._window
+        self._recording = False
+        self._prof = None
+        self._window = None
+        prof.stop_trace()
+        first = window[0] if window else last
+        name = f"rank{self.rank}.steps{first}-{last}.{os.getpid()}.pt.trace.json.gz"
+        tmp_dir = self.trace_dir / ".tmp"
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        tmp = tmp_dir / name
+        try:
+            prof.export_chrome_trace(str(tmp))
+            os.replace(tmp, self.trace_dir / name)
+        finally:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+        self.files.append(self.trace_dir / name)
+
+    def _drop(self) -> None:
+        prof, self._prof, self._window, self._recording = self._prof, None, None, False
+        self._step_rf = None
+        try:
+            if prof is not None and getattr(prof, "profiler", None) is not None:
+                prof.stop_trace()
+        except Exception:
+            pass
+
+    def _guard(self, fn: Callable[..., None], *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception as exc:
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        self.windows_skipped += 1
+        try:
+            self._exit_step()
+        except Exception:
+            pass
+        self._drop()
+        self._on_error("profiler", exc)
