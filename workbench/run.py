@@ -80,6 +80,8 @@ def summarize(run: Run) -> dict[str, Any]:
         span = int(ev.get_column("end").max() - ev.get_column("start").min())
     elif run.steps.height:
         span = int(run.steps.get_column("end").max() - run.steps.get_column("start").min())
+    elif run.compiles.height and run.compiles.get_column("start").is_not_null().any():
+        span = int((run.compiles.get_column("end").max() or 0) - (run.compiles.get_column("start").min() or 0))
     kernels = {k: 0 for k in schema.KERNEL_CLASSES}
     for k, n in run.kernels.group_by("kernel_class").len().iter_rows():
         if k is not None:
@@ -147,7 +149,7 @@ def open(  # noqa: A001 - the notebook entry point is deliberately ``workbench.o
     compiles, compile_skipped = _read_compiles(sources, on_error, problems)
     steps_collector, steps_skipped = _read_steps_files(sources.steps_files)
     fingerprints = _read_fingerprints(sources.fingerprint_files, on_error, problems)
-    ranks = _ranks_table(parts, sources, meta, fingerprints)
+    ranks = _ranks_table(parts, sources, meta, fingerprints, compiles)
     run = Run(
         path=root,
         ranks=ranks,
@@ -318,7 +320,7 @@ def _read_fingerprints(files: dict[int, Path], on_error: OnError, problems: list
 
 
 def _ranks_table(parts: list[TraceTables], sources: Sources, meta: dict[str, Any],
-                 fingerprints: pl.DataFrame) -> pl.DataFrame:
+                 fingerprints: pl.DataFrame, compiles: pl.DataFrame) -> pl.DataFrame:
     rows: dict[int, dict[str, Any]] = {}
     for p in parts:
         m = p.meta
@@ -336,9 +338,12 @@ def _ranks_table(parts: list[TraceTables], sources: Sources, meta: dict[str, Any
         row["events"] += p.events.height
         row["skipped"] += int(p.skipped.get_column("count").sum() or 0)
     fp_by_rank = {r["rank"]: r for r in fingerprints.iter_rows(named=True)}
-    extra = set(sources.steps_files) | set(fp_by_rank) | {r for _, r in sources.compile_logs if r is not None}
-    for r in extra - set(rows):
+    in_run_dir = set(sources.steps_files) | set(fp_by_rank) | {r for _, r in sources.compile_logs if r is not None}
+    for r in in_run_dir - set(rows):
         rows[r] = {"rank": r, "world_size": meta.get("world_size"), "rank_source": "run directory",
+                   "trace_files": [], "events": 0, "skipped": 0}
+    for r in set(compiles.get_column("rank").drop_nulls().to_list()) - set(rows):
+        rows[r] = {"rank": r, "world_size": meta.get("world_size"), "rank_source": "compile log",
                    "trace_files": [], "events": 0, "skipped": 0}
     for r, row in rows.items():
         fp = fp_by_rank.get(r)

@@ -1,0 +1,121 @@
+"""Bubbles: GPU idle inside steady-state steps, pipeline bubbles from forward/backward ranges, and the delay
+before the first forward of each step.
+
+Forward and backward ranges are annotations (``record_function`` / NVTX ranges reaching Kineto: kinds
+``annotation`` on the CPU and ``gpu_annotation`` on the device) whose names match ``forward_pattern`` /
+``backward_pattern`` (the collector writes ``forward`` and ``backward``; pipeline schedules usually name them per
+micro-batch, e.g. ``forward_mb3``). The device ranges are used when the rank has any, else the CPU ranges.
+
+Per rank (pipeline stage) and step:
+
+* ``work_ns``: time covered by forward or backward ranges (their union) inside the step;
+* ``bubble_ns`` = step duration - ``work_ns``: time the stage spends on neither (waiting for activations or
+  gradients from the neighbouring stage, optimizer, data loading);
+* ``first_forward_delay_ns``: from the step start to the first forward range.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from workbench.analyses.findings import finding, findings_frame, severity_for
+from workbench.analyses.intervals import covered_between
+from workbench.analyses.window import Window, window_steps
+
+FORWARD_PATTERN = r"(?i)(^|[^a-z])(forward|fwd)([^a-z]|$)"
+BACKWARD_PATTERN = r"(?i)(^|[^a-z])(backward|bwd)([^a-z]|$)"
+
+
+def step_idle(step_breakdown: pl.DataFrame) -> pl.DataFrame:
+    """GPU idle fraction per rank and step, from :func:`workbench.analyses.breakdown.time_breakdown` rows.
+
+    Columns: ``rank``, ``step``, ``window_ns``, ``idle_ns``, ``idle_pct``.
+    """
+    return step_breakdown.select("rank", "step", "window_ns", "idle_ns", "idle_pct")
+
+
+def pipeline_bubbles(
+    events: pl.DataFrame,
+    steps: pl.DataFrame,
+    window: Window = "steady",
+    forward_pattern: str = FORWARD_PATTERN,
+    backward_pattern: str = BACKWARD_PATTERN,
+) -> pl.DataFrame:
+    """Pipeline bubble per rank and step (see the module docstring).
+
+    Columns: ``rank``, ``step``, ``start``, ``end`` (the step's range), ``step_ns``, ``timeline`` (``"gpu"`` or
+    ``"cpu"``: which ranges were used), ``forwards`` / ``backwards`` (number of ranges: micro-batches),
+    ``forward_ns`` / ``backward_ns`` (their unions), ``work_ns`` (forward ∪ backward), ``bubble_ns``,
+    ``bubble_pct`` (of ``step_ns``), ``first_forward_delay_ns``.
+    """
+    ws = window_steps(steps, window).filter(pl.col("in_window"))
+    if ws.is_empty() or events.is_empty():
+        return pl.DataFrame()
+    ann = events.filter(pl.col("kind").cast(pl.String).is_in(["annotation", "gpu_annotation"])).with_columns(
+        name=pl.col("name").cast(pl.String), timeline=pl.when(pl.col("kind").cast(pl.String) == "gpu_annotation")
+        .then(pl.lit("gpu")).otherwise(pl.lit("cpu")),
+    ).with_columns(
+        is_fwd=pl.col("name").str.contains(forward_pattern),
+        is_bwd=pl.col("name").str.contains(backward_pattern),
+    ).filter(pl.col("is_fwd") | pl.col("is_bwd"))
+    if ann.is_empty():
+        return pl.DataFrame()
+    has_gpu = ann.group_by("rank").agg(gpu=(pl.col("timeline") == "gpu").any())
+    ann = ann.join(has_gpu, on="rank").filter((pl.col("timeline") == "gpu") == pl.col("gpu"))
+    # device ranges run later than the step's CPU range: give each step the device span of its ranges
+    seg = ws.select("rank", "step", "start", "end")
+    gpu_ranks = has_gpu.filter(pl.col("gpu"))["rank"].to_list()
+    if gpu_ranks:
+        gspan = ann.filter(pl.col("rank").is_in(gpu_ranks)).group_by("rank", "step").agg(
+            g_start=pl.col("start").min(), g_end=pl.col("end").max())
+        seg = seg.join(gspan, on=["rank", "step"], how="left").with_columns(
+            start=pl.when(pl.col("rank").is_in(gpu_ranks)).then(pl.coalesce("g_start", "start")).otherwise("start"),
+            end=pl.when(pl.col("rank").is_in(gpu_ranks)).then(pl.coalesce("g_end", "end")).otherwise("end"),
+        ).drop("g_start", "g_end")
+    fwd = covered_between(ann.filter("is_fwd"), seg, name="forward_ns").select("rank", "step", "forward_ns")
+    bwd = covered_between(ann.filter("is_bwd"), seg, name="backward_ns").select("rank", "step", "backward_ns")
+    work = covered_between(ann, seg, name="work_ns").select("rank", "step", "work_ns")
+    counts = ann.group_by("rank", "step").agg(
+        forwards=pl.col("is_fwd").sum(), backwards=pl.col("is_bwd").sum(),
+        first_forward=pl.col("start").filter("is_fwd").min(), timeline=pl.col("timeline").first(),
+    )
+    out = (
+        seg.lazy().join(fwd, on=["rank", "step"], how="left").join(bwd, on=["rank", "step"], how="left")
+        .join(work, on=["rank", "step"], how="left").join(counts.lazy(), on=["rank", "step"], how="left")
+        .with_columns(step_ns=pl.col("end") - pl.col("start"))
+        .with_columns(
+            bubble_ns=pl.col("step_ns") - pl.col("work_ns"),
+            first_forward_delay_ns=pl.col("first_forward") - pl.col("start"),
+            forwards=pl.col("forwards").fill_null(0), backwards=pl.col("backwards").fill_null(0),
+        )
+        .with_columns(bubble_pct=pl.when(pl.col("step_ns") > 0).then(100.0 * pl.col("bubble_ns") / pl.col("step_ns")))
+        .select("rank", "step", "start", "end", "step_ns", "timeline", "forwards", "backwards", "forward_ns",
+                "backward_ns", "work_ns", "bubble_ns", "bubble_pct", "first_forward_delay_ns")
+        .sort("rank", "step")
+        .collect()
+    )
+    return out
+
+
+def bubble_findings(bubbles: pl.DataFrame, min_pct: float = 20.0) -> pl.DataFrame:
+    """FINDINGS of kind ``pipeline_bubble``: ranks with several micro-batch forwards per step whose bubble is at
+    least ``min_pct`` % of the step. Cost: the rank's summed bubble time (the largest over such ranks)."""
+    if bubbles is None or bubbles.is_empty():
+        return findings_frame([])
+    per_rank = bubbles.group_by("rank").agg(
+        mb=pl.col("forwards").median(), bubble_ns=pl.col("bubble_ns").sum(), step_ns=pl.col("step_ns").sum(),
+        delay=pl.col("first_forward_delay_ns").median(), steps=pl.col("step"),
+    ).with_columns(pct=100.0 * pl.col("bubble_ns") / pl.col("step_ns")).filter(
+        (pl.col("mb") >= 2) & (pl.col("pct") >= min_pct)
+    )
+    if per_rank.is_empty():
+        return findings_frame([])
+    worst = per_rank.sort("bubble_ns", descending=True).row(0, named=True)
+    return findings_frame([finding(
+        "pipeline_bubble", severity_for(worst["pct"], 40.0, 25.0),
+        f"Pipeline bubbles take {worst['pct']:.0f}% of the step on rank {worst['rank']} "
+        f"({per_rank.height} stage(s) above {min_pct:.0f}%); the first forward starts "
+        f"{(worst['delay'] or 0) / 1e6:.1f} ms into the step.",
+        "bubbles", ranks=per_rank["rank"].to_list(), steps=worst["steps"], cost_ns=worst["bubble_ns"],
+        evidence={"per_rank": per_rank.drop("steps").to_dicts()},
+    )])

@@ -1,0 +1,168 @@
+"""Stragglers: which rank holds the others back, since when, steady or growing, and what it costs.
+
+Synchronous training makes every rank wait for the slowest at each collective, so step *durations* look alike on
+every rank; what differs is when each rank gets to the synchronisation points. Two signals:
+
+* steps (STEPS, ``source="collector"`` for every step, or ``"profiler"``): a rank that starts its steps late
+  (slow data loading, a slow previous step outside the collectives) is late at every collective that follows.
+  Per step, ``lateness_ns`` = own start - median start over ranks; the latest rank *holds the others back* by
+  ``held_back_ns`` = its start - the second-latest start.
+* collectives (profiled steps): the rank arriving last at a collective holds it back by last - second-to-last
+  arrival (:mod:`workbench.analyses.collectives`).
+
+A rank is a straggler when it is the one holding back in at least half of the steps (or collectives) and the time
+it holds back is at least ``min_share`` of the step time. Its cost is the summed ``held_back_ns``: the step time
+the job would save if that rank kept up with the next-slowest.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from workbench.analyses.findings import finding, findings_frame, severity_for
+
+
+def step_times(steps: pl.DataFrame, source: str | None = None) -> pl.DataFrame:
+    """Step time per rank over time, compared with the other ranks.
+
+    Columns: ``rank``, ``source``, ``step``, ``start``, ``end``, ``dur``, ``data_wait_ns``, ``device_ns``,
+    ``ranks`` (ranks with this step), ``median_dur`` (over ranks), ``excess_ns`` (dur - median_dur),
+    ``lateness_ns`` (start - median start over ranks), ``is_latest`` (this rank started the step last),
+    ``held_back_ns`` (for the latest rank: its start - the second-latest start; 0 for the others).
+    """
+    s = steps.with_columns(pl.col("source").cast(pl.String))
+    if source is not None:
+        s = s.filter(pl.col("source") == source)
+    key = ["source", "step"]
+    second = pl.col("start").sort(descending=True).slice(1, 1).first().over(key)
+    out = s.with_columns(
+        ranks=pl.col("rank").n_unique().over(key),
+        median_dur=pl.col("dur").median().over(key),
+        _median_start=pl.col("start").median().over(key),
+        _latest=pl.col("start").max().over(key),
+        _second=second,
+    ).with_columns(
+        excess_ns=(pl.col("dur") - pl.col("median_dur")).cast(pl.Int64),
+        lateness_ns=(pl.col("start") - pl.col("_median_start")).cast(pl.Int64),
+        is_latest=(pl.col("start") == pl.col("_latest")) & (pl.col("ranks") > 1),
+    ).with_columns(
+        held_back_ns=pl.when(pl.col("is_latest")).then(pl.col("start") - pl.col("_second")).otherwise(0)
+        .fill_null(0).cast(pl.Int64),
+    )
+    return out.select(
+        "rank", "source", "step", "start", "end", "dur", "data_wait_ns", "device_ns", "ranks", "median_dur",
+        "excess_ns", "lateness_ns", "is_latest", "held_back_ns",
+    ).sort("source", "step", "rank")
+
+
+def _trend(per_step: pl.DataFrame, value: str) -> pl.DataFrame:
+    """Least-squares slope of ``value`` against ``step`` per rank, and steady / growing / shrinking."""
+    x, y = pl.col("step").cast(pl.Float64), pl.col(value).cast(pl.Float64)
+    cov = ((x - x.mean()) * (y - y.mean())).mean()
+    var = ((x - x.mean()) ** 2).mean()
+    return per_step.group_by("rank").agg(
+        slope_ns_per_step=pl.when(var > 0).then(cov / var).otherwise(0.0),
+        _span=(x.max() - x.min()),
+        _mean=y.mean(),
+    ).with_columns(
+        change_ns=pl.col("slope_ns_per_step") * pl.col("_span"),
+    ).with_columns(
+        trend=pl.when(pl.col("change_ns") > 0.5 * pl.col("_mean").abs()).then(pl.lit("growing"))
+        .when(pl.col("change_ns") < -0.5 * pl.col("_mean").abs()).then(pl.lit("shrinking"))
+        .otherwise(pl.lit("steady"))
+    ).drop("_span", "_mean")
+
+
+def straggler_ranks(
+    steps: pl.DataFrame, matched: pl.DataFrame | None = None, min_hold_ns: int = 0
+) -> pl.DataFrame:
+    """Per rank and signal, how often and how much it holds the others back.
+
+    Columns: ``rank``, ``signal`` (``"collector_steps"``, ``"profiler_steps"`` or ``"collectives"``), ``events``
+    (steps or collective instances seen), ``held_count`` (times it was the one holding back), ``held_pct``,
+    ``held_back_ns`` (total), ``step_time_ns`` (summed median step time over the same steps, or summed collective
+    time for collectives), ``held_share_pct`` (held_back / step time), ``first_step`` (first step where it held
+    back more than ``min_hold_ns``), ``mean_data_wait_ns`` (collector steps), ``slope_ns_per_step``,
+    ``change_ns``, ``trend`` (``steady`` / ``growing`` / ``shrinking`` of its per-step held-back time).
+    """
+    parts = []
+    for source, signal in (("collector", "collector_steps"), ("profiler", "profiler_steps")):
+        st = step_times(steps, source) if not steps.is_empty() else pl.DataFrame()
+        if st.is_empty() or st["ranks"].max() < 2:
+            continue
+        st = st.filter(pl.col("ranks") > 1)
+        steps_total = st.group_by("step").agg(pl.col("median_dur").first()).get_column("median_dur").sum()
+        agg = st.group_by("rank").agg(
+            events=pl.len(),
+            held_count=pl.col("is_latest").sum().cast(pl.UInt32),
+            held_back_ns=pl.col("held_back_ns").sum(),
+            first_step=pl.col("step").filter(pl.col("held_back_ns") > min_hold_ns).min(),
+            mean_data_wait_ns=pl.col("data_wait_ns").mean(),
+        ).with_columns(step_time_ns=pl.lit(int(steps_total), pl.Int64), signal=pl.lit(signal))
+        parts.append(agg.join(_trend(st, "held_back_ns"), on="rank", how="left"))
+    if matched is not None and not matched.is_empty():
+        m = matched.filter(~pl.col("p2p") & pl.col("complete") & (pl.col("ranks_seen") > 1))
+        if not m.is_empty():
+            key = ["pg_name", "pg_ranks", "step", "order"]
+            inst = m.group_by(key).agg(
+                last_rank=pl.col("rank").sort_by("arrival").last(),
+                held=pl.col("arrival").sort().tail(2).diff().last().fill_null(0),
+                dur=pl.col("dur_ns").min(),
+            )
+            ranks = m.select("rank").unique()
+            per_step = (
+                ranks.join(inst.select("step").unique(), how="cross")
+                .join(inst.group_by("last_rank", "step").agg(held_back_ns=pl.col("held").sum(), n=pl.len()),
+                      left_on=["rank", "step"], right_on=["last_rank", "step"], how="left")
+                .with_columns(pl.col("held_back_ns").fill_null(0), pl.col("n").fill_null(0))
+            )
+            total = int(inst["dur"].sum() + inst["held"].sum())
+            agg = per_step.group_by("rank").agg(
+                held_count=pl.col("n").sum().cast(pl.UInt32),
+                held_back_ns=pl.col("held_back_ns").sum(),
+                first_step=pl.col("step").filter(pl.col("held_back_ns") > min_hold_ns).min(),
+            ).with_columns(
+                events=pl.lit(inst.height, pl.UInt32), step_time_ns=pl.lit(total, pl.Int64),
+                mean_data_wait_ns=pl.lit(None, pl.Float64), signal=pl.lit("collectives"),
+            )
+            parts.append(agg.join(_trend(per_step.drop_nulls("step"), "held_back_ns"), on="rank", how="left"))
+    if not parts:
+        return pl.DataFrame()
+    cols = ["rank", "signal", "events", "held_count", "held_back_ns", "step_time_ns", "first_step",
+            "mean_data_wait_ns", "slope_ns_per_step", "change_ns", "trend"]
+    out = pl.concat([p.select(cols).cast({"events": pl.UInt32, "held_back_ns": pl.Int64}) for p in parts])
+    return out.with_columns(
+        held_pct=100.0 * pl.col("held_count") / pl.col("events"),
+        held_share_pct=pl.when(pl.col("step_time_ns") > 0).then(100.0 * pl.col("held_back_ns") / pl.col("step_time_ns")),
+    ).sort("signal", "held_back_ns", descending=[False, True])
+
+
+def straggler_findings(ranks: pl.DataFrame, min_share_pct: float = 1.0, min_held_pct: float = 50.0) -> pl.DataFrame:
+    """FINDINGS of kind ``straggler``: one per straggling rank, with the evidence of every signal that names it.
+
+    Cost: the largest ``held_back_ns`` among its signals (step time the job loses waiting for it).
+    """
+    if ranks is None or ranks.is_empty():
+        return findings_frame([])
+    hits = ranks.filter((pl.col("held_pct") >= min_held_pct) & (pl.col("held_share_pct") >= min_share_pct))
+    rows = []
+    for rank in sorted(set(hits["rank"].to_list())):
+        ev = hits.filter(pl.col("rank") == rank).sort("held_back_ns", descending=True)
+        best = ev.row(0, named=True)
+        share = best["held_share_pct"] or 0.0
+        wait = best["mean_data_wait_ns"]
+        others = ranks.filter((pl.col("rank") != rank) & (pl.col("signal") == best["signal"]))
+        other_wait = others["mean_data_wait_ns"].drop_nulls().median() if not others.is_empty() else None
+        why = ""
+        if wait is not None and other_wait is not None and wait > 2 * max(other_wait, 1) and wait - other_wait > 1e6:
+            why = f" Its data loading wait is {wait / 1e6:.1f} ms per step vs {other_wait / 1e6:.1f} ms on the others."
+        since = f" since step {best['first_step']}" if best["first_step"] is not None else ""
+        rows.append(finding(
+            "straggler", severity_for(share, 10.0, 3.0),
+            f"Rank {rank} holds the other ranks back{since} ({best['trend']}): it was last in "
+            f"{best['held_pct']:.0f}% of {best['events']} {best['signal'].replace('_', ' ')}, costing "
+            f"{best['held_back_ns'] / 1e6:.1f} ms ({share:.1f}% of the step time).{why}",
+            "stragglers", ranks=[rank], steps=[best["first_step"]] if best["first_step"] is not None else [],
+            cost_ns=best["held_back_ns"], evidence={"signals": ev.to_dicts()},
+        ))
+    return findings_frame(rows)

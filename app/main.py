@@ -1,0 +1,136 @@
+"""The Dash app: a header (pages, run picker), a router, and one module per page.
+
+Example:
+    >>> from workbench.app.main import create_app
+    >>> app = create_app(["sample_traces"])          # doctest: +SKIP
+    >>> app.run(host="127.0.0.1", port=8050)          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import parse_qsl, urlencode
+
+import dash
+from dash import Dash, Input, Output, ctx, dcc, html, no_update
+
+from workbench.app import (
+    page_breakdown,
+    page_compare,
+    page_drift,
+    page_overview,
+    page_recommendations,
+    page_recompiles,
+    page_timeline,
+)
+from workbench.app.components import error_panel
+from workbench.app.store import RunStore
+
+#: Pages in menu order; each module has ``PATH``, ``NAME``, ``layout(ctx)`` and ``register(app, store)``.
+PAGES = (page_overview, page_timeline, page_breakdown, page_drift, page_recompiles, page_recommendations,
+         page_compare)
+#: Query keys kept when the user picks another run in the header.
+_STICKY = ("other",)
+
+
+@dataclass(slots=True)
+class PageContext:
+    """What a page's layout gets: the store, the selected run id and the URL query (strings)."""
+
+    store: RunStore
+    run_id: str | None
+    query: dict[str, str] = field(default_factory=dict)
+
+    def run(self):
+        return self.store.run(self.run_id) if self.run_id else None
+
+
+def default_roots() -> list[Path]:
+    """The bundled ``sample_traces/`` (next to the package in a checkout, else in the working directory)."""
+    here = Path(__file__).resolve().parents[1] / "sample_traces"
+    return [here if here.is_dir() else Path.cwd() / "sample_traces"]
+
+
+def parse_query(search: str | None) -> dict[str, str]:
+    return dict(parse_qsl((search or "").lstrip("?")))
+
+
+def href(path: str, query: dict[str, str]) -> str:
+    q = {k: v for k, v in query.items() if v not in (None, "")}
+    return path + ("?" + urlencode(q) if q else "")
+
+
+def _header(store: RunStore) -> html.Div:
+    options = [{"label": e.label, "value": e.id, "title": str(e.path)} for e in store.entries]
+    return html.Div(
+        [
+            html.Span("workbench", className="brand"),
+            html.Nav([dcc.Link(p.NAME, href=p.PATH, id=f"nav-{p.KEY}") for p in PAGES]),
+            dcc.Dropdown(id="run-select", options=options, value=store.default_id(), clearable=False,
+                         className="run-select", placeholder="no runs found"),
+        ],
+        className="header",
+    )
+
+
+def create_app(paths: Iterable[str | Path] | None = None, *, store: RunStore | None = None) -> Dash:
+    """The Dash app over the runs under ``paths`` (default: the bundled ``sample_traces/``)."""
+    store = store or RunStore(list(paths) if paths else default_roots())
+    app = Dash(
+        __name__,
+        title="workbench",
+        suppress_callback_exceptions=True,
+        assets_folder=str(Path(__file__).with_name("assets")),
+        update_title=None,
+    )
+    app.layout = html.Div([dcc.Location(id="url"), _header(store), html.Div(id="page", className="page")])
+    by_path = {p.PATH: p for p in PAGES}
+
+    @app.callback(
+        Output("page", "children"),
+        Output("url", "search"),
+        Output("run-select", "value"),
+        *[Output(f"nav-{p.KEY}", "href") for p in PAGES],
+        Input("url", "pathname"),
+        Input("url", "search"),
+        Input("run-select", "value"),
+    )
+    def route(pathname, search, selected):
+        query = parse_query(search)
+        new_search = no_update
+        if ctx.triggered_id == "run-select" and selected and selected != query.get("run"):
+            query = {"run": selected, **{k: query[k] for k in _STICKY if k in query}}
+            new_search = "?" + urlencode(query)
+        run_id = query.get("run") or selected or store.default_id()
+        if run_id and "run" not in query:
+            query["run"] = run_id
+        page = by_path.get((pathname or "/").rstrip("/") or "/")
+        if page is None:
+            body = error_panel("No such page", f"{pathname}: pick a page in the header.")
+        else:
+            body = render_page(page, PageContext(store, run_id, query))
+        nav_q = {"run": run_id} if run_id else {}
+        if "other" in query:
+            nav_q["other"] = query["other"]
+        hrefs = [href(p.PATH, nav_q) for p in PAGES]
+        return (body, new_search, run_id if run_id != selected else no_update, *hrefs)
+
+    for p in PAGES:
+        p.register(app, store)
+    app.workbench_store = store  # type: ignore[attr-defined]
+    return app
+
+
+def render_page(page, pctx: PageContext):
+    """A page's layout, or an error panel when building it fails (the rest of the app keeps working)."""
+    try:
+        body = page.layout(pctx)
+    except Exception as exc:  # noqa: BLE001
+        body = error_panel(f"{page.NAME}: this page failed", "".join(traceback.format_exception_only(exc)).strip())
+    return html.Div([html.H2(page.NAME), body], id=f"page-{page.KEY}")
+
+
+__all__ = ["PAGES", "PageContext", "create_app", "default_roots", "dash"]

@@ -1,0 +1,170 @@
+"""Timeline: kernels per rank and stream, reduced on the server to what the visible window shows.
+
+The first draw shows the whole run merged into pixel-wide spans; every zoom or pan sends ``relayoutData`` back,
+and the server recomputes the spans of the new window (exact kernels once at most
+:data:`workbench.figures.EXACT_LIMIT` are visible). ``uirevision`` keeps the user's zoom across updates; it
+changes only when the app itself moves the window (reset, jump to a step).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+from dash import Input, Output, State, ctx, dcc, html, no_update
+
+from workbench import figures
+from workbench.app.components import error_panel, graph, run_problems, safe
+from workbench.app.store import RunStore
+
+PATH = "/timeline"
+NAME = "Timeline"
+KEY = "timeline"
+#: Ranks drawn at first when the run has more (the user adds others in the picker).
+MAX_DEFAULT_RANKS = 8
+
+
+def origin(store: RunStore, rid: str) -> int:
+    """The run's time zero (ns): the earliest kernel or step start; the x axis is in ms since it."""
+    def go():
+        run = store.run(rid)
+        b = figures.time_bounds(run.kernels, run.steps, run.collectives)
+        return b[0] if b else 0
+    return store.cached(rid, "timeline:origin", go)
+
+
+def full_window(store: RunStore, rid: str, ranks: list[int] | None) -> tuple[int, int]:
+    run = store.run(rid)
+    k, s = run.kernels, run.steps
+    if ranks:
+        k = k.filter(pl.col("rank").is_in(ranks))
+        s = s.filter(pl.col("rank").is_in(ranks))
+    b = figures.time_bounds(k) or figures.time_bounds(s) or (0, 1)
+    return b[0], max(b[1], b[0] + 1)
+
+
+def step_window(store: RunStore, rid: str, step: int, ranks: list[int] | None) -> tuple[int, int] | None:
+    """The time range of ``step`` over ``ranks`` (profiler steps preferred; kernels launched in it included)."""
+    run = store.run(rid)
+    s = run.steps.filter(pl.col("step") == step)
+    k = run.kernels.filter(pl.col("step") == step)
+    if ranks:
+        s = s.filter(pl.col("rank").is_in(ranks))
+        k = k.filter(pl.col("rank").is_in(ranks))
+    return figures.time_bounds(s, k)
+
+
+def build_figure(store: RunStore, rid: str, window: tuple[int, int] | None, ranks: list[int] | None,
+                 revision: str) -> tuple[Any, str]:
+    """The timeline figure of ``window`` and its caption (the function the callback and the layout share)."""
+    run = store.run(rid)
+    lo, hi = window or full_window(store, rid, ranks)
+    view = figures.timeline_view(run.kernels, start=lo, end=hi, ranks=ranks or None)
+    sel = (lambda f: f.filter(pl.col("rank").is_in(ranks))) if ranks else (lambda f: f)
+    fig = figures.timeline_figure(
+        view, origin=origin(store, rid), collectives=sel(run.collectives), compiles=sel(run.compiles),
+        steps=sel(run.steps), uirevision=revision,
+    )
+    span_ms = (hi - lo) / 1e6
+    return fig, f"{view.describe()} · window {span_ms:,.3f} ms"
+
+
+def _ranks(store: RunStore, rid: str) -> list[int]:
+    run = store.run(rid)
+    return sorted(set(run.kernels["rank"].unique().to_list()) | set(run.steps["rank"].unique().to_list()))
+
+
+def layout(pctx) -> Any:
+    if not pctx.run_id:
+        return error_panel("No run", "No runs were found under the paths the app was started with.")
+    return safe("Timeline", _layout, pctx)
+
+
+def _layout(pctx) -> Any:
+    store, rid, q = pctx.store, pctx.run_id, pctx.query
+    run = store.run(rid)
+    all_ranks = _ranks(store, rid)
+    if "rank" in q:
+        ranks = [int(r) for r in q["rank"].split(",") if r.strip().lstrip("-").isdigit()]
+    else:
+        ranks = all_ranks[:MAX_DEFAULT_RANKS]
+    window = None
+    if "step" in q and q["step"].lstrip("-").isdigit():
+        window = step_window(store, rid, int(q["step"]), ranks)
+    elif "t0" in q and "t1" in q:
+        o = origin(store, rid)
+        window = (int(o + float(q["t0"]) * 1e6), int(o + float(q["t1"]) * 1e6))
+    window = window or full_window(store, rid, ranks)
+    fig, caption = build_figure(store, rid, window, ranks, f"{rid}:0")
+    steps = sorted(run.steps["step"].drop_nulls().unique().to_list())
+    return html.Div([
+        run_problems(run),
+        html.Div([
+            html.Div([html.Label("Ranks"), dcc.Dropdown(id="timeline-ranks", options=all_ranks, value=ranks,
+                                                         multi=True, clearable=False)], style={"minWidth": "280px"}),
+            html.Div([html.Label("Jump to step"), dcc.Dropdown(id="timeline-step", options=steps,
+                                                               value=int(q["step"]) if q.get("step", "").isdigit() else None,
+                                                               placeholder="step")]),
+            html.Button("Whole run", id="timeline-reset", n_clicks=0),
+        ], className="controls"),
+        html.Div(caption, id="timeline-info", className="muted"),
+        dcc.Loading(graph(fig, id="timeline-graph", style={"minHeight": "300px"}), type="circle", delay_show=400),
+        dcc.Store(id="timeline-state", data={"run": rid, "window": list(window), "rev": 0}),
+        html.Div("Drag to zoom, double-click to return to the whole run; the server redraws the visible window "
+                 "(exact kernels once few enough are visible). Collectives and recompiles have their own lanes.",
+                 className="muted"),
+    ])
+
+
+def parse_relayout(data: dict | None, origin_ns: int) -> tuple[int, int] | str | None:
+    """``(start_ns, end_ns)`` of a zoom/pan, ``"auto"`` for a reset (double click), else ``None``."""
+    if not data:
+        return None
+    if data.get("xaxis.autorange") or data.get("autosize") and "xaxis.range[0]" not in data:
+        return "auto" if data.get("xaxis.autorange") else None
+    lo = data.get("xaxis.range[0]")
+    hi = data.get("xaxis.range[1]")
+    if lo is None and isinstance(data.get("xaxis.range"), list):
+        lo, hi = data["xaxis.range"][:2]
+    if lo is None or hi is None:
+        return None
+    a, b = sorted((float(lo), float(hi)))
+    return int(origin_ns + a * 1e6), int(origin_ns + b * 1e6)
+
+
+def register(app, store: RunStore) -> None:
+    @app.callback(
+        Output("timeline-graph", "figure"),
+        Output("timeline-info", "children"),
+        Output("timeline-state", "data"),
+        Input("timeline-graph", "relayoutData"),
+        Input("timeline-ranks", "value"),
+        Input("timeline-reset", "n_clicks"),
+        Input("timeline-step", "value"),
+        State("timeline-state", "data"),
+        prevent_initial_call=True,
+    )
+    def update(relayout, ranks, _reset, step, state):
+        rid = state["run"]
+        window = tuple(state["window"])
+        rev = state.get("rev", 0)
+        trig = ctx.triggered_id
+        ranks = [int(r) for r in (ranks or [])]
+        if trig == "timeline-reset":
+            window, rev = full_window(store, rid, ranks), rev + 1
+        elif trig == "timeline-step" and step is not None:
+            window, rev = step_window(store, rid, int(step), ranks) or window, rev + 1
+        elif trig == "timeline-ranks":
+            pass  # same window, other lanes
+        else:
+            w = parse_relayout(relayout, origin(store, rid))
+            if w is None:
+                return no_update, no_update, no_update
+            if w == "auto":
+                window = full_window(store, rid, ranks)
+            else:
+                if tuple(w) == window:
+                    return no_update, no_update, no_update
+                window = w
+        fig, caption = build_figure(store, rid, window, ranks, f"{rid}:{rev}")
+        return fig, caption, {"run": rid, "window": list(window), "rev": rev}

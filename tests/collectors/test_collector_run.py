@@ -1,0 +1,278 @@
+"""One-process tests of the collector: files, steps, windows, compile capture, failures, compile config."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from collector_helpers import ROOT, Tiny, compile_metrics, compile_records, open_run, read_steps
+
+torch = pytest.importorskip("torch")
+
+from workbench.collectors import Collector  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def train(collector: Collector, steps: int, *, compiled: bool = False, sizes: dict[int, int] | None = None):
+    model = Tiny()
+    fn = torch.compile(model, backend="aot_eager") if compiled else model
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    collector.instrument(fn, opt)
+    with collector:
+        for i in range(steps):
+            with collector.step():
+                n = (sizes or {}).get(i, 4)
+                fn(torch.randn(n, 8)).sum().backward()
+                opt.step()
+                opt.zero_grad()
+
+
+def trace_events(path: Path) -> list[dict]:
+    return json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+
+
+def test_context_manager_writes_run_directory(tmp_path):
+    c = Collector(tmp_path, profile_start=2, profile_length=2)
+    train(c, 6)
+    assert c.errors == []
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["world_size"] == 1 and run["steps"] == 6 and run["profile_windows"] == [[2, 3]]
+    assert run["compile_config"] is None
+    fp = json.loads((tmp_path / "rank0/fingerprint.json").read_text())
+    for key in ("host", "rank", "local_rank", "python", "torch", "triton", "cuda", "cudnn", "nccl", "device",
+                "env", "config_hash", "errors"):
+        assert key in fp, key
+    assert fp["rank"] == 0 and len(fp["config_hash"]) == 64
+    steps, bad = read_steps(tmp_path / "rank0")
+    assert bad == 0 and sorted(steps) == list(range(6))
+    for s, row in steps.items():
+        assert row["end_ns"] > row["start_ns"] > 1_600_000_000 * 10**9
+        assert row["profiled"] == (s in (2, 3))
+        assert ("data_wait_ns" in row) == (s > 0)
+    traces = sorted((tmp_path / "rank0/trace").glob("*.json.gz"))
+    assert [p.name.split(".")[1] for p in traces] == ["steps2-3"]
+    names = [e["name"] for e in trace_events(traces[0]) if e.get("cat") == "user_annotation"]
+    assert [n for n in names if n.startswith("ProfilerStep#")] == ["ProfilerStep#2", "ProfilerStep#3"]
+    assert {"forward", "backward", "optimizer"} <= set(names)
+    assert not list((tmp_path / "rank0/trace").glob(".tmp*"))
+
+
+def test_decorator_and_no_window_when_loop_is_short(tmp_path):
+    c = Collector(tmp_path)             # default window: steps 5-7
+    model = Tiny()
+
+    @c.step
+    def train_step(x):
+        return model(x).sum().item()
+
+    for _ in range(4):                  # no `with collector:` -- the first step starts it
+        train_step(torch.randn(2, 8))
+    c.close()
+    steps, _ = read_steps(tmp_path / "rank0")
+    assert sorted(steps) == [0, 1, 2, 3] and not any(r["profiled"] for r in steps.values())
+    assert not list((tmp_path / "rank0").glob("trace/*.json.gz"))
+
+
+def test_window_cut_by_end_of_loop_is_saved(tmp_path):
+    c = Collector(tmp_path, profile_start=1, profile_length=5)
+    train(c, 3)
+    assert [p.name.split(".")[1] for p in (tmp_path / "rank0/trace").glob("*.json.gz")] == ["steps1-2"]
+
+
+def test_profile_ranks_excludes_this_rank(tmp_path):
+    c = Collector(tmp_path, profile_start=0, profile_ranks=[1])
+    train(c, 3)
+    assert not (tmp_path / "rank0/trace").exists()
+
+
+def test_compile_capture_tags_recompiles_with_the_step(tmp_path):
+    c = Collector(tmp_path, profile_repeat=0)
+    train(c, 6, compiled=True, sizes={4: 6})
+    logs = list((tmp_path / "rank0/compile").glob("dedicated_log_torch_trace_rank_0_*.log"))
+    assert len(logs) == 1
+    first = logs[0].read_text().splitlines()[0]
+    assert first.startswith("V") and "] {" in first          # TORCH_TRACE line format
+    metrics = compile_metrics(tmp_path / "rank0")
+    assert "0/1" in metrics
+    assert metrics["0/1"]["recompile_user_contexts"] == ["step=4"]
+    assert "size mismatch" in metrics["0/1"]["recompile_reason"]
+    assert any(r.get("artifact", {}).get("name") == "torch_version" for r in compile_records(tmp_path / "rank0"))
+
+
+def test_compile_log_reads_with_tlparse(tmp_path):
+    import shutil
+
+    exe = shutil.which("tlparse") or (Path(sys.executable).parent / "tlparse")
+    if not Path(exe).exists():
+        pytest.skip("tlparse is not installed")
+    c = Collector(tmp_path, profile_repeat=0)
+    train(c, 3, compiled=True, sizes={2: 6})
+    log = next((tmp_path / "rank0/compile").glob("*.log"))
+    out = subprocess.run([str(exe), str(log), "-o", str(tmp_path / "tl"), "--no-browser", "--overwrite"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "tl/index.html").exists()
+    assert "0_1" in " ".join(p.name for p in (tmp_path / "tl").iterdir())
+
+
+def test_nothing_emitted_while_compiling(tmp_path):
+    c = Collector(tmp_path, profile_start=0, profile_length=2)
+
+    def fn(x):
+        with c.range("inside"):
+            return x * 2
+
+    cfn = torch.compile(fn, backend="aot_eager", fullgraph=True)   # a graph break would fail here
+    with c:
+        for _ in range(2):
+            with c.step():
+                cfn(torch.randn(3))
+    assert c.errors == []
+
+
+def test_failing_profiler_skips_window_training_goes_on(tmp_path, monkeypatch, caplog):
+    import torch.profiler
+
+    class Broken:
+        def __init__(self, *a, **k):
+            raise RuntimeError("kineto exploded")
+
+    monkeypatch.setattr(torch.profiler, "profile", Broken)
+    c = Collector(tmp_path, profile_start=1, profile_length=1, profile_repeat=3, profile_every=2)
+    with caplog.at_level(logging.WARNING, logger="workbench.collectors"):
+        train(c, 7)
+    assert len(c.errors) == 1 and "kineto exploded" in c.errors[0]
+    assert sum("kineto exploded" in r.message for r in caplog.records) == 1     # logged once
+    steps, bad = read_steps(tmp_path / "rank0")
+    assert sorted(steps) == list(range(7)) and bad == 0
+    fp = json.loads((tmp_path / "rank0/fingerprint.json").read_text())
+    assert "kineto exploded" in fp["errors"][0]
+
+
+def test_failing_export_is_logged(tmp_path, monkeypatch):
+    import torch.profiler
+
+    def boom(self, path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch.profiler.profile, "export_chrome_trace", boom)
+    c = Collector(tmp_path, profile_start=1, profile_length=1)
+    train(c, 4)
+    assert "No space left" in c.errors[0]
+    assert sorted(read_steps(tmp_path / "rank0")[0]) == [0, 1, 2, 3]
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_full_disk_is_logged_not_raised(tmp_path, caplog):
+    rank = tmp_path / "rank0"
+    (rank / "compile").mkdir(parents=True)
+    (rank / "steps.jsonl").symlink_to("/dev/full")
+    (rank / f"compile/dedicated_log_torch_trace_rank_0_{os.getpid()}.log").symlink_to("/dev/full")
+    c = Collector(tmp_path, profile_repeat=0)
+    with caplog.at_level(logging.WARNING, logger="workbench.collectors"):
+        c.start()
+        model = torch.compile(Tiny(), backend="aot_eager")
+        for _ in range(3):
+            with c.step():
+                model(torch.randn(2, 8)).sum().backward()
+        c.close()
+    assert c.steps_done == 3
+    assert {e.split(":")[0] for e in c.errors} == {"steps", "compile_capture"}
+    assert all("No space left" in e for e in c.errors)
+    assert len([r for r in caplog.records if "No space left" in r.message]) == 2
+
+
+def test_sigkill_mid_run_leaves_completed_steps_readable(tmp_path):
+    script = textwrap.dedent(f"""
+        import sys, time, torch
+        sys.path.insert(0, {str(ROOT)!r})
+        from workbench.collectors import Collector
+        c = Collector({str(tmp_path)!r}, profile_start=2, profile_length=1)
+        with c:
+            for i in range(100000):
+                with c.step():
+                    torch.randn(64, 64) @ torch.randn(64, 64)
+                    time.sleep(0.002)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    steps_file = tmp_path / "rank0/steps.jsonl"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if steps_file.exists() and steps_file.read_bytes().count(b"\n") >= 50:
+            break
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    steps, bad = read_steps(tmp_path / "rank0")
+    assert len(steps) >= 50 and bad <= 1
+    assert sorted(steps) == list(range(len(steps)))                 # every completed step, in order
+    assert json.loads((tmp_path / "run.json").read_text())["world_size"] == 1
+    assert json.loads((tmp_path / "rank0/fingerprint.json").read_text())["rank"] == 0
+    assert len(list((tmp_path / "rank0/trace").glob("*.json.gz"))) == 1   # the window before the kill
+    run = open_run(tmp_path)
+    if run is not None:
+        collector_steps = run.steps.filter(run.steps["source"] == "collector")
+        assert collector_steps.height >= 50
+
+
+def test_compile_config_applied_in_thread_and_recorded(tmp_path):
+    pytest.importorskip("workbench.compile_config")
+    cfg = tmp_path / "cc.toml"
+    cfg.write_text('[dynamo]\nrecompile_limit = 3\n[compile]\ndynamic = false\n[env]\nWB_TEST_VAR = "1"\n')
+    import torch._dynamo.config as dcfg
+
+    before = dcfg.recompile_limit
+    try:
+        c = Collector(tmp_path / "run", compile_config=cfg, profile_repeat=0)
+        assert os.environ["WB_TEST_VAR"] == "1"                   # env applied at construction
+        assert c.compile_kwargs == {"dynamic": False}
+        with c:
+            assert dcfg.recompile_limit == 3                       # config applied in this thread
+            model = c.compile(Tiny(), backend="aot_eager")
+            for n in (2, 3, 4, 5, 6):                              # dynamic=False: one compile per size
+                with c.step():
+                    model(torch.randn(n, 8)).sum().backward()
+        metrics = compile_metrics(tmp_path / "run/rank0")
+        ok = [k for k, m in metrics.items() if m["fail_type"] is None]
+        assert len(ok) == 3 and len(metrics) == 4                  # limit (3) hit: the 4th size fails
+        run = json.loads((tmp_path / "run/run.json").read_text())
+        assert run["compile_config"]["dynamo"] == {"recompile_limit": 3}
+        assert run["compile_config_path"] == str(cfg.resolve())
+    finally:
+        dcfg.recompile_limit = before
+        os.environ.pop("WB_TEST_VAR", None)
+
+
+def test_compile_config_unknown_key_names_the_closest(tmp_path):
+    pytest.importorskip("workbench.compile_config")
+    from workbench.errors import InputError
+
+    cfg = tmp_path / "cc.toml"
+    cfg.write_text("[dynamo]\nrecompile_limt = 3\n")
+    with pytest.raises(InputError, match="recompile_limit"):
+        Collector(tmp_path / "run", compile_config=cfg)
+
+
+def test_compile_config_from_env_var(tmp_path, monkeypatch):
+    pytest.importorskip("workbench.compile_config")
+    cfg = tmp_path / "cc.toml"
+    cfg.write_text("[compile]\nfullgraph = true\n")
+    monkeypatch.setenv("WORKBENCH_COMPILE_CONFIG", str(cfg))
+    c = Collector(tmp_path / "run")
+    assert c.compile_kwargs == {"fullgraph": True}

@@ -1,0 +1,233 @@
+"""TORCH_TRACE ingest and cause classification on the real logs in ../shared/compile_logs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from workbench import schema
+from workbench.analyses.recompiles import (
+    classify_compiles, classify_graph_break, classify_reason, divergent_compiles, recompile_findings,
+)
+from workbench.compile_log import format_compile_id, rank_from_filename, read_compile_logs
+
+SP = "torch2.13-cpu/single-process"
+
+# folder -> {compile_id: (cause, cause_detail or None, substrings of cause_source)}
+EXPECTED = {
+    "shape": {"0/0": ("first", None, []), "0/1": ("shape", "dim 0", ["L['x']", "dim 0", "4 -> 8"])},
+    "dtype": {"0/1": ("dtype", None, ["L['x']", "Float -> Double"])},
+    "int_arg": {"0/1": ("int_arg", None, ["L['n'] == 2", "scenarios.py:27"])},
+    "global": {"0/1": ("global", None, ["G['GLOBAL_SCALE'] == 1.0", "scenarios.py:33"])},
+    "requires_grad": {"0/1": ("requires_grad", None, ["L['x']", "requires_grad False -> True"])},
+    "grad_mode": {"0/1": ("grad_mode", "grad_mode", ["grad_mode"])},
+    # train -> eval left no guard failure in this log (nn modules are inlined); the batch-size change did
+    "module": {"0/1": ("shape", "dim 0", ["L['args'][0]", "4 -> 6"])},
+    "limit": {"0/1": ("dtype", None, ["Float -> Double"]),
+              "0/2": ("limit", "recompile_limit", ["recompile_limit=2", "runs eager", "Double -> Half"])},
+    "graph_break": {"0/0_1": ("graph_break", "print", ["scenarios.py:59"]),
+                    "1/0": ("graph_break", "data_dependent_branch", ["scenarios.py:60"]),
+                    "2/0": ("first", None, [])},
+    "fullgraph_fail": {"0/0": ("graph_break", "data_dependent_branch", ["scenarios.py:67"])},
+}
+STATUS = {("limit", "0/2"): "eager_fallback", ("fullgraph_fail", "0/0"): "failed",
+          ("graph_break", "0/0_1"): "graph_break", ("shape", "0/1"): "ok"}
+FINDING_KIND = {"shape": "recompile_shape", "dtype": "recompile_dtype", "int_arg": "recompile_int_arg",
+                "global": "recompile_global", "requires_grad": "recompile_requires_grad",
+                "grad_mode": "recompile_grad_mode", "module": "recompile_shape", "limit": "recompile_limit",
+                "graph_break": "graph_break", "fullgraph_fail": "compile_failure"}
+
+
+def test_every_folder_has_an_expectation(compile_logs):
+    assert sorted(p.name for p in (compile_logs / SP).iterdir()) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("folder", sorted(EXPECTED))
+def test_single_process_cause(compile_logs, folder):
+    compiles, skipped = read_compile_logs([compile_logs / SP / folder])
+    assert skipped.height == 0, skipped.to_dicts()
+    assert compiles.schema == pl.Schema(schema.COMPILES)
+    c = classify_compiles(compiles)
+    by_id = {r["compile_id"]: r for r in c.iter_rows(named=True)}
+    for cid, (cause, detail, needles) in EXPECTED[folder].items():
+        row = by_id[cid]
+        assert row["cause"] == cause, (cid, row["cause"], row["cause_source"])
+        assert row["cause_detail"] == detail, (cid, row["cause_detail"])
+        for n in needles:
+            assert n in (row["cause_source"] or ""), (cid, n, row["cause_source"])
+        if (folder, cid) in STATUS:
+            assert row["status"] == STATUS[(folder, cid)]
+    assert c["rank"].to_list() == [0] * c.height
+    assert c["torch_version"].unique().to_list() == ["2.13.0+cpu"]
+    assert (c["start"] > 1_700_000_000 * 10**9).all() and (c["end"] >= c["start"]).all()
+    findings = recompile_findings(c)
+    assert findings.schema == pl.Schema(schema.FINDINGS)
+    assert FINDING_KIND[folder] in findings["kind"].to_list()
+
+
+def test_limit_row_gets_code_name_of_its_frame(compile_logs):
+    c, _ = read_compile_logs([compile_logs / SP / "limit"])
+    row = c.filter(pl.col("compile_id") == "0/2").row(0, named=True)
+    assert row["co_name"] == "f" and row["co_firstlineno"] == 50
+    assert row["recompile_reasons"] == ["0/1: tensor 'x' dtype mismatch. expected Double, actual Half",
+                                        "0/0: tensor 'x' dtype mismatch. expected Float, actual Half"]
+
+
+def test_graph_break_restart_and_times(compile_logs):
+    c, _ = read_compile_logs([compile_logs / SP / "graph_break"])
+    row = c.filter(pl.col("compile_id") == "0/0_1").row(0, named=True)
+    assert row["attempt"] == 1 and row["frame_id"] == 0
+    assert len(row["restart_reasons"]) == 1 and "print" in row["restart_reasons"][0]
+    assert row["duration_ns"] == 412_057_000 and row["start"] == 1795949831076075 * 1000
+
+
+def test_two_rank_divergent_shape(compile_logs):
+    c, skipped = read_compile_logs([compile_logs / "torch2.13-cpu/2rank-gloo-divergent-shape"])
+    assert sorted(c["rank"].unique().to_list()) == [0, 1] and skipped.height == 0
+    div = divergent_compiles(c)
+    assert div.height == 1
+    d = div.row(0, named=True)
+    assert d["compile_id"] == "0/1" and d["ranks"] == [1] and d["missing_ranks"] == [0]
+    assert d["cause"] == "shape" and "L['args'][0] dim 0: 4 -> 6" in d["cause_source"]
+    f = recompile_findings(c)
+    top = f.row(0, named=True)
+    assert "divergen" in top["kind"] and top["ranks"] == [0, 1]
+    ev = json.loads(top["evidence"])
+    assert ev["compiling_ranks"] == [1] and ev["waiting_ranks"] == [0] and ev["compile_id"] == "0/1"
+    assert top["cost_ns"] == 768_567_000 and ev["cost_method"] == "compile_time"
+    assert "Rank 1 alone compiled 0/1" in top["message"]
+
+
+def test_two_rank_step_from_steps_table_and_wait_from_collectives(compile_logs):
+    c, _ = read_compile_logs([compile_logs / "torch2.13-cpu/2rank-gloo-divergent-shape"])
+    rec = c.filter(pl.col("compile_id") == "0/1").row(0, named=True)
+    t0 = rec["start"] - 10**9
+    # synthetic step table: 5 steps of ~0.1 s, step 3 holds the compile on rank 1 and the wait on rank 0
+    steps = []
+    for r in (0, 1):
+        t = t0
+        for s in range(5):
+            dur = 10**8 if s != 3 else rec["duration_ns"] + 10**8
+            steps.append({"rank": r, "step": s, "source": "collector", "start": t, "end": t + dur, "dur": dur})
+            t += dur
+    st = schema.conform(pl.DataFrame(steps), schema.STEPS)
+    f = recompile_findings(c, steps=st)
+    top = f.row(0, named=True)
+    assert top["kind"] == "divergent_recompile" and top["steps"] == [3]
+    assert "at step 3" in top["message"] and json.loads(top["evidence"])["cost_method"] == "step"
+    # collectives: rank 1 enters allreduce seq 7 after its compile; rank 0 has been waiting in seq 7
+    coll = schema.conform(pl.DataFrame([
+        {"rank": 1, "pg_name": "0", "seq": 7, "start": rec["end"] + 1000, "end": rec["end"] + 2000},
+        {"rank": 0, "pg_name": "0", "seq": 7, "start": rec["start"], "end": rec["end"] + 2000},
+    ]), schema.COLLECTIVES)
+    f = recompile_findings(c, steps=st, collectives=coll)
+    ev = json.loads(f.row(0, named=True)["evidence"])
+    assert ev["cost_method"] == "collective" and ev["wait_ns"] == rec["duration_ns"] + 2000
+
+
+def test_guard_collectives_run_is_not_divergent(compile_logs):
+    c, _ = read_compile_logs([compile_logs / "torch2.13-cpu/2rank-gloo-divergent-shape-guard-collectives"])
+    assert divergent_compiles(c).height == 0
+    kinds = recompile_findings(c)["kind"].to_list()
+    assert not any("divergen" in k for k in kinds)
+    causes = dict(zip(classify_compiles(c).filter(pl.col("compile_id") == "0/1")["rank"].to_list(),
+                      classify_compiles(c).filter(pl.col("compile_id") == "0/1")["cause"].to_list()))
+    assert causes == {0: "backend", 1: "shape"}
+
+
+@pytest.mark.parametrize("name", ["simple.log", "comp_failure.log", "multi_rank_schedule"])
+def test_tlparse_logs_parse(compile_logs, name):
+    c, skipped = read_compile_logs([compile_logs / "tlparse" / name])
+    assert c.height >= 1
+    classify_compiles(c)
+    recompile_findings(c)
+
+
+def test_tlparse_multi_rank_schedule(compile_logs):
+    c, skipped = read_compile_logs([compile_logs / "tlparse/multi_rank_schedule"])
+    assert sorted(c["rank"].unique().to_list()) == [0, 1, 2]  # ranks from the file names
+    assert skipped["reason"].str.contains("differs from file name").all()
+    kinds = recompile_findings(c)["kind"].to_list()
+    assert "divergent_collective_schedule" in kinds
+    assert "compile_skew" not in kinds  # the three files were recorded hours apart
+
+
+def test_unknown_events_and_garbage_are_counted(tmp_path):
+    log = tmp_path / "dedicated_log_torch_trace_rank_3_abc.log"
+    log.write_text(
+        'V1129 10:56:30.925000 1 x.py:1] {"str": ["/a/model.py", 1]}\n'
+        'V1129 10:56:30.925000 1 x.py:1] {"dynamo_start": {"stack": [{"line": 9, "name": "fwd", "filename": 1}]}, '
+        '"frame_id": 0, "frame_compile_id": 0, "attempt": 0}\n'
+        'V1129 10:56:30.925000 1 x.py:1] {"brand_new_event": {}, "has_payload": "00"}\n'
+        '\tpayload line\n'
+        'garbage line\n'
+        'V1129 10:56:30.925000 1 x.py:1] {"artifact": {"name": "recompile_reasons", "encoding": "json"}, '
+        '"frame_id": 0, "frame_compile_id": 1, "attempt": 0, "has_payload": "00"}\n'
+        '\t[\n\t"0/0: tensor \'x\' stride mismatch at index 0. expected 4, actual 1"\n\t]\n'
+        'V1129 10:56:30.925000 1 x.py:1] {"compilation_metrics": {"compile_id": "0/1", "co_name": "fwd", '
+        '"start_time_us": 1000, "end_time_us": 3000, "duration_us": 2000, "recompile_user_contexts": ["step=12"]}, '
+        '"frame_id": 0, "frame_compile_id": 1, "attempt": 0}\n'
+        'V1129 10:56:30.925000 1 x.py:1] {"compilation_metrics": {"compile_id": "0/2", "co_name": "fwd", '
+        '"start_time_us": 5000, "end_time_us": 6000, "duration_us": 1000, "recompile_user_contexts": ["step=13"], '
+        '"inductor_fx_local_cache_hit_count": 2}, "frame_id": 0, "frame_compile_id": 2, "attempt": 0}\n'
+        'V1129 10:56:30.925000 1 x.py:1] {"compilation_metrics": {not json\n'
+    )
+    c, skipped = read_compile_logs([log])
+    reasons = dict(zip(skipped["reason"], skipped["count"]))
+    assert reasons == {"unknown event type brand_new_event": 1, "malformed line": 1, "malformed json": 1}
+    assert c["rank"].unique().to_list() == [3]
+    c = classify_compiles(c)
+    rows = {r["compile_id"]: r for r in c.iter_rows(named=True)}
+    assert rows["0/0"]["status"] == "incomplete" and rows["0/0"]["co_name"] == "fwd"
+    assert rows["0/0"]["co_filename"] == "/a/model.py" and rows["0/0"]["co_firstlineno"] == 9
+    assert rows["0/1"]["step"] == 12 and rows["0/1"]["cause"] == "stride" and rows["0/1"]["start"] == 1_000_000
+    assert rows["0/2"]["cache_hits"] == 2 and rows["0/2"]["step"] == 13
+
+
+@pytest.mark.parametrize("reason,cause,detail,needle", [
+    ("0/0: tensor 'x' stride mismatch at index 0. expected 4, actual 1", "stride", "dim 0", "L['x'] dim 0: 4 -> 1"),
+    ("0/0: L['self']._modules['1'].training == True  # x = self.drop(x)  # m.py:12 in forward", "module",
+     "training", "m.py:12"),
+    ("0/0: L['alpha'] == 0.5", "float_arg", None, "L['alpha'] == 0.5"),
+    ("0/0: tensor 'x' rank mismatch. expected 2, actual 3", "shape", "ndim", "2 -> 3"),
+    ("0/0: 2 <= L['x'].size()[0]  # return x * 2", "shape", "dim 0 (dynamic range)", "L['x'] dim 0"),
+    ("0/0: ___check_obj_id(L['fn'], 1403)", "object_id", "identity", "L['fn']"),
+    ("0/0: ___check_obj_id(G['CFG'], 1403)", "global", "identity", "G['CFG']"),
+    ("0/0: GLOBAL_STATE changed: autocast", "global_state", "autocast", "autocast"),
+    ("0/0: tensor 'x' device mismatch. expected cpu, actual cuda:0", "device", None, "L['x']"),
+    ("0/0: L['mode'] == 'train'", "constant", None, "L['mode'] == 'train'"),
+    ("0/0: len(L['xs']) == 3", "length", None, "len(L['xs'])"),
+])
+def test_classify_reason_synthetic(reason, cause, detail, needle):
+    c, d, s = classify_reason(reason)
+    assert (c, d) == (cause, detail) and needle in s
+
+
+@pytest.mark.parametrize("text,kind", [
+    ("Unsupported Tensor.item() call with capture_scalar_outputs=False", "item"),
+    ("Dynamic shape operator\n hint capture_dynamic_output_shape_ops", "dynamic_output_shape"),
+    ("Call to `torch._dynamo.graph_break()`", "explicit"),
+    ("Graph break in user code at /a/b.py:3\nGraph Break Reason: Logger.info is not supported", "logging"),
+    ("Attempted to call function marked as skipped", "skipped_function"),
+    ("Unsupported method call: foo", "unsupported_call"),
+])
+def test_classify_graph_break_synthetic(text, kind):
+    assert classify_graph_break(text)[0] == kind
+
+
+def test_helpers():
+    assert rank_from_filename("dedicated_log_torch_trace_rank_12_x1.log") == 12
+    assert rank_from_filename("dedicated_log_torch_trace_rank_2.log") == 2
+    assert rank_from_filename("dedicated_log_torch_trace_abc.log") is None
+    assert format_compile_id(0, 1) == "0/1" and format_compile_id(0, 0, 1) == "0/0_1"
+    assert format_compile_id(1, 0, 0, 2) == "!2/1/0"
+
+
+def test_unreadable_file_raises_trace_error(tmp_path):
+    from workbench.errors import TraceError
+
+    with pytest.raises(TraceError):
+        read_compile_logs([tmp_path / "missing.log"])
