@@ -225,3 +225,99 @@ def idle_breakdown_long(gaps: pl.DataFrame) -> pl.DataFrame:
     return out.with_columns(idle_ratio=pl.when(total > 0).then(pl.col("idle_ns") / total)).sort(
         "rank", "stream", "idle_category"
     )
+
+
+def main_streams(kernels: pl.DataFrame) -> pl.DataFrame:
+    """Per rank, the stream with the most compute time. Columns: ``rank``, ``stream``."""
+    return (
+        kernels.filter(pl.col("kernel_class").cast(pl.String) == "compute")
+        .group_by("rank", "stream").agg(t=pl.col("dur").sum())
+        .sort("t", descending=True).group_by("rank").first().select("rank", "stream").sort("rank")
+    )
+
+
+def breakdown_findings(
+    by_rank: pl.DataFrame, main_stream_causes: pl.DataFrame | None = None, launch: pl.DataFrame | None = None,
+) -> pl.DataFrame:
+    """FINDINGS from the per-rank breakdown.
+
+    * ``exposed_communication``: communication not hidden under compute ≥ 5 % of the window on some rank
+      (cost: the largest exposed time);
+    * ``host_bound`` / ``launch_bound``: the GPU idles ≥ 20 % of the window and, on the rank's main compute
+      stream, most idle time is host wait (``launch_bound`` when most compute kernels are also short);
+      cost: the largest idle time;
+    * ``gpu_idle``: idle ≥ 30 % without a host-wait majority;
+    * ``exposed_memcpy``: memcpy/memset running alone ≥ 5 % of the window.
+
+    ``main_stream_causes``: :func:`idle_causes` rows of each rank's main stream; ``launch``:
+    :func:`workbench.analyses.kernels.launch_stats` rows.
+    """
+    from workbench.analyses.findings import finding, findings_frame, severity_for
+
+    rows = []
+    if by_rank is None or by_rank.is_empty():
+        return findings_frame(rows)
+    bd = by_rank.filter(pl.col("window_ns") > 0)
+    steps = []
+    exp = bd.filter(pl.col("comm_exposed_pct") >= 5.0)
+    if not exp.is_empty():
+        worst = exp.sort("comm_exposed_ns", descending=True).row(0, named=True)
+        rows.append(finding(
+            "exposed_communication", severity_for(worst["comm_exposed_pct"], 20.0, 10.0),
+            f"Communication not overlapped with compute takes {worst['comm_exposed_pct']:.1f}% of the device time "
+            f"on rank {worst['rank']} (overlap {worst['comm_overlap_pct'] or 0:.0f}% of communication time); "
+            f"{exp.height} rank(s) above 5%.",
+            "breakdown", ranks=exp["rank"].to_list(), steps=steps, cost_ns=worst["comm_exposed_ns"],
+            evidence={"per_rank": exp.select("rank", "comm_ns", "comm_exposed_ns", "comm_exposed_pct",
+                                             "comm_overlap_pct", "window_ns").to_dicts()},
+        ))
+    idle = bd.filter(pl.col("idle_pct") >= 20.0)
+    if not idle.is_empty():
+        causes = main_stream_causes if main_stream_causes is not None else pl.DataFrame()
+        if not causes.is_empty():
+            idle = idle.join(causes.select("rank", "stream", "host_wait_pct", "kernel_wait_pct", "other_pct"),
+                             on="rank", how="left")
+        else:
+            idle = idle.with_columns(host_wait_pct=pl.lit(None, pl.Float64), stream=pl.lit(None, pl.Int64))
+        short_pct = None
+        if launch is not None and not launch.is_empty():
+            lc = launch.filter(pl.col("kernel_class").cast(pl.String) == "compute")
+            if not lc.is_empty():
+                short_pct = float(100.0 * lc["short"].sum() / max(lc["count"].sum(), 1))
+        host = idle.filter(pl.col("host_wait_pct").fill_null(0) >= 50.0)
+        if not host.is_empty():
+            worst = host.sort("idle_ns", descending=True).row(0, named=True)
+            launch_bound = short_pct is not None and short_pct >= 50.0
+            kind = "launch_bound" if launch_bound else "host_bound"
+            extra = (f" {short_pct:.0f}% of compute kernels run < 10 µs: launch overhead dominates."
+                     if launch_bound else " The CPU does not queue work fast enough.")
+            rows.append(finding(
+                kind, severity_for(worst["idle_pct"], 50.0, 30.0),
+                f"The GPU idles {worst['idle_pct']:.1f}% of the time on rank {worst['rank']}, "
+                f"{worst['host_wait_pct']:.0f}% of it waiting for the host to launch kernels.{extra}",
+                "breakdown", ranks=host["rank"].to_list(), cost_ns=worst["idle_ns"],
+                evidence={"short_kernel_pct": short_pct, "per_rank": host.select(
+                    "rank", "stream", "idle_ns", "idle_pct", "host_wait_pct", "window_ns").to_dicts()},
+            ))
+        other = idle.filter((pl.col("host_wait_pct").fill_null(0) < 50.0) & (pl.col("idle_pct") >= 30.0))
+        if not other.is_empty():
+            worst = other.sort("idle_ns", descending=True).row(0, named=True)
+            rows.append(finding(
+                "gpu_idle", severity_for(worst["idle_pct"], 50.0, 30.0),
+                f"The GPU idles {worst['idle_pct']:.1f}% of the analysed window on rank {worst['rank']} "
+                "(not mainly waiting on kernel launches: synchronisation, data loading or waiting on peers).",
+                "breakdown", ranks=other["rank"].to_list(), cost_ns=worst["idle_ns"],
+                evidence={"per_rank": other.select("rank", "idle_ns", "idle_pct", "host_wait_pct").to_dicts()},
+            ))
+    mem = bd.filter(pl.col("memory_exposed_pct") >= 5.0)
+    if not mem.is_empty():
+        worst = mem.sort("memory_exposed_ns", descending=True).row(0, named=True)
+        rows.append(finding(
+            "exposed_memcpy", severity_for(worst["memory_exposed_pct"], 20.0, 10.0),
+            f"Memory copies/sets run with nothing else on the GPU for {worst['memory_exposed_pct']:.1f}% of the "
+            f"time on rank {worst['rank']} (pinned memory and non_blocking copies on a side stream hide them).",
+            "breakdown", ranks=mem["rank"].to_list(), cost_ns=worst["memory_exposed_ns"],
+            evidence={"per_rank": mem.select("rank", "memcpy_ns", "memset_ns", "memory_exposed_ns",
+                                             "memory_exposed_pct").to_dicts()},
+        ))
+    return findings_frame(rows)

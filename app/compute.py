@@ -114,23 +114,48 @@ def summary(store: RunStore, rid: str) -> Any:
     return _cached(store, rid, "summary", lambda: analysis_fn("summary", "analyze")(store.run(rid)))
 
 
+def step_times(store: RunStore, rid: str) -> pl.DataFrame:
+    """:func:`workbench.analyses.stragglers.step_times`: step time per rank over steps, against the median."""
+    return _cached(store, rid, "step_times",
+                   lambda: analysis_fn("stragglers", "step_times")(store.run(rid).steps))
+
+
 def stragglers(store: RunStore, rid: str) -> pl.DataFrame:
-    """Straggler rows from :mod:`workbench.analyses.stragglers`."""
+    """:func:`workbench.analyses.stragglers.straggler_ranks` from steps and matched collectives."""
     def go():
         run = store.run(rid)
-        fn = analysis_fn("stragglers", "stragglers")
-        return fn(run.steps)
+        try:
+            matched = matched_collectives(store, rid)
+        except NotAvailable:
+            matched = None
+        return analysis_fn("stragglers", "straggler_ranks")(run.steps, matched)
     return _cached(store, rid, "stragglers", go)
 
 
+def straggler_findings(store: RunStore, rid: str) -> pl.DataFrame:
+    return _cached(store, rid, "straggler_findings",
+                   lambda: analysis_fn("stragglers", "straggler_findings")(stragglers(store, rid)))
+
+
 def findings(store: RunStore, rid: str) -> pl.DataFrame:
-    """Every finding of the run, ranked by cost (FINDINGS rows), from the summary analysis."""
+    """Every finding of the run, ranked by cost (FINDINGS rows).
+
+    From :func:`workbench.analyses.summary.analyze` when it is there (what ``workbench analyze`` prints), else the
+    findings of each analysis stacked by :func:`workbench.analyses.findings.rank_findings`.
+    """
     def go():
-        res = summary(store, rid)
-        f = _get(res, "findings")
-        if f is None:
-            raise NotAvailable("the summary analysis returned no findings table")
-        return f
+        if has("summary", "analyze"):
+            f = _get(summary(store, rid), "findings")
+            if f is not None:
+                return f
+        rank = analysis_fn("findings", "rank_findings")
+        parts = []
+        for fn in (straggler_findings, recompile_findings):
+            try:
+                parts.append(fn(store, rid))
+            except NotAvailable:
+                pass
+        return rank(parts)
     return _cached(store, rid, "findings", go)
 
 
@@ -143,15 +168,36 @@ def _get(obj: Any, name: str) -> Any:
 # ---------------------------------------------------------------------------------------------- recompiles
 
 
-def recompiles(store: RunStore, rid: str) -> Any:
-    """:func:`workbench.analyses.recompiles.analyze` on the run."""
-    return _cached(store, rid, "recompiles", lambda: analysis_fn("recompiles", "analyze")(store.run(rid)))
+def compiles(store: RunStore, rid: str) -> pl.DataFrame:
+    """COMPILES rows with ``cause``, ``cause_detail``, ``cause_source`` (:func:`~workbench.analyses.recompiles.classify_compiles`)."""
+    return _cached(store, rid, "compiles",
+                   lambda: analysis_fn("recompiles", "classify_compiles")(store.run(rid).compiles))
+
+
+def divergent(store: RunStore, rid: str) -> pl.DataFrame:
+    """Divergent compile ids with the wait each caused on the other ranks (``divergent_compiles`` + ``divergence_cost``)."""
+    def go():
+        run = store.run(rid)
+        c = compiles(store, rid)
+        div = analysis_fn("recompiles", "divergent_compiles")(c)
+        if div.is_empty():
+            return div
+        return analysis_fn("recompiles", "divergence_cost")(div, c, run.steps, run.collectives)
+    return _cached(store, rid, "divergent", go)
+
+
+def recompile_findings(store: RunStore, rid: str) -> pl.DataFrame:
+    def go():
+        run = store.run(rid)
+        return analysis_fn("recompiles", "recompile_findings")(
+            run.compiles, steps=run.steps, collectives=run.collectives, fingerprints=run.fingerprints)
+    return _cached(store, rid, "recompile_findings", go)
 
 
 def recommendations(store: RunStore, rid: str) -> Any:
     """:func:`workbench.analyses.recommendations.recommend` on the run's findings."""
     return _cached(store, rid, "recommendations",
-                   lambda: analysis_fn("recommendations", "recommend")(store.run(rid)))
+                   lambda: analysis_fn("recommendations", "recommend")(findings(store, rid)))
 
 
 # ------------------------------------------------------------------------------------------------- compare

@@ -125,7 +125,7 @@ def test_two_rank_step_from_steps_table_and_wait_from_collectives(compile_logs):
     ]), schema.COLLECTIVES)
     f = recompile_findings(c, steps=st, collectives=coll)
     ev = json.loads(f.row(0, named=True)["evidence"])
-    assert ev["cost_method"] == "collective" and ev["wait_ns"] == rec["duration_ns"] + 2000
+    assert ev["cost_method"] == "collective" and ev["wait_ns"] == rec["end"] - rec["start"] + 2000
 
 
 def test_guard_collectives_run_is_not_divergent(compile_logs):

@@ -1,0 +1,80 @@
+"""Real multi-rank runs: torchrun, gloo on CPU, ``DDP(torch.compile(model, backend="aot_eager"))``."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from collector_helpers import ROOT, compile_metrics, open_run, read_steps
+
+pytest.importorskip("torch")
+
+EXAMPLE = ROOT / "examples" / "cpu_gloo_4rank.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(nproc: int, out: Path, *args: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(nproc),
+           "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+           str(EXAMPLE), "--out", str(out), *args]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def check_run(out: Path, world: int, *, steps: int, window: tuple[int, int], recompile: tuple[int, int],
+              straggler: int, delay_s: float) -> None:
+    run_json = json.loads((out / "run.json").read_text())
+    assert run_json["world_size"] == world and run_json["steps"] == steps
+    for rank in range(world):
+        rdir = out / f"rank{rank}"
+        fp = json.loads((rdir / "fingerprint.json").read_text())
+        assert (fp["rank"], fp["world_size"], fp["backend"], fp["errors"]) == (rank, world, "gloo", [])
+        rows, bad = read_steps(rdir)
+        assert bad == 0 and sorted(rows) == list(range(steps))
+        assert [s for s, r in rows.items() if r["profiled"]] == list(range(window[0], window[1] + 1))
+        traces = list((rdir / "trace").glob("*.json.gz"))
+        assert [p.name.split(".")[1] for p in traces] == [f"steps{window[0]}-{window[1]}"]
+        metrics = compile_metrics(rdir)
+        if rank == recompile[0]:
+            assert metrics["0/1"]["recompile_user_contexts"] == [f"step={recompile[1]}"]
+        else:
+            assert "0/1" not in metrics, f"rank {rank} recompiled"
+        waits = [r["data_wait_ns"] for s, r in rows.items() if s > 0]
+        if rank == straggler:
+            assert min(waits) >= delay_s * 1e9 * 0.9
+        else:
+            assert max(waits) < delay_s * 1e9 * 0.5
+    run = open_run(out)
+    if run is not None:
+        assert sorted(run.ranks["rank"].to_list()) == list(range(world))
+        coll = run.steps.filter(run.steps["source"] == "collector")
+        prof = run.steps.filter(run.steps["source"] == "profiler")
+        assert coll.height == world * steps
+        assert sorted(set(prof["step"].to_list())) == list(range(window[0], window[1] + 1))
+        assert run.compiles.filter(run.compiles["step"] == recompile[1])["rank"].unique().to_list() == [recompile[0]]
+
+
+@pytest.mark.slow
+def test_two_ranks(tmp_path):
+    out = tmp_path / "run2"
+    torchrun(2, out, "--steps", "8", "--recompile-rank", "0", "--recompile-step", "4",
+             "--straggler-rank", "1", "--straggler-delay", "0.03", "--profile-start", "3", "--profile-length", "2")
+    check_run(out, 2, steps=8, window=(3, 4), recompile=(0, 4), straggler=1, delay_s=0.03)
+
+
+@pytest.mark.slow
+def test_four_ranks(tmp_path):
+    out = tmp_path / "run4"
+    torchrun(4, out, "--steps", "9")
+    check_run(out, 4, steps=9, window=(5, 7), recompile=(1, 6), straggler=2, delay_s=0.04)
