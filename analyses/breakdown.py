@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import polars as pl
 
-from workbench.analyses.intervals import covered_between
 from workbench.analyses.window import Window, window_kernels
 
 #: HTA's default ``consecutive_kernel_delay`` is 30 in trace units, which are microseconds.
@@ -59,11 +58,6 @@ def step_segments(kernels: pl.DataFrame) -> pl.DataFrame:
         .with_columns(end=pl.max_horizontal("start", "end"))
         .select("rank", "step", "start", "end", "activities")
     )
-
-
-def _covered(kernels: pl.DataFrame, classes: tuple[str, ...], segments: pl.DataFrame, name: str) -> pl.LazyFrame:
-    subset = kernels.lazy().filter(pl.col("kernel_class").cast(pl.String).is_in(classes))
-    return covered_between(subset, segments.lazy(), by=["rank"], name=name).select("rank", "step", "start", name)
 
 
 def with_percentages(frame: pl.DataFrame) -> pl.DataFrame:
@@ -102,24 +96,52 @@ def time_breakdown(kernels: pl.DataFrame, steps: pl.DataFrame, window: Window = 
     seg = step_segments(kw)
     if seg.is_empty():
         return with_percentages(seg.with_columns([pl.lit(0, pl.Int64).alias(c) for c in _NS_COLUMNS]))
-    keys = ["rank", "step", "start"]
-    parts = [
-        _covered(kw, ("compute", "communication", "memcpy", "memset"), seg, "busy_ns"),
-        _covered(kw, ("compute",), seg, "compute_ns"),
-        _covered(kw, ("communication",), seg, "comm_ns"),
-        _covered(kw, ("compute", "communication"), seg, "_cc_ns"),
-        _covered(kw, ("memcpy",), seg, "memcpy_ns"),
-        _covered(kw, ("memset",), seg, "memset_ns"),
-        _covered(kw, ("memcpy", "memset"), seg, "memory_ns"),
-    ]
-    out = seg.lazy()
-    for part in parts:
-        out = out.join(part, on=keys, how="left", nulls_equal=True)
+    # One sweep over every start/end boundary: running counts of active compute, communication, memcpy and
+    # memset give, for each elementary interval between two boundaries, which classes run. Segment starts are
+    # added as boundaries, so no elementary interval crosses a segment; an as-of join names its segment.
+    cls = pl.col("kernel_class").cast(pl.String)
+    deltas = [(cls == c).cast(pl.Int32).alias(f"_d_{c}") for c in ("compute", "communication", "memcpy", "memset")]
+    starts = kw.lazy().select("rank", pl.col("start").alias("t"), *deltas)
+    ends = kw.lazy().select("rank", pl.col("end").alias("t"), *[(-d) for d in deltas])
+    marks = seg.lazy().select("rank", pl.col("start").alias("t"),
+                              *[pl.lit(0, pl.Int32).alias(f"_d_{c}") for c in ("compute", "communication", "memcpy", "memset")])
+    sweep = (
+        pl.concat([starts, ends, marks])
+        .sort("rank", "t")
+        .with_columns(
+            # every rank's deltas sum to zero, so a global running sum is each rank's running count
+            _compute=pl.col("_d_compute").cum_sum() > 0,
+            _comm=pl.col("_d_communication").cum_sum() > 0,
+            _memcpy=pl.col("_d_memcpy").cum_sum() > 0,
+            _memset=pl.col("_d_memset").cum_sum() > 0,
+            _len=(pl.col("t").shift(-1) - pl.col("t")),
+        )
+        .with_columns(_len=pl.when(pl.col("rank").shift(-1) == pl.col("rank")).then(pl.col("_len")).otherwise(0))
+        .join_asof(seg.lazy().select("rank", pl.col("start").alias("_seg"), "step").sort("_seg"),
+                   left_on="t", right_on="_seg", by="rank", strategy="backward", check_sortedness=False)
+    )
+
+    def covered(cond: pl.Expr) -> pl.Expr:
+        return pl.col("_len").filter(cond).sum()
+
+    c, m, cp, ms = pl.col("_compute"), pl.col("_comm"), pl.col("_memcpy"), pl.col("_memset")
+    sums = sweep.group_by("rank", pl.col("_seg").alias("start")).agg(
+        busy_ns=covered(c | m | cp | ms),
+        compute_ns=covered(c),
+        comm_ns=covered(m),
+        _cc_ns=covered(c | m),
+        memcpy_ns=covered(cp),
+        memset_ns=covered(ms),
+        memory_ns=covered(cp | ms),
+        comm_overlapped_ns=covered(c & m),
+    )
+    zero = ["busy_ns", "compute_ns", "comm_ns", "_cc_ns", "memcpy_ns", "memset_ns", "memory_ns", "comm_overlapped_ns"]
     out = (
-        out.with_columns(window_ns=pl.col("end") - pl.col("start"))
+        seg.lazy().join(sums, on=["rank", "start"], how="left")
+        .with_columns([pl.col(z).fill_null(0).cast(pl.Int64) for z in zero])
+        .with_columns(window_ns=pl.col("end") - pl.col("start"))
         .with_columns(
             idle_ns=pl.col("window_ns") - pl.col("busy_ns"),
-            comm_overlapped_ns=pl.col("comm_ns") + pl.col("compute_ns") - pl.col("_cc_ns"),
             memory_exposed_ns=pl.col("busy_ns") - pl.col("_cc_ns"),
             non_compute_ns=pl.col("busy_ns") - pl.col("compute_ns"),
         )

@@ -19,7 +19,7 @@ from __future__ import annotations
 import polars as pl
 
 from workbench.analyses.findings import finding, findings_frame, severity_for
-from workbench.analyses.intervals import covered_between
+from workbench.analyses.intervals import covered_between, merge_intervals
 from workbench.analyses.window import Window, window_steps
 
 FORWARD_PATTERN = r"(?i)(^|[^a-z])(forward|fwd)([^a-z]|$)"
@@ -44,7 +44,7 @@ def pipeline_bubbles(
     """Pipeline bubble per rank and step (see the module docstring).
 
     Columns: ``rank``, ``step``, ``start``, ``end`` (the step's range), ``step_ns``, ``timeline`` (``"gpu"`` or
-    ``"cpu"``: which ranges were used), ``forwards`` / ``backwards`` (number of ranges: micro-batches),
+    ``"cpu"``: which ranges were used), ``forwards`` / ``backwards`` (number of disjoint ranges, nested ones counted once: micro-batches),
     ``forward_ns`` / ``backward_ns`` (their unions), ``work_ns`` (forward ∪ backward), ``bubble_ns``,
     ``bubble_pct`` (of ``step_ns``), ``first_forward_delay_ns``.
     """
@@ -75,9 +75,13 @@ def pipeline_bubbles(
     fwd = covered_between(ann.filter("is_fwd"), seg, name="forward_ns").select("rank", "step", "forward_ns")
     bwd = covered_between(ann.filter("is_bwd"), seg, name="backward_ns").select("rank", "step", "backward_ns")
     work = covered_between(ann, seg, name="work_ns").select("rank", "step", "work_ns")
-    counts = ann.group_by("rank", "step").agg(
-        forwards=pl.col("is_fwd").sum(), backwards=pl.col("is_bwd").sum(),
-        first_forward=pl.col("start").filter("is_fwd").min(), timeline=pl.col("timeline").first(),
+    # micro-batches: disjoint forward (backward) ranges of the step; nested ranges count once
+    nf = merge_intervals(ann.filter("is_fwd"), ["rank", "step"]).group_by("rank", "step").agg(forwards=pl.len())
+    nb = merge_intervals(ann.filter("is_bwd"), ["rank", "step"]).group_by("rank", "step").agg(backwards=pl.len())
+    counts = (
+        ann.group_by("rank", "step").agg(
+            first_forward=pl.col("start").filter("is_fwd").min(), timeline=pl.col("timeline").first())
+        .lazy().join(nf, on=["rank", "step"], how="left").join(nb, on=["rank", "step"], how="left").collect()
     )
     out = (
         seg.lazy().join(fwd, on=["rank", "step"], how="left").join(bwd, on=["rank", "step"], how="left")

@@ -135,7 +135,7 @@ def classify_graph_break(text: str) -> tuple[str, str | None]:
     low = t.lower()
     if "`print`" in t or "builtin operator print" in low or "function print" in low:
         kind = "print"
-    elif re.search(r"logging|logger|\.warning\(|warnings\.warn", t):
+    elif re.search(r"logging|logger|\.warning\(|warnings\.warn", t, re.I):
         kind = "logging"
     elif "data-dependent branching" in low or "data dependent branching" in low:
         kind = "data_dependent_branch"
@@ -252,6 +252,14 @@ def divergent_compiles(compiles: pl.DataFrame) -> pl.DataFrame:
     return schema.conform(g, DIVERGENT).sort("start", nulls_last=True)
 
 
+def _one_source(steps: pl.DataFrame | None) -> pl.DataFrame | None:
+    """Steps from one source: the collector's when present (whole steps), else the profiler's."""
+    if steps is None or steps.height == 0 or "source" not in steps.columns:
+        return steps
+    col = steps.filter(pl.col("source").cast(pl.String) == "collector")
+    return col if col.height else steps
+
+
 def _step_at(steps: pl.DataFrame | None, rank: int, t: int | None) -> int | None:
     if steps is None or steps.height == 0 or t is None:
         return None
@@ -270,6 +278,7 @@ def divergence_cost(div: pl.DataFrame, compiles: pl.DataFrame, steps: pl.DataFra
     ``waiting_ranks``, ``step`` (filled from ``steps`` when the log had none).
     """
     rows = []
+    steps = _one_source(steps)
     for d in div.iter_rows(named=True):
         comp_rank = d["ranks"][0] if d["ranks"] else None
         step = d["step"]

@@ -63,7 +63,7 @@ def window_kernels(kernels: pl.DataFrame, steps: pl.DataFrame, window: Window = 
     ws = window_steps(steps, window)
     stepped = ws.group_by("rank").agg(n=pl.len()).filter(pl.col("n") >= 2).select("rank")
     kept_steps = ws.filter(pl.col("in_window")).select("rank", "step")
-    with_steps = kernels.join(kept_steps, on=["rank", "step"], how="semi")
+    with_steps = kernels.join(stepped, on="rank", how="semi").join(kept_steps, on=["rank", "step"], how="semi")
     fallback = kernels.join(stepped, on="rank", how="anti")
     return pl.concat([with_steps, fallback]) if not fallback.is_empty() else with_steps
 

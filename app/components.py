@@ -65,10 +65,15 @@ def grid(frame: pl.DataFrame, *, id: str, columns: list[dict] | None = None, hei
     rows = [{k: _jsonable(v) for k, v in r.items()} for r in frame.iter_rows(named=True)]
     cols = columns or [{"field": c} for c in frame.columns]
     n = len(rows)
-    h = height or min(480, 56 + 34 * max(n, 1))
-    options: dict[str, Any] = {"domLayout": "normal", "suppressCellFocus": False, "enableCellTextSelection": True}
-    if page_size:
-        options.update(pagination=True, paginationPageSize=page_size)
+    options: dict[str, Any] = {"suppressCellFocus": False, "enableCellTextSelection": True}
+    if page_size and n > page_size:
+        options.update(pagination=True, paginationPageSize=page_size, domLayout="autoHeight")
+        style = {"width": "100%"}
+    elif height is None and n <= 60:
+        options["domLayout"] = "autoHeight"  # every row rendered: small tables show in full
+        style = {"width": "100%"}
+    else:
+        style = {"height": f"{height or 480}px", "width": "100%"}
     if row_id:
         options["getRowId"] = f"params.data.{row_id}"
     options.update(grid_options)
@@ -79,7 +84,7 @@ def grid(frame: pl.DataFrame, *, id: str, columns: list[dict] | None = None, hei
         defaultColDef={"sortable": True, "filter": True, "resizable": True, "minWidth": 80},
         columnSize="responsiveSizeToFit",
         dashGridOptions=options,
-        style={"height": f"{h}px", "width": "100%"},
+        style=style,
         className="ag-theme-alpine",
     )
 

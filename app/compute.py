@@ -47,116 +47,90 @@ def _cached(store: RunStore, rid: str, key: str, compute: Callable[[], Any]) -> 
     return store.cached(rid, key, compute)
 
 
-# ------------------------------------------------------------------------------------------------ breakdown
+# --------------------------------------------------------------------------------------- the analysis tables
 
 
-def breakdown_steps(store: RunStore, rid: str, window: str = "steady") -> pl.DataFrame:
+def tables(store: RunStore, rid: str) -> dict[str, pl.DataFrame]:
+    """Every analysis frame of the run: :func:`workbench.analyses.summary.analysis_tables` (cached).
+
+    The pages read these frames, so what they show is exactly what ``workbench analyze`` computes.
+    """
+    return _cached(store, rid, "tables", lambda: analysis_fn("summary", "analysis_tables")(store.run(rid)))
+
+
+def table(store: RunStore, rid: str, key: str) -> pl.DataFrame:
+    t = tables(store, rid)
+    if key not in t:
+        raise NotAvailable(f"analysis_tables() has no {key!r} table")
+    return t[key]
+
+
+def summary(store: RunStore, rid: str) -> dict[str, Any]:
+    """:func:`workbench.analyses.summary.summarize_tables` of :func:`tables` (what ``analyze --json`` prints)."""
+    def go():
+        run = store.run(rid)
+        fn = analysis_fn("summary", "summarize_tables")
+        return fn(tables(store, rid), run.ranks["rank"].to_list(), "steady")
+    return _cached(store, rid, "summary", go)
+
+
+def breakdown_steps(store: RunStore, rid: str) -> pl.DataFrame:
     """Per rank and step: :func:`workbench.analyses.breakdown.time_breakdown`."""
-    def go():
-        run = store.run(rid)
-        return analysis_fn("breakdown", "time_breakdown")(run.kernels, run.steps, window)
-    return _cached(store, rid, f"breakdown_steps:{window}", go)
+    return table(store, rid, "breakdown")
 
 
-def breakdown_ranks(store: RunStore, rid: str, window: str = "steady") -> pl.DataFrame:
-    """Per rank: :func:`workbench.analyses.breakdown.breakdown_by_rank` of :func:`breakdown_steps`."""
-    return _cached(store, rid, f"breakdown_ranks:{window}",
-                   lambda: analysis_fn("breakdown", "breakdown_by_rank")(breakdown_steps(store, rid, window)))
+def breakdown_ranks(store: RunStore, rid: str) -> pl.DataFrame:
+    """Per rank: :func:`workbench.analyses.breakdown.breakdown_by_rank`."""
+    return table(store, rid, "breakdown_by_rank")
 
 
-def overlap(store: RunStore, rid: str, per: str = "rank", window: str = "steady") -> pl.DataFrame:
+def overlap(store: RunStore, rid: str, per: str = "rank") -> pl.DataFrame:
     """:func:`workbench.analyses.overlap.comm_compute_overlap` per rank (``per="rank"``) or per step."""
-    def go():
-        src = breakdown_ranks(store, rid, window) if per == "rank" else breakdown_steps(store, rid, window)
-        return analysis_fn("overlap", "comm_compute_overlap")(src)
-    return _cached(store, rid, f"overlap:{per}:{window}", go)
+    if per != "rank":
+        return table(store, rid, "overlap")
+    return _cached(store, rid, "overlap:rank",
+                   lambda: analysis_fn("overlap", "comm_compute_overlap")(breakdown_ranks(store, rid)))
 
 
-def idle_causes(store: RunStore, rid: str, window: str = "steady") -> pl.DataFrame:
+def idle_causes(store: RunStore, rid: str) -> pl.DataFrame:
     """Idle time per rank and stream by cause (:func:`workbench.analyses.breakdown.idle_causes`)."""
-    def go():
-        run = store.run(rid)
-        gaps = analysis_fn("breakdown", "idle_gaps")(run.kernels, run.steps, window)
-        return analysis_fn("breakdown", "idle_causes")(gaps)
-    return _cached(store, rid, f"idle_causes:{window}", go)
-
-
-# ---------------------------------------------------------------------------------------------- collectives
+    return table(store, rid, "idle_by_stream")
 
 
 def matched_collectives(store: RunStore, rid: str) -> pl.DataFrame:
-    def go():
-        run = store.run(rid)
-        return analysis_fn("collectives", "match_collectives")(run.collectives, run.ranks)
-    return _cached(store, rid, "matched_collectives", go)
+    return table(store, rid, "collectives")
 
 
 def collective_instances(store: RunStore, rid: str) -> pl.DataFrame:
-    return _cached(store, rid, "collective_instances",
-                   lambda: analysis_fn("collectives", "collective_instances")(matched_collectives(store, rid)))
+    return table(store, rid, "collective_instances")
 
 
 def collective_wait(store: RunStore, rid: str) -> pl.DataFrame:
-    return _cached(store, rid, "collective_wait",
-                   lambda: analysis_fn("collectives", "collective_wait_by_rank")(matched_collectives(store, rid)))
+    return table(store, rid, "collective_wait")
 
 
 def collective_drift(store: RunStore, rid: str) -> pl.DataFrame:
-    return _cached(store, rid, "collective_drift",
-                   lambda: analysis_fn("collectives", "collective_drift")(matched_collectives(store, rid)))
-
-
-# ------------------------------------------------------------------------------------------ summary / drift
-
-
-def summary(store: RunStore, rid: str) -> Any:
-    """:func:`workbench.analyses.summary.analyze` on the run (its full result, whatever its shape)."""
-    return _cached(store, rid, "summary", lambda: analysis_fn("summary", "analyze")(store.run(rid)))
+    return table(store, rid, "collective_drift")
 
 
 def step_times(store: RunStore, rid: str) -> pl.DataFrame:
-    """:func:`workbench.analyses.stragglers.step_times`: step time per rank over steps, against the median."""
-    return _cached(store, rid, "step_times",
-                   lambda: analysis_fn("stragglers", "step_times")(store.run(rid).steps))
+    return table(store, rid, "step_times")
 
 
 def stragglers(store: RunStore, rid: str) -> pl.DataFrame:
     """:func:`workbench.analyses.stragglers.straggler_ranks` from steps and matched collectives."""
-    def go():
-        run = store.run(rid)
-        try:
-            matched = matched_collectives(store, rid)
-        except NotAvailable:
-            matched = None
-        return analysis_fn("stragglers", "straggler_ranks")(run.steps, matched)
-    return _cached(store, rid, "stragglers", go)
+    return table(store, rid, "stragglers")
 
 
 def straggler_findings(store: RunStore, rid: str) -> pl.DataFrame:
-    return _cached(store, rid, "straggler_findings",
-                   lambda: analysis_fn("stragglers", "straggler_findings")(stragglers(store, rid)))
+    """The straggler rows of the run's findings (kind contains ``straggler``)."""
+    f = findings(store, rid)
+    return f.filter(pl.col("kind").str.contains("straggler"))
 
 
 def findings(store: RunStore, rid: str) -> pl.DataFrame:
-    """Every finding of the run, ranked by cost (FINDINGS rows).
-
-    From :func:`workbench.analyses.summary.analyze` when it is there (what ``workbench analyze`` prints), else the
-    findings of each analysis stacked by :func:`workbench.analyses.findings.rank_findings`.
-    """
-    def go():
-        if has("summary", "analyze"):
-            f = _get(summary(store, rid), "findings")
-            if f is not None:
-                return f
-        rank = analysis_fn("findings", "rank_findings")
-        parts = []
-        for fn in (straggler_findings, recompile_findings):
-            try:
-                parts.append(fn(store, rid))
-            except NotAvailable:
-                pass
-        return rank(parts)
-    return _cached(store, rid, "findings", go)
+    """Every finding of the run ranked by cost (FINDINGS rows), as ``analysis_tables()["findings"]``."""
+    return table(store, rid, "findings")
 
 
 def _get(obj: Any, name: str) -> Any:
@@ -194,16 +168,28 @@ def recompile_findings(store: RunStore, rid: str) -> pl.DataFrame:
     return _cached(store, rid, "recompile_findings", go)
 
 
-def recommendations(store: RunStore, rid: str) -> Any:
-    """:func:`workbench.analyses.recommendations.recommend` on the run's findings."""
+def recommendations(store: RunStore, rid: str) -> pl.DataFrame:
+    """:func:`workbench.analyses.recommendations.recommend` on the run's findings (RECOMMENDATIONS rows)."""
     return _cached(store, rid, "recommendations",
-                   lambda: analysis_fn("recommendations", "recommend")(findings(store, rid)))
+                   lambda: analysis_fn("recommendations", "recommend")(findings(store, rid), store.run(rid).compiles))
+
+
+def recommendation_rows(recs: pl.DataFrame) -> pl.DataFrame:
+    return recs
+
+
+def recommendation_toml(recs: pl.DataFrame) -> str:
+    """The compile-config TOML of the applied fixes (:func:`~workbench.analyses.recommendations.to_compile_config`)."""
+    return analysis_fn("recommendations", "to_compile_config")(recs)
 
 
 # ------------------------------------------------------------------------------------------------- compare
 
 
-def diff(store: RunStore, before: str, after: str) -> Any:
-    """:func:`workbench.analyses.diff.diff` of two runs (cached under the first run's id)."""
-    return _cached(store, before, f"diff:{after}",
-                   lambda: analysis_fn("diff", "diff")(store.run(before), store.run(after)))
+def diff(store: RunStore, before: str, after: str) -> dict[str, pl.DataFrame]:
+    """``{"metrics": diff_summaries(...), "findings": diff_findings(...)}`` of two runs' summaries."""
+    def go():
+        a, b = summary(store, before), summary(store, after)
+        return {"metrics": analysis_fn("diff", "diff_summaries")(a, b),
+                "findings": analysis_fn("diff", "diff_findings")(a, b)}
+    return _cached(store, before, f"diff:{after}", go)

@@ -19,15 +19,15 @@ KEY = "breakdown"
 PARTS = ["compute_ns", "comm_exposed_ns", "memory_exposed_ns", "idle_ns"]
 
 
-def rank_table(br: pl.DataFrame, ov: pl.DataFrame) -> pl.DataFrame:
-    """What the per-rank grid shows (tests compare it with the analyses)."""
-    t = br.join(ov.select("rank", "overlap_pct", "overlap_of_max_pct"), on="rank", how="left")
-    return t.select(
+def rank_table(br: pl.DataFrame) -> pl.DataFrame:
+    """What the per-rank grid shows (tests compare it with the analyses' ``breakdown_by_rank``)."""
+    return br.select(
         "rank",
         pl.col("steps"),
         pl.col("window_ns").map_elements(fmt_ms, return_dtype=pl.String).alias("window_ms"),
         *[pl.col(c).map_elements(fmt_pct, return_dtype=pl.String, skip_nulls=False).alias(c) for c in
-          ("compute_pct", "comm_exposed_pct", "memory_exposed_pct", "idle_pct", "overlap_pct", "overlap_of_max_pct")],
+          ("compute_pct", "comm_exposed_pct", "memory_exposed_pct", "idle_pct", "comm_overlap_pct",
+           "comm_overlap_of_max_pct")],
     )
 
 
@@ -43,15 +43,12 @@ def _layout(store: RunStore, rid: str) -> Any:
         return html.Div("No device activity in the analysed window (steady-state profiler steps).",
                         className="panel panel-unavailable")
     ranks = br["rank"].to_list()
-    ov = safe_frame(lambda: compute.overlap(store, rid, "rank"))
     return html.Div([
         section("Per rank (steady-state window: complete profiler steps)",
                 graph(figures.stacked_bar_figure(br, x="rank", parts=PARTS, scale=1e6, unit="ms",
                                                  x_title="rank", title="Device time per rank"),
                       id="breakdown-rank-figure"),
-                grid(rank_table(br, ov if ov is not None else pl.DataFrame({"rank": ranks}).with_columns(
-                    pl.lit(None, pl.Float64).alias("overlap_pct"), pl.lit(None, pl.Float64).alias("overlap_of_max_pct"))),
-                    id="breakdown-grid")),
+                grid(rank_table(br), id="breakdown-grid")),
         section("Per step",
                 html.Div([html.Label("Rank"), dcc.Dropdown(id="breakdown-rank", options=ranks, value=ranks[0],
                                                            clearable=False)], className="controls"),

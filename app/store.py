@@ -59,28 +59,35 @@ def _direct_inputs(path: Path) -> bool:
     return any(p.is_file() and p.name.endswith(_TRACE_SUFFIXES) and not p.name.startswith(".") for p in path.iterdir())
 
 
-def find_runs(roots: Iterable[str | Path]) -> list[RunEntry]:
-    """The runs under ``roots``: each root that is a run itself, else its sub-folders that hold runs.
+def find_runs(roots: Iterable[str | Path], *, depth: int = 3) -> list[RunEntry]:
+    """The runs under ``roots``: each root that is a run itself, else the folders below it that are runs.
 
-    A root is one run when it is a file, a run directory, or a folder with trace files directly in it; otherwise
-    each child folder that is a run directory or holds traces is one run (one level down, sorted by name).
+    A path is one run when it is a file, a run directory, or a folder with trace files directly in it; otherwise
+    its sub-folders are searched (``depth`` levels, sorted by name). A root that does not exist is listed too, so
+    it shows as a broken run.
     """
     found: list[tuple[str, Path, bool]] = []
+
+    def collect(path: Path, label: str, left: int) -> None:
+        if path.is_file() or rundir.is_run_dir(path) or _direct_inputs(path):
+            found.append((label, path, path.is_dir() and rundir.is_run_dir(path)))
+            return
+        if left <= 0:
+            return
+        for child in sorted(path.iterdir()):
+            if child.is_dir() and child.name not in _SKIP_NAMES and not child.name.startswith(".") \
+                    and _has_inputs(child):
+                collect(child, f"{label}/{child.name}" if label else child.name, left - 1)
+
     for root in roots:
         root = Path(root).resolve()
         if not root.exists():
-            found.append((root.name or str(root), root, False))  # shown as a broken run
+            found.append((root.name or str(root), root, False))
             continue
         if root.is_file() or rundir.is_run_dir(root) or _direct_inputs(root):
             found.append((root.name, root, root.is_dir() and rundir.is_run_dir(root)))
-            continue
-        for child in sorted(root.iterdir()):
-            if not child.is_dir() or child.name in _SKIP_NAMES or child.name.startswith("."):
-                continue
-            if rundir.is_run_dir(child):
-                found.append((child.name, child, True))
-            elif _has_inputs(child):
-                found.append((child.name, child, False))
+        else:
+            collect(root, "", depth)
     entries: list[RunEntry] = []
     used: set[str] = set()
     for label, path, is_run in found:
@@ -112,6 +119,18 @@ class RunStore:
         self._opener = opener
         self._slots: dict[tuple[str, str], _Slot] = {}
         self._guard = threading.Lock()
+
+    @classmethod
+    def preloaded(cls, runs: dict[str, Any]) -> RunStore:
+        """A store over runs already opened (notebooks, tests, benchmarks): ``{id: Run}``; nothing is read."""
+        store = cls([])
+        store.entries = [RunEntry(id=k, path=Path(getattr(r, "path", k)), label=k, is_run_dir=False)
+                         for k, r in runs.items()]
+        store._by_id = {e.id: e for e in store.entries}
+        for k, r in runs.items():
+            slot = _Slot(value=r, done=True)
+            store._slots[(k, "__run__")] = slot
+        return store
 
     # -- runs --------------------------------------------------------------------------------------------------
     def ids(self) -> list[str]:

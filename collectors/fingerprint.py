@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import socket
 import sys
 from importlib import metadata
@@ -27,6 +28,15 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def _canonical(obj: Any) -> Any:
+    """JSON stand-in for config values that is the same in every process (sets sorted, no addresses)."""
+    if isinstance(obj, (set, frozenset)):
+        return sorted((_canonical(o) for o in obj), key=repr)
+    if callable(obj):
+        return f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', type(obj).__name__)}"
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(obj))
+
+
 def config_hash() -> str | None:
     """sha256 of torch._dynamo.config + torch._inductor.config (values of the calling thread), as sorted JSON."""
     try:
@@ -35,7 +45,7 @@ def config_hash() -> str | None:
 
         blob = json.dumps(
             {"dynamo": dcfg.get_config_copy(), "inductor": icfg.get_config_copy()},
-            sort_keys=True, default=repr,
+            sort_keys=True, default=_canonical,
         ).encode()
         return hashlib.sha256(blob).hexdigest()
     except Exception:

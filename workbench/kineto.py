@@ -162,7 +162,7 @@ def _json_problem(data: bytes) -> str:
 
 
 def parse_document(path: Path, data: bytes) -> tuple[pl.DataFrame, dict[str, Any]]:
-    """The raw ``traceEvents`` frame and the document's top-level fields."""
+    """The raw ``traceEvents`` frame and the document's top-level fields (the whole document at once)."""
     stripped = data.lstrip()
     if not stripped:
         raise TraceError(path, "empty file")
@@ -181,16 +181,121 @@ def parse_document(path: Path, data: bytes) -> tuple[pl.DataFrame, dict[str, Any
     if doc is not None:
         if doc.height != 1:
             raise TraceError(path, "expected one JSON object at the top level")
-        row = doc.drop("traceEvents").row(0, named=True)
-        meta = {k: v for k, v in row.items() if v is not None}
+        meta = _doc_meta(doc)
         if events is None:
             if doc.get_column("traceEvents")[0] is None:
                 raise TraceError(path, "JSON without 'traceEvents': not a Kineto/Chrome trace")
-            events = doc.select(pl.col("traceEvents").explode()).unnest("traceEvents")
+            events = _doc_events(doc)
     assert events is not None
     if events.height == 0 or events.get_column("ph").null_count() == events.height:
         raise TraceError(path, "empty trace: 'traceEvents' holds no events")
     return events, meta
+
+
+def _doc_meta(doc: pl.DataFrame) -> dict[str, Any]:
+    row = doc.drop("traceEvents").row(0, named=True)
+    return {k: v for k, v in row.items() if v is not None}
+
+
+def _doc_events(doc: pl.DataFrame) -> pl.DataFrame:
+    return doc.select(pl.col("traceEvents").explode()).unnest("traceEvents")
+
+
+# --- parsing a large trace in pieces ------------------------------------------------------------
+
+#: A trace bigger than twice this is parsed in pieces of about this many bytes, cut between two
+#: events. The JSON parser needs several times its input in memory while it works; pieces bound
+#: that, and each piece is reduced to compact columns before the next is parsed.
+PIECE_BYTES = 8 << 20
+
+_EVENTS_KEY_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
+_EVENT_SEP_RE = re.compile(rb"\}\s*,\s*\{")
+_LEADING_WS_RE = re.compile(rb"\s*")
+_PARSE_ERRORS = (pl.exceptions.PolarsError, ValueError, OSError)
+
+
+def _pieces(data: bytes) -> tuple[str, bytes] | None:
+    """Generator of ``(kind, json)`` pieces of a large trace, or None to parse it whole.
+
+    Kinds: ``"head"`` is ``{<fields before traceEvents>, "traceEvents": []}``; ``"events"`` is
+    ``[event, ...]``; ``"tail"`` is the last events with the rest of the document
+    (``{"traceEvents": [event, ...], <fields after>}``, or ``[event, ...]`` for the array format).
+    A cut at a ``},{`` that is not between two events (inside a string or a nested value) leaves the
+    piece before it invalid JSON, so a wrong cut always fails to parse and the caller then parses
+    the whole document instead.
+    """
+    if len(data) < 2 * PIECE_BYTES:
+        return None
+    begin = _LEADING_WS_RE.match(data).end()  # type: ignore[union-attr]
+    if data[begin:begin + 1] == b"[":
+        head = None
+        first = begin + 1
+    elif data[begin:begin + 1] == b"{":
+        m = _EVENTS_KEY_RE.search(data, begin)
+        if m is None:
+            return None
+        head = data[:m.end()] + b"]}"
+        first = m.end()
+    else:
+        return None
+    cuts: list[tuple[int, int]] = []  # (end of a piece, start of the next)
+    pos = first
+    while True:
+        m = _EVENT_SEP_RE.search(data, pos + PIECE_BYTES)
+        if m is None:
+            break
+        cuts.append((m.start() + 1, m.end() - 1))
+        pos = m.end() - 1
+    if not cuts:
+        return None
+    return _piece_iter(data, head, first, cuts)
+
+
+def _piece_iter(data: bytes, head: bytes | None, first: int, cuts: list[tuple[int, int]]):
+    mv = memoryview(data)
+    if head is not None:
+        yield "head", head
+    start = first
+    for end, nxt in cuts:
+        yield "events", b"".join((b"[", mv[start:end], b"]"))
+        start = nxt
+    yield "tail", b"".join((b'{"traceEvents":[' if head is not None else b"[", mv[start:]))
+
+
+def _parse_pieces(data: bytes) -> tuple[list[_Part], dict[str, Any]] | None:
+    """Parse a large trace piece by piece into compact parts; None when it must be parsed whole."""
+    pieces = _pieces(data)
+    if pieces is None:
+        return None
+    parts: list[_Part] = []
+    head_meta: dict[str, Any] = {}
+    tail_meta: dict[str, Any] = {}
+    try:
+        for kind, piece in pieces:
+            if kind == "head":
+                head_meta = _doc_meta(pl.read_json(io.BytesIO(piece), schema=_DOCUMENT_SCHEMA))
+                continue
+            if kind == "tail" and piece[:1] == b"{":
+                doc = pl.read_json(io.BytesIO(piece), schema=_DOCUMENT_SCHEMA)
+                del piece
+                tail_meta = _doc_meta(doc)
+                raw = _doc_events(doc)
+                del doc
+            else:
+                raw = pl.read_json(io.BytesIO(piece), schema=_EVENT_FIELDS)
+                del piece
+            parts.append(_digest(raw))
+            del raw
+    except _PARSE_ERRORS:
+        return None
+    meta = {}
+    for k in _DOCUMENT_SCHEMA:
+        v = head_meta.get(k)
+        if v is None:
+            v = tail_meta.get(k)
+        if v is not None:
+            meta[k] = v
+    return parts, meta
 
 
 def _coerce(value: Any, dtype: pl.DataType) -> Any:
@@ -298,7 +403,7 @@ def _time_origin(meta: dict[str, Any], ts_min: float | None) -> tuple[int, str]:
 
 
 def _skipped_counts(raw: pl.DataFrame) -> pl.DataFrame:
-    """Rows of ``raw`` that do not become events, counted by reason."""
+    """Rows of ``raw`` that do not become events, counted by reason (unsorted)."""
     reason = (
         pl.when(pl.col("ph") == "M").then(pl.lit("metadata (process/thread names, kept in ranks)"))
         .when(pl.col("ph").is_in(["s", "f", "t"])).then(pl.lit("flow arrow (link kept as correlation)"))
@@ -307,10 +412,10 @@ def _skipped_counts(raw: pl.DataFrame) -> pl.DataFrame:
         .otherwise(pl.concat_str(pl.lit("unsupported phase '"), pl.col("ph"), pl.lit("'")))
     )
     return (
-        raw.filter(~_is_timed())
+        raw.lazy().filter(~_is_timed()).select("ph", "ts")
         .group_by(reason.alias("reason"))
         .agg(pl.len().cast(pl.Int64).alias("count"))
-        .sort("reason")
+        .collect()
     )
 
 
@@ -318,41 +423,90 @@ def _is_timed() -> pl.Expr:
     return pl.col("ph").is_in(["X", "i", "I"]) & pl.col("ts").is_not_null()
 
 
-def _normalise(raw: pl.DataFrame, rank: int, origin: int) -> pl.DataFrame:
-    """Timed events as EVENTS rows (without steps and kernel classes yet)."""
-    cat_lower = pl.col("cat").str.to_lowercase()
-    kind = cat_lower.replace_strict(_KIND_BY_CAT, default=None, return_dtype=pl.String)
-    kind = pl.when(pl.col("ph") != "X").then(pl.lit("instant")).otherwise(kind.fill_null("other"))
-    ts_ns = pl.col("ts") * 1000.0
-    start = ts_ns.round().cast(pl.Int64) + origin
-    end = (ts_ns + pl.col("dur").fill_null(0.0).clip(lower_bound=0.0) * 1000.0).round().cast(pl.Int64) + origin
+_DEVICE_OR_ANNOTATION = [*schema.DEVICE_KINDS, "gpu_annotation"]
+
+
+@dataclass(slots=True)
+class _Part:
+    """What one piece of ``traceEvents`` holds, reduced to compact columns.
+
+    ``events`` are the timed events with times relative to the clock origin (added once every piece
+    is read) and without rank; ``calls`` the ``record_param_comms`` rows with their collective args.
+    """
+
+    events: pl.DataFrame
+    calls: pl.DataFrame
+    skipped: pl.DataFrame
+    threads: pl.DataFrame
+    ts_min: float | None
+    rows: int
+    has_ph: bool
+
+
+def _kind_expr(cats: pl.Series) -> pl.Expr:
+    """Each event's kind from its category, looked up once per distinct category."""
+    mapping = {c: _KIND_BY_CAT.get(c.lower()) for c in cats.drop_nulls().unique().to_list()}
+    kind = pl.col("cat").replace_strict(mapping, default=None, return_dtype=pl.String) if mapping else pl.lit(None, pl.String)
+    return pl.when(pl.col("ph") != "X").then(pl.lit("instant")).otherwise(kind.fill_null("other")).cast(schema.EventKindType)
+
+
+def _digest(raw: pl.DataFrame) -> _Part:
+    """Reduce a raw ``traceEvents`` frame to a :class:`_Part` (the raw frame can then be dropped)."""
     args = pl.col("args")
-    is_device = kind.is_in(list(schema.DEVICE_KINDS) + ["gpu_annotation"])
+    ts_ns = pl.col("ts") * 1000.0
+    start = ts_ns.round().cast(pl.Int64)
+    end = (ts_ns + pl.col("dur").fill_null(0.0).clip(lower_bound=0.0) * 1000.0).round().cast(pl.Int64)
     pid = pl.col("pid").cast(pl.Int64, strict=False)
     tid = pl.col("tid").cast(pl.Int64, strict=False)
-    return raw.filter(_is_timed()).select(
-        pl.lit(rank, pl.Int32).alias("rank"),
-        kind.alias("kind"),
-        pl.col("cat").fill_null(""),
-        pl.col("name").fill_null(""),
+    timed = raw.lazy().filter(_is_timed()).with_columns(_kind_expr(raw.get_column("cat")).alias("kind"))
+    is_device = pl.col("kind").is_in(_DEVICE_OR_ANNOTATION)
+    coll = args.struct.field("Collective name")
+    events = timed.select(
+        "kind",
+        pl.col("cat").fill_null("").cast(pl.Categorical()),
+        pl.col("name").fill_null("").cast(pl.Categorical()),
         start.alias("start"),
         end.alias("end"),
-        (end - start).alias("dur"),
         pid.alias("pid"),
         tid.alias("tid"),
         pl.when(is_device).then(args.struct.field("device").fill_null(pid)).alias("device"),
         pl.when(is_device).then(args.struct.field("stream").fill_null(tid)).alias("stream"),
         args.struct.field("correlation").alias("correlation"),
         args.struct.field("External id").alias("external_id"),
-        pl.col("args"),
         (pl.col("cat") == SYNC_CAT).alias("_sync"),
+        coll.is_not_null().alias("_coll"),
+    )
+    calls = timed.filter(
+        (pl.col("name") == "record_param_comms") & (pl.col("kind") == "cpu_op") & coll.is_not_null() & (coll != "wait")
+    ).select(
+        start.alias("start"),
+        end.alias("end"),
+        args.struct.field("External id").alias("external_id"),
+        coll.alias("collective"),
+        args.struct.field("dtype").alias("dtype"),
+        args.struct.field("In msg nelems").alias("in_elems"),
+        args.struct.field("Out msg nelems").alias("out_elems"),
+        args.struct.field("Group size").cast(pl.Int32).alias("group_size"),
+        args.struct.field("Process Group Name").fill_null("0").alias("pg_name"),
+        args.struct.field("Process Group Description").alias("pg_desc"),
+        args.struct.field("Process Group Ranks").alias("pg_ranks"),
+    )
+    threads = raw.lazy().filter((pl.col("ph") == "M") & (pl.col("name") == "thread_name")).select(
+        "tid", args.struct.field("name")
+    )
+    ev, ca, th = pl.collect_all([events, calls, threads])
+    ts_min = raw.get_column("ts").min()
+    return _Part(
+        events=ev, calls=ca, skipped=_skipped_counts(raw), threads=th,
+        ts_min=ts_min if isinstance(ts_min, float) else None,
+        rows=raw.height, has_ph=raw.get_column("ph").null_count() < raw.height,
     )
 
 
 def _steps(events: pl.DataFrame, rank: int) -> pl.DataFrame:
     """``ProfilerStep#N`` ranges as STEPS rows."""
     steps = events.filter(pl.col("kind") == "annotation").select(
-        pl.col("name").str.extract(_STEP_RE, 1).cast(pl.Int32).alias("step"),
+        pl.col("name").cast(pl.String).str.extract(_STEP_RE, 1).cast(pl.Int32).alias("step"),
         "start", "end", "dur",
     ).drop_nulls("step").sort("start")
     return schema.conform(
@@ -365,26 +519,42 @@ def _steps(events: pl.DataFrame, rank: int) -> pl.DataFrame:
     )
 
 
-def _assign_steps(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """Each event's step: the step range containing it on the host; device events take their launch's."""
-    if steps.height == 0:
-        return events.with_columns(pl.lit(None, pl.Int32).alias("step"))
-    ranges = steps.select(pl.col("start").alias("_s_start"), pl.col("end").alias("_s_end"), "step").sort("_s_start")
-    order = events.with_row_index("_row").sort("start")
-    host_step = order.join_asof(ranges, left_on="start", right_on="_s_start", strategy="backward").select(
-        "_row",
-        pl.when(pl.col("start") < pl.col("_s_end")).then(pl.col("step")).alias("_host_step"),
-    )
-    events = events.with_row_index("_row").join(host_step, on="_row", how="left").drop("_row")
-    is_dev = pl.col("kind").is_in(list(schema.DEVICE_KINDS) + ["gpu_annotation"])
-    launches = events.filter(pl.col("kind").is_in(["runtime", "driver"]) & pl.col("correlation").is_not_null()).select(
-        "correlation", pl.col("_host_step").alias("_launch_step")
+def _host_steps(starts: pl.Series, steps: pl.DataFrame) -> pl.Series:
+    """The step whose host range holds each start: the last step starting at or before it, if it has not ended."""
+    ranges = steps.select("start", "end", "step").sort("start")
+    at = ranges.get_column("start").search_sorted(starts, side="right").cast(pl.Int64) - 1
+    idx = pl.select(pl.when(at >= 0).then(at)).to_series()
+    step = ranges.get_column("step").gather(idx)
+    s_end = ranges.get_column("end").gather(idx)
+    return pl.select(pl.when(starts < s_end).then(step)).to_series().alias("_host_step")
+
+
+def _launches(events: pl.DataFrame) -> pl.DataFrame:
+    """The first runtime/driver row (in file order) of each correlation: the launch of a device row."""
+    return events.filter(pl.col("kind").is_in(["runtime", "driver"]) & pl.col("correlation").is_not_null()).select(
+        "correlation", "_host_step", "start", "end", "tid",
     ).unique("correlation", keep="first")
-    events = events.join(launches, on="correlation", how="left")
-    return events.with_columns(
+
+
+def _assign_steps(events: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Each event's step: the step range containing it on the host; device events take their launch's.
+
+    Also returns the launches (correlation, _host_step, start, end, tid) for :func:`_kernels`.
+    """
+    if steps.height == 0:
+        events = events.with_columns(pl.lit(None, pl.Int32).alias("_host_step"))
+    else:
+        events = events.with_columns(_host_steps(events.get_column("start"), steps))
+    launches = _launches(events)
+    events = events.join(
+        launches.select("correlation", pl.col("_host_step").alias("_launch_step")), on="correlation", how="left"
+    )
+    is_dev = pl.col("kind").is_in(_DEVICE_OR_ANNOTATION)
+    events = events.with_columns(
         pl.when(is_dev).then(pl.coalesce("_launch_step", "_host_step")).otherwise(pl.col("_host_step"))
         .cast(pl.Int32).alias("step")
     ).drop("_host_step", "_launch_step")
+    return events, launches
 
 
 def _classify_kernels(events: pl.DataFrame) -> pl.DataFrame:
@@ -393,8 +563,10 @@ def _classify_kernels(events: pl.DataFrame) -> pl.DataFrame:
         (pl.col("kind") == "cpu_op") & (pl.col("name") == "record_param_comms")
         & pl.col("external_id").is_not_null()
     ).get_column("external_id").unique()
-    has_coll_args = pl.col("args").struct.field("Collective name").is_not_null()
-    is_comm = pl.col("name").str.contains(COMM_KERNEL_RE) | pl.col("external_id").is_in(comm_ext.implode()) | has_coll_args
+    names = events.filter(pl.col("kind") == "kernel").get_column("name").cast(pl.String).unique()
+    comm_names = names.filter(names.str.contains(COMM_KERNEL_RE))
+    is_comm = (pl.col("name").cast(pl.String).is_in(comm_names.implode()) | pl.col("external_id").is_in(comm_ext.implode())
+               | pl.col("_coll"))
     klass = (
         pl.when(pl.col("kind") == "memcpy").then(pl.lit("memcpy"))
         .when(pl.col("kind") == "memset").then(pl.lit("memset"))
@@ -403,17 +575,17 @@ def _classify_kernels(events: pl.DataFrame) -> pl.DataFrame:
         .when(is_comm).then(pl.lit("communication"))
         .otherwise(pl.lit("compute"))
     )
-    return events.with_columns(klass.alias("kernel_class"))
+    return events.with_columns(klass.cast(schema.KernelClassType).alias("kernel_class"))
 
 
-def _kernels(events: pl.DataFrame) -> pl.DataFrame:
+def _kernels(events: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
     """Device activity joined with the runtime/driver launch that has the same correlation."""
-    launches = events.filter(pl.col("kind").is_in(["runtime", "driver"]) & pl.col("correlation").is_not_null()).select(
+    launches = launches.select(
         "correlation",
         pl.col("start").alias("launch_start"),
         pl.col("end").alias("launch_end"),
         pl.col("tid").alias("launch_tid"),
-    ).unique("correlation", keep="first")
+    )
     dev = events.filter(pl.col("kind").is_in(list(schema.DEVICE_KINDS)))
     return schema.conform(dev.join(launches, on="correlation", how="left").sort("start"), schema.KERNELS)
 
@@ -422,24 +594,8 @@ def _dtype_bytes() -> pl.Expr:
     return pl.col("dtype").str.to_lowercase().replace_strict(_DTYPE_BYTES, default=None, return_dtype=pl.Int64)
 
 
-def _collectives_nccl(events: pl.DataFrame, kernels: pl.DataFrame, rank: int, backend: str) -> pl.DataFrame:
+def _collectives_nccl(calls: pl.DataFrame, kernels: pl.DataFrame, rank: int, backend: str) -> pl.DataFrame:
     """Collectives from ``record_param_comms`` rows with collective args, with their kernels' times."""
-    args = pl.col("args")
-    calls = events.filter(
-        (pl.col("name") == "record_param_comms") & (pl.col("kind") == "cpu_op")
-        & args.struct.field("Collective name").is_not_null()
-        & (args.struct.field("Collective name") != "wait")
-    ).select(
-        "start", "end", "external_id", "step",
-        args.struct.field("Collective name").alias("collective"),
-        args.struct.field("dtype").alias("dtype"),
-        args.struct.field("In msg nelems").alias("in_elems"),
-        args.struct.field("Out msg nelems").alias("out_elems"),
-        args.struct.field("Group size").cast(pl.Int32).alias("group_size"),
-        args.struct.field("Process Group Name").fill_null("0").alias("pg_name"),
-        args.struct.field("Process Group Description").alias("pg_desc"),
-        args.struct.field("Process Group Ranks").alias("pg_ranks"),
-    )
     if calls.height == 0:
         return schema.empty(schema.COLLECTIVES)
     comm_kernels = kernels.filter(pl.col("kernel_class") == "communication").group_by("external_id").agg(
@@ -477,7 +633,9 @@ def _collectives_from_kernels(kernels: pl.DataFrame, rank: int, backend: str) ->
 
 def _collectives_gloo(events: pl.DataFrame, rank: int) -> pl.DataFrame:
     """Gloo collectives: ``gloo:<op>`` annotations on the gloo threads (there is no ``record_param_comms``)."""
-    gloo = events.filter(pl.col("name").str.contains(_GLOO_RE) & (pl.col("kind") == "annotation")).sort("start")
+    gloo = events.filter(pl.col("kind") == "annotation").with_columns(pl.col("name").cast(pl.String)).filter(
+        pl.col("name").str.contains(_GLOO_RE)
+    ).sort("start")
     if gloo.height == 0:
         return schema.empty(schema.COLLECTIVES)
     out = gloo.with_columns(
@@ -501,26 +659,51 @@ def read_trace(path: str | Path, *, rank: int | None = None) -> TraceTables:
     """Read one Kineto trace file into tables; :class:`TraceError` names the file and the problem."""
     path = Path(path)
     data = read_bytes(path)
-    raw, meta = parse_document(path, data)
-    del data
+    parsed = _parse_pieces(data)
+    if parsed is None:
+        raw, meta = parse_document(path, data)
+        del data
+        parts = [_digest(raw)]
+        del raw
+    else:
+        del data
+        parts, meta = parsed
+        if not any(p.has_ph for p in parts):
+            raise TraceError(path, "empty trace: 'traceEvents' holds no events")
     rank_value, rank_source = resolve_rank(path, meta, rank)
-    ts_min = raw.get_column("ts").min()
-    origin, clock = _time_origin(meta, ts_min if isinstance(ts_min, float) else None)
-    skipped = _skipped_counts(raw).with_columns(
-        pl.lit(rank_value, pl.Int32).alias("rank"), pl.lit(str(path)).alias("file")
+    mins = [p.ts_min for p in parts if p.ts_min is not None]
+    origin, clock = _time_origin(meta, min(mins) if mins else None)
+    skipped = (
+        pl.concat([p.skipped for p in parts]).group_by("reason").agg(pl.col("count").sum()).sort("reason")
+        .with_columns(pl.lit(rank_value, pl.Int32).alias("rank"), pl.lit(str(path)).alias("file"))
     )
-    events = _normalise(raw, rank_value, origin)
-    meta["thread_names"] = _thread_names(raw)
-    del raw
+    meta["thread_names"] = {
+        str(t): str(n) for p in parts for t, n in p.threads.iter_rows() if t is not None and n is not None
+    }
+    events = pl.concat([p.events for p in parts], rechunk=True).with_columns(
+        pl.col("start") + origin, pl.col("end") + origin
+    ).select(
+        pl.lit(rank_value, pl.Int32).alias("rank"), "kind", "cat", "name", "start", "end",
+        (pl.col("end") - pl.col("start")).alias("dur"),
+        "pid", "tid", "device", "stream", "correlation", "external_id", "_sync", "_coll",
+    )
+    calls = pl.concat([p.calls for p in parts]).with_columns(pl.col("start") + origin, pl.col("end") + origin)
+    del parts
     steps = _steps(events, rank_value)
-    events = _assign_steps(events, steps)
+    events, launches = _assign_steps(events, steps)
     events = _classify_kernels(events)
-    kernels = _kernels(events)
+    kernels = _kernels(events, launches)
+    del launches
     backend = _backend(meta)
-    if backend == "gloo" or events.filter(pl.col("name").str.starts_with("gloo:")).height:
+    if backend == "gloo" or any(n.startswith("gloo:") for n in events.get_column("name").cast(pl.String).unique().to_list()):
         collectives = _collectives_gloo(events, rank_value)
     else:
-        collectives = _collectives_nccl(events, kernels, rank_value, backend)
+        calls = calls.select(
+            "start", "end", "external_id",
+            (_host_steps(calls.get_column("start"), steps) if steps.height else pl.lit(None)).cast(pl.Int32).alias("step"),
+            pl.exclude("start", "end", "external_id"),
+        )
+        collectives = _collectives_nccl(calls, kernels, rank_value, backend)
         if collectives.height == 0:
             collectives = _collectives_from_kernels(kernels, rank_value, backend)
     meta.update(clock=clock, origin_ns=origin, rank_source=rank_source)
@@ -535,11 +718,3 @@ def read_trace(path: str | Path, *, rank: int | None = None) -> TraceTables:
         skipped=schema.conform(skipped, schema.SKIPPED),
         meta=meta,
     )
-
-
-def _thread_names(raw: pl.DataFrame) -> dict[str, str]:
-    """``tid`` → thread name from the metadata events (e.g. ``pt_gloo_runloop``)."""
-    rows = raw.filter((pl.col("ph") == "M") & (pl.col("name") == "thread_name")).select(
-        "tid", pl.col("args").struct.field("name")
-    )
-    return {str(t): str(n) for t, n in rows.iter_rows() if t is not None and n is not None}

@@ -40,3 +40,18 @@ def synthetic_steps(kernels: pl.DataFrame, *, steps: int = 50) -> pl.DataFrame:
             rows.append({"rank": rank[0], "step": s, "source": "profiler", "start": lo + s * w,
                          "end": lo + (s + 1) * w, "dur": w, "profiled": True})
     return conform(pl.DataFrame(rows), STEPS)
+
+
+def synthetic_run(n: int = 1_000_000, *, ranks: int = 8, streams: int = 2, steps: int = 50, name: str = "synthetic"):
+    """A :class:`workbench.Run` with ``n`` synthetic kernels and profiler steps; other tables empty."""
+    from pathlib import Path
+
+    from workbench import schema
+    from workbench.run import Run
+
+    k = synthetic_kernels(n, ranks=ranks, streams=streams)
+    st = synthetic_steps(k, steps=steps)
+    rk = schema.conform(pl.DataFrame({"rank": list(range(ranks)), "world_size": [ranks] * ranks}), schema.RANKS)
+    return Run(path=Path(name), ranks=rk, events=schema.empty(schema.EVENTS), kernels=k,
+               collectives=schema.empty(schema.COLLECTIVES), steps=st, compiles=schema.empty(schema.COMPILES),
+               fingerprints=schema.empty(schema.FINGERPRINTS), skipped=schema.empty(schema.SKIPPED))

@@ -36,6 +36,8 @@ def check_run(out: Path, world: int, *, steps: int, window: tuple[int, int], rec
               straggler: int, delay_s: float) -> None:
     run_json = json.loads((out / "run.json").read_text())
     assert run_json["world_size"] == world and run_json["steps"] == steps
+    hashes = {json.loads((out / f"rank{r}/fingerprint.json").read_text())["config_hash"] for r in range(world)}
+    assert len(hashes) == 1                      # same config on every rank -> same hash
     for rank in range(world):
         rdir = out / f"rank{rank}"
         fp = json.loads((rdir / "fingerprint.json").read_text())

@@ -1,0 +1,132 @@
+"""How fast the web UI is, measured in a real headless browser (Debian's chromium via Playwright).
+
+Prints, for every page on every sample run: the time from navigation until the page has rendered with all its
+figures ("ready"), cold (first visit: the run is opened and analysed) and warm (cached in the server process).
+Then, on a synthetic run of 1M kernels (8 ranks × 2 streams): the first Timeline draw and the zoom round trip
+(relayout in the browser → server reduction → new figure drawn), for windows from the whole run down to a few
+hundred kernels.
+
+Targets (issue 6): every page ready in ≤ 2 s on the sample runs (warm), a Timeline zoom round trip ≤ 1 s on 1M events.
+
+    python bench/app_speed.py [RUN_ROOT ...] [--kernels 1000000] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "app"))
+
+from app_synthetic import synthetic_run  # noqa: E402
+from browser_util import goto_ready  # noqa: E402
+from conftest import CHROMIUM, CHROMIUM_ARGS, Served  # noqa: E402
+
+from workbench.app.main import PAGES, create_app  # noqa: E402
+from workbench.app.store import RunStore  # noqa: E402
+
+META_JS = "() => document.querySelector('#timeline-graph .js-plotly-plot').layout.meta"
+
+
+def page_timings(browser, roots: list[Path], repeats: int = 3) -> list[dict]:
+    app = create_app(roots)
+    served = Served(app)
+    rows = []
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        for rid in app.workbench_store.ids():
+            for p in PAGES:
+                url = served.url(f"{p.PATH}?run={rid}")
+                cold = goto_ready(page, url, p.KEY, timeout_ms=120_000)
+                warm = [goto_ready(page, url, p.KEY) for _ in range(repeats)]
+                rows.append({"run": rid, "page": p.NAME, "cold_s": round(cold, 3),
+                             "warm_s": round(statistics.median(warm), 3)})
+                print(f"  {rid:<24} {p.NAME:<22} cold {cold:6.2f} s   warm {statistics.median(warm):6.2f} s",
+                      flush=True)
+        page.close()
+    finally:
+        served.close()
+    return rows
+
+
+def zoom_timings(browser, n: int) -> dict:
+    t = time.perf_counter()
+    run = synthetic_run(n)
+    build_s = time.perf_counter() - t
+    app = create_app(store=RunStore.preloaded({"synthetic": run}))
+    served = Served(app)
+    out: dict = {"kernels": n, "build_s": round(build_s, 2), "zooms": []}
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        first = goto_ready(page, served.url("/timeline?run=synthetic"), "timeline", timeout_ms=120_000)
+        first_warm = goto_ready(page, served.url("/timeline?run=synthetic"), "timeline", timeout_ms=120_000)
+        out["first_draw_s"] = round(first, 3)
+        out["first_draw_warm_s"] = round(first_warm, 3)
+        x0, x1 = page.evaluate("() => document.querySelector('#timeline-graph .js-plotly-plot').layout.xaxis.range")
+        print(f"  first draw {first:.2f} s (warm {first_warm:.2f} s), {page.evaluate(META_JS)}", flush=True)
+        span = x1 - x0
+        for frac in (0.5, 0.1, 0.01, 0.001, 0.0002, 1.0):
+            a = x0 + span * 0.3
+            b = a + span * frac if frac < 1 else x1
+            a = x0 if frac == 1.0 else a
+            tag = page.evaluate("() => { const g = document.querySelector('#timeline-graph .js-plotly-plot');"
+                                " g.__bench = (g.__bench || 0) + 1; return g.__bench; }")
+            t = time.perf_counter()
+            page.evaluate("([a, b]) => Plotly.relayout(document.querySelector('#timeline-graph .js-plotly-plot'),"
+                          " {'xaxis.range[0]': a, 'xaxis.range[1]': b})", [a, b])
+            # done when the server's new figure (its caption) has arrived and plotly has drawn it
+            page.wait_for_function(
+                "([a, b]) => { const g = document.querySelector('#timeline-graph .js-plotly-plot');"
+                " const m = g.layout.meta; const info = document.getElementById('timeline-info').textContent;"
+                " return m && info.includes((b - a).toLocaleString('en-US', {minimumFractionDigits: 3,"
+                " maximumFractionDigits: 3})) && !document.querySelector('[data-dash-is-loading=\"true\"]'); }",
+                arg=[a, b], timeout=60_000, polling=10)
+            secs = time.perf_counter() - t
+            meta = page.evaluate(META_JS)
+            size = page.evaluate("() => JSON.stringify(document.querySelector('#timeline-graph .js-plotly-plot').data).length")
+            row = {"window_fraction": frac, "round_trip_s": round(secs, 3), **meta, "figure_json_bytes": size}
+            out["zooms"].append(row)
+            print(f"  zoom to {frac:>7.2%} of the run: {secs:5.2f} s  {meta}  figure {size / 1e3:.0f} kB", flush=True)
+            del tag
+        page.close()
+    finally:
+        served.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("roots", nargs="*", type=Path, default=[REPO / "sample_traces"])
+    ap.add_argument("--kernels", type=int, default=1_000_000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+
+    import logging
+
+    from playwright.sync_api import sync_playwright
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    result: dict = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        print(f"pages ({', '.join(map(str, args.roots))}):")
+        result["pages"] = page_timings(browser, args.roots, args.repeats)
+        print(f"timeline on {args.kernels:,} synthetic kernels:")
+        result["timeline"] = zoom_timings(browser, args.kernels)
+        browser.close()
+    worst_page = max((r["warm_s"] for r in result["pages"]), default=0)
+    worst_zoom = max((z["round_trip_s"] for z in result["timeline"]["zooms"]), default=0)
+    print(f"\nworst page (warm): {worst_page:.2f} s (target ≤ 2 s)   "
+          f"worst zoom round trip: {worst_zoom:.2f} s (target ≤ 1 s)")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""Real-browser fixtures: Debian's chromium driven by Playwright, the app served in-process on a free port.
+
+Never ``playwright install``: the browser is ``/usr/bin/chromium`` (apt package ``chromium``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "test-artifacts"
+CHROMIUM = os.environ.get("WORKBENCH_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+
+
+class Served:
+    """An app served on 127.0.0.1:<free port> in a thread; ``url(path)`` builds links to it."""
+
+    def __init__(self, dash_app):
+        import logging
+
+        from werkzeug.serving import make_server
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+
+        self.app = dash_app
+        self.server = make_server("127.0.0.1", 0, dash_app.server, threaded=True)
+        self.base = f"http://127.0.0.1:{self.server.server_port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self, path: str = "/") -> str:
+        return self.base + path
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.thread.join(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """One headless chromium for the session; skips when chromium or playwright is missing."""
+    if not Path(CHROMIUM).exists() and not shutil.which(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} not found: apt-get install -y chromium")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()
+
+
+@pytest.fixture()
+def page(browser):
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = ctx.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.js_errors = errors  # type: ignore[attr-defined]
+    yield pg
+    ctx.close()
+
+
+@pytest.fixture(scope="session")
+def artifacts() -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS
+
+
+def serve(dash_app) -> Served:
+    return Served(dash_app)
+
+
+@pytest.fixture()
+def served_factory() -> Iterator:
+    started: list[Served] = []
+
+    def make(dash_app) -> Served:
+        s = Served(dash_app)
+        started.append(s)
+        return s
+
+    yield make
+    for s in started:
+        s.close()

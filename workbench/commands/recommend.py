@@ -1,0 +1,85 @@
+"""``workbench recommend PATH -o fixes.toml``: ranked fixes for a run, config fixes written as a compile config."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import typer
+from rich.console import Console
+
+PATH_ARG = typer.Argument(..., help="Run directory, Kineto traces and/or TORCH_TRACE logs.")
+
+
+def run_findings(run: Any, timeout_s: float | None = None) -> pl.DataFrame:
+    """Every finding of ``run``: the compile findings (with steps, collectives, fingerprints) plus the other
+    analyses' findings when they can run."""
+    from workbench.analyses.findings import rank_findings
+    from workbench.analyses.recompiles import recompile_findings
+
+    parts = [recompile_findings(run.compiles, steps=run.steps, collectives=run.collectives,
+                                fingerprints=getattr(run, "fingerprints", None), timeout_s=timeout_s)]
+    try:
+        from workbench.analyses.summary import analysis_tables
+
+        other = analysis_tables(run)["findings"]
+        parts.append(other.filter(pl.col("source") != "recompiles"))
+    except Exception:  # noqa: BLE001 - another analysis failing must not hide the compile fixes
+        pass
+    return rank_findings(parts)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("recommend")
+    def recommend_cmd(
+        path: Path = PATH_ARG,
+        output: Path = typer.Option(None, "-o", "--output", help="Write the config fixes as compile-config TOML."),
+        rank: int = typer.Option(None, "--rank", help="Rank of a lone trace file that names none."),
+        as_json: bool = typer.Option(False, "--json", help="Print the recommendations as JSON."),
+        timeout_s: float = typer.Option(None, "--timeout-s", help="Collective timeout of the job (default 600 s)."),
+        limit: int = typer.Option(20, "--limit", help="Rows to print."),
+    ) -> None:
+        """Rank the fixes for what the run shows; with -o, write the config fixes (one comment per setting)."""
+        import workbench
+        from workbench.analyses.recommendations import recommend, to_compile_config
+        from workbench.compile_config import load_compile_config
+
+        run = workbench.open(path, rank=rank)
+        findings = run_findings(run, timeout_s)
+        recs = recommend(findings, run.compiles)
+        if output is not None:
+            text = to_compile_config(recs, header=f"Compile config for {path} written by `workbench recommend`: "
+                                                  f"apply with Collector(..., compile_config=\"{output.name}\")")
+            output.parent.mkdir(parents=True, exist_ok=True)
+            tmp = output.with_name(output.name + ".tmp")
+            tmp.write_text(text)
+            tmp.replace(output)
+            load_compile_config(output)  # the file we write must load (validated against the installed torch)
+        if as_json:
+            sys.stdout.write(json.dumps({"findings": findings.height, "recommendations": recs.to_dicts(),
+                                         "config": str(output) if output else None}, default=str) + "\n")
+            return
+        console = Console()
+        if recs.height == 0:
+            console.print("No findings: nothing to recommend.")
+        else:
+            console.print(f"[bold]Recommendations for {path}[/bold] ({findings.height} findings, "
+                          f"{recs.height} fixes; applied = written to the config)")
+            for r in recs.head(limit).iter_rows(named=True):
+                flag = " [green](applied)[/green]" if r["apply"] else ""
+                console.print(f"\n[bold]{r['rank']}. {r['title']}[/bold]{flag}", highlight=False)
+                console.print(f"   answers  {r['finding_kind']} ({r['severity']}): {r['evidence']}", highlight=False)
+                console.print(f"   effect   {r['expected_effect']}", highlight=False)
+                if r["config"]:
+                    console.print(f"   config   {r['config']}", highlight=False, markup=False)
+                if r["code_advice"]:
+                    loc = f"  [{r['location']}]" if r["location"] else ""
+                    console.print(f"   code     {r['code_advice']}{loc}", highlight=False, markup=False)
+            if recs.height > limit:
+                console.print(f"\n… {recs.height - limit} more (--limit, or --json)")
+        if output is not None:
+            n = recs.filter(pl.col("apply")).height
+            console.print(f"wrote {output} ({n} config fix{'es' if n != 1 else ''})")

@@ -1,0 +1,33 @@
+"""``workbench app [PATH ...]``: serve the Dash UI (localhost by default) over the given runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("app")
+    def serve(
+        paths: list[Path] = typer.Argument(None, help="Run directories, trace folders or files, or folders of runs "
+                                                      "(default: the bundled sample_traces/)."),
+        host: str = typer.Option("127.0.0.1", "--host", help="Interface to bind; localhost unless told otherwise."),
+        port: int = typer.Option(8050, "--port", help="TCP port."),
+        debug: bool = typer.Option(False, "--dev", help="Dash dev tools and reloading (development only)."),
+    ) -> None:
+        """Explore runs in the browser: timeline, breakdown, drift, recompiles, recommendations, compare."""
+        try:
+            from workbench.app.main import create_app, default_roots
+        except ModuleNotFoundError as exc:  # dash is the app extra
+            raise typer.BadParameter(f"the app needs dash: pip install 'workbench[app]' ({exc})") from exc
+        roots = list(paths) if paths else default_roots()
+        dash_app = create_app(roots)
+        store = dash_app.workbench_store
+        typer.echo(f"workbench app: {len(store.entries)} run(s) under {', '.join(map(str, store.roots))}")
+        for e in store.entries:
+            typer.echo(f"  {e.id:<28} {e.path}")
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            typer.echo(f"warning: serving on {host}: anyone who can reach it can read these runs", err=True)
+        typer.echo(f"open http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}/")
+        dash_app.run(host=host, port=port, debug=debug)
