@@ -91,7 +91,7 @@ def time_breakdown(kernels: pl.DataFrame, steps: pl.DataFrame, window: Window = 
     ``comm_exposed_ns``, ``memcpy_ns``, ``memset_ns``, ``memory_ns`` (memcpy ∪ memset), ``memory_exposed_ns``,
     ``non_compute_ns``, then the percentages of :func:`with_percentages`.
     """
-    kw = window_kernels(kernels, steps, window)
+    kw = window_kernels(kernels.select("rank", "step", "start", "end", "kernel_class"), steps, window)
     kw = kw.filter(pl.col("start").is_not_null() & pl.col("end").is_not_null())
     seg = step_segments(kw)
     if seg.is_empty():
@@ -181,7 +181,8 @@ def idle_gaps(
     ``name`` (the kernel after the gap). Only gaps > 0 between two activities of one stream are listed, as HTA
     does (no gap before a stream's first activity or after its last).
     """
-    kw = window_kernels(kernels, steps, window).filter(pl.col("start").is_not_null())
+    cols = ["rank", "stream", "step", "start", "end", "launch_start", "name"]
+    kw = window_kernels(kernels.select(cols), steps, window).filter(pl.col("start").is_not_null())
     prev_end = pl.col("end").cum_max().shift(1).over("rank", "stream")
     g = (
         kw.lazy()

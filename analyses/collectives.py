@@ -237,8 +237,9 @@ def collective_drift(matched: pl.DataFrame) -> pl.DataFrame:
 
     For every complete non-p2p instance, a rank's offset is its arrival minus the instance's median arrival.
     Columns: ``rank``, ``instances``, ``mean_offset_ns``, ``first_offset_ns`` / ``last_offset_ns`` (first and last
-    instance), ``slope_ns_per_s`` (least-squares slope of the offset against wall time: positive = this rank
-    arrives later and later), ``drift_ns`` (slope × the time spanned: how far it moved over the window).
+    instance), ``steps`` (distinct steps), ``slope_ns_per_s`` (least-squares slope of the offset against wall time:
+    positive = this rank arrives later and later), ``drift_ns`` (median offset over the last third of the
+    instances minus that over the first third: how far it moved, robust to a one-off late arrival).
     """
     if matched.is_empty():
         return pl.DataFrame()
@@ -251,19 +252,19 @@ def collective_drift(matched: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame()
     cov = ((pl.col("t") - pl.col("t").mean()) * (pl.col("offset") - pl.col("offset").mean())).mean()
     var = ((pl.col("t") - pl.col("t").mean()) ** 2).mean()
+    third = (pl.len() / 3).ceil().cast(pl.Int64)
     return (
         m.sort("arrival")
         .group_by("rank")
         .agg(
             instances=pl.len(),
+            steps=pl.col("step").n_unique(),
             mean_offset_ns=pl.col("offset").mean(),
             first_offset_ns=pl.col("offset").first(),
             last_offset_ns=pl.col("offset").last(),
             slope_ns_per_s=pl.when(var > 0).then(cov / var),
-            _span=pl.col("t").max() - pl.col("t").min(),
+            drift_ns=pl.col("offset").tail(third).median() - pl.col("offset").head(third).median(),
         )
-        .with_columns(drift_ns=pl.col("slope_ns_per_s") * pl.col("_span"))
-        .drop("_span")
         .sort("rank")
     )
 
@@ -274,7 +275,7 @@ def collective_findings(
 ) -> pl.DataFrame:
     """FINDINGS: ``collective_mismatch`` (ranks disagree on name, dtype or size of a matched call, or a call is
     missing on some ranks), ``clock_offset`` (ranks span hosts and their clocks differ by > 100 µs),
-    ``collective_drift`` (a rank's arrival moved by > 1 ms over the window)."""
+    ``collective_drift`` (the rank whose arrival moved most, when by > 1 ms over ≥ 8 instances in ≥ 3 steps)."""
     rows = []
     if instances is not None and not instances.is_empty():
         bad = instances.filter(~pl.col("consistent"))
@@ -309,8 +310,8 @@ def collective_findings(
                 "collectives", ranks=big["rank"].to_list(), evidence={"offsets": offsets.to_dicts()},
             ))
     if drift is not None and not drift.is_empty():
-        d = drift.filter(pl.col("drift_ns").abs() > 1_000_000)
-        for r in d.iter_rows(named=True):
+        d = drift.filter((pl.col("drift_ns").abs() > 1_000_000) & (pl.col("instances") >= 8) & (pl.col("steps") >= 3))
+        for r in d.sort(pl.col("drift_ns").abs(), descending=True).head(1).iter_rows(named=True):
             rows.append(finding(
                 "collective_drift", severity_for(abs(r["drift_ns"]), 20e6, 5e6),
                 f"Rank {r['rank']} reaches collectives {'later' if r['drift_ns'] > 0 else 'earlier'} and "

@@ -16,7 +16,7 @@ import polars as pl
 from workbench.analyses.breakdown import (
     KERNEL_WAIT_NS, breakdown_by_rank, breakdown_findings, idle_causes, idle_gaps, main_streams, time_breakdown,
 )
-from workbench.analyses.bubbles import bubble_findings, pipeline_bubbles
+from workbench.analyses.bubbles import bubble_findings, pipeline_bubbles, step_idle
 from workbench.analyses.collectives import (
     clock_offsets, collective_drift, collective_findings, collective_instances, collective_wait_by_rank,
     match_collectives, spans_hosts,
@@ -55,7 +55,8 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
     ``ranks`` polars attributes, e.g. :class:`workbench.Run`).
 
     Keys: ``breakdown`` (per rank and step), ``breakdown_by_rank``, ``overlap`` (per rank and step),
-    ``idle_gaps``, ``idle_by_stream``, ``idle_by_step``, ``bubbles``, ``collectives`` (matched, per rank and
+    ``idle_gaps``, ``idle_by_stream``, ``idle_by_step``, ``step_idle`` (GPU idle fraction per rank and step),
+    ``bubbles``, ``collectives`` (matched, per rank and
     instance), ``collective_instances``, ``collective_wait``, ``clock_offsets``, ``collective_drift``,
     ``step_times``, ``stragglers``, ``top_kernels``, ``launch_stats``, ``kernel_class_time``, ``findings``.
     """
@@ -74,6 +75,7 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
     out["idle_gaps"] = gaps
     out["idle_by_stream"] = idle_causes(gaps, ("rank", "stream"))
     out["idle_by_step"] = idle_causes(gaps, ("rank", "step", "stream"))
+    out["step_idle"] = step_idle(bd)
     out["bubbles"] = pipeline_bubbles(events, steps, window)
     matched = match_collectives(colls, ranks) if not colls.is_empty() else pl.DataFrame()
     out["collectives"] = matched

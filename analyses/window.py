@@ -61,11 +61,24 @@ def window_kernels(kernels: pl.DataFrame, steps: pl.DataFrame, window: Window = 
     if window == "all" or kernels.is_empty():
         return kernels
     ws = window_steps(steps, window)
-    stepped = ws.group_by("rank").agg(n=pl.len()).filter(pl.col("n") >= 2).select("rank")
-    kept_steps = ws.filter(pl.col("in_window")).select("rank", "step")
-    with_steps = kernels.join(stepped, on="rank", how="semi").join(kept_steps, on=["rank", "step"], how="semi")
-    fallback = kernels.join(stepped, on="rank", how="anti")
-    return pl.concat([with_steps, fallback]) if not fallback.is_empty() else with_steps
+    per_rank = ws.group_by("rank").agg(n=pl.len(), last=pl.col("step").filter("last").first())
+    stepped = per_rank.filter(pl.col("n") >= 2)
+    if stepped.is_empty():
+        return kernels
+    # ranks with >= 2 profiler steps keep rows launched in one of their steps other than the last
+    last = dict(zip(stepped["rank"].to_list(), stepped["last"].to_list()))
+    kept = ws.filter(pl.col("in_window") & pl.col("rank").is_in(list(last)))
+    last_step = pl.col("rank").replace_strict(last, default=None, return_dtype=pl.Int32)
+    in_steps = pl.col("step").is_between(kept["step"].min(), kept["step"].max()) if kept.height else pl.lit(False)
+    keep = pl.when(last_step.is_null()).then(True).otherwise(
+        pl.col("step").is_not_null() & (pl.col("step") != last_step) & in_steps
+    )
+    out = kernels.filter(keep)
+    # steps are numbered consecutively, so the range test above is exact unless a rank skips numbers
+    if kept.group_by("rank").agg(gap=(pl.col("step").max() - pl.col("step").min() + 1) != pl.len())["gap"].any():
+        out = out.join(kept.select("rank", "step"), on=["rank", "step"], how="semi").vstack(
+            out.filter(last_step.is_null()))
+    return out
 
 
 def window_range(kernels: pl.DataFrame) -> pl.DataFrame:

@@ -34,13 +34,15 @@ def origin(store: RunStore, rid: str) -> int:
 
 
 def full_window(store: RunStore, rid: str, ranks: list[int] | None) -> tuple[int, int]:
-    run = store.run(rid)
-    k, s = run.kernels, run.steps
-    if ranks:
-        k = k.filter(pl.col("rank").is_in(ranks))
-        s = s.filter(pl.col("rank").is_in(ranks))
-    b = figures.time_bounds(k) or figures.time_bounds(s) or (0, 1)
-    return b[0], max(b[1], b[0] + 1)
+    def go():
+        run = store.run(rid)
+        k, s = run.kernels, run.steps
+        if ranks:
+            k = k.filter(pl.col("rank").is_in(ranks))
+            s = s.filter(pl.col("rank").is_in(ranks))
+        b = figures.time_bounds(k) or figures.time_bounds(s) or (0, 1)
+        return b[0], max(b[1], b[0] + 1)
+    return store.cached(rid, f"timeline:full:{sorted(ranks or [])}", go)
 
 
 def step_window(store: RunStore, rid: str, step: int, ranks: list[int] | None) -> tuple[int, int] | None:
@@ -59,7 +61,8 @@ def build_figure(store: RunStore, rid: str, window: tuple[int, int] | None, rank
     """The timeline figure of ``window`` and its caption (the function the callback and the layout share)."""
     run = store.run(rid)
     lo, hi = window or full_window(store, rid, ranks)
-    view = figures.timeline_view(run.kernels, start=lo, end=hi, ranks=ranks or None)
+    index = store.cached(rid, "timeline:index", lambda: figures.TimelineIndex(run.kernels))
+    view = figures.timeline_view(index, start=lo, end=hi, ranks=ranks or None)
     sel = (lambda f: f.filter(pl.col("rank").is_in(ranks))) if ranks else (lambda f: f)
     fig = figures.timeline_figure(
         view, origin=origin(store, rid), collectives=sel(run.collectives), compiles=sel(run.compiles),
@@ -108,8 +111,9 @@ def _layout(pctx) -> Any:
             html.Button("Whole run", id="timeline-reset", n_clicks=0),
         ], className="controls"),
         html.Div(caption, id="timeline-info", className="muted"),
-        dcc.Loading(graph(fig, id="timeline-graph", style={"minHeight": "300px"}), type="circle", delay_show=400),
+        graph(fig, id="timeline-graph", style={"minHeight": "300px"}),
         dcc.Store(id="timeline-state", data={"run": rid, "window": list(window), "rev": 0}),
+        dcc.Store(id="timeline-zoom"),
         html.Div("Drag to zoom, double-click to return to the whole run; the server redraws the visible window "
                  "(exact kernels once few enough are visible). Collectives and recompiles have their own lanes.",
                  className="muted"),
@@ -132,12 +136,25 @@ def parse_relayout(data: dict | None, origin_ns: int) -> tuple[int, int] | str |
     return int(origin_ns + a * 1e6), int(origin_ns + b * 1e6)
 
 
+#: Forward only zoom/pan/reset relayouts to the server: plotly also emits relayoutData on autosize, and a second
+#: request would make Dash drop the answer to the first.
+_ZOOM_FILTER_JS = """
+function(rd) {
+    if (rd && ('xaxis.range[0]' in rd || 'xaxis.range' in rd || 'xaxis.autorange' in rd)) { return rd; }
+    return window.dash_clientside.no_update;
+}
+"""
+
+
 def register(app, store: RunStore) -> None:
+    app.clientside_callback(_ZOOM_FILTER_JS, Output("timeline-zoom", "data"), Input("timeline-graph", "relayoutData"),
+                            prevent_initial_call=True)
+
     @app.callback(
         Output("timeline-graph", "figure"),
         Output("timeline-info", "children"),
         Output("timeline-state", "data"),
-        Input("timeline-graph", "relayoutData"),
+        Input("timeline-zoom", "data"),
         Input("timeline-ranks", "value"),
         Input("timeline-reset", "n_clicks"),
         Input("timeline-step", "value"),

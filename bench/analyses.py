@@ -24,6 +24,7 @@ HTA runs in its own venv (``--hta-python``, default ``/tmp/hta-venv/bin/python``
     . .venv/bin/activate
     python bench/analyses.py              # build (once) + measure + print the table
     python bench/analyses.py --readme     # ... and rewrite the "Analyses" section of bench/README.md
+    python bench/analyses.py --reuse-hta  # HTA's times from the last run on the same input (saved as hta.json)
 """
 
 from __future__ import annotations
@@ -254,6 +255,9 @@ def main() -> None:
     ap.add_argument("--no-hta", action="store_true")
     ap.add_argument("--hta-python", type=Path, default=Path("/tmp/hta-venv/bin/python"))
     ap.add_argument("--hta-timeout", type=float, default=3600)
+    ap.add_argument("--reuse-hta", action="store_true",
+                    help="take HTA's times from the last run on this input (HTA takes many minutes; its time does "
+                         "not depend on this project's code)")
     ap.add_argument("--readme", action="store_true", help="rewrite the Analyses section of bench/README.md")
     args = ap.parse_args()
 
@@ -264,9 +268,14 @@ def main() -> None:
     log("workbench ...")
     wb = run_workbench(folder, args.repeat)
     hta = None
-    if not args.no_hta:
+    saved = folder.parent / "hta.json"
+    if args.reuse_hta and saved.is_file():
+        log(f"reusing HTA's times from {saved}")
+        hta = json.loads(saved.read_text())
+    elif not args.no_hta:
         log("HTA ... (minutes)")
         hta = run_hta(ensure_hta(args.hta_python, log), folder, args.hta_timeout)
+        saved.write_text(json.dumps(hta, indent=2))
     text = report(wb, hta, manifest)
     print(text)
     if args.readme:

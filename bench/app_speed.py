@@ -74,25 +74,21 @@ def zoom_timings(browser, n: int) -> dict:
             a = x0 + span * 0.3
             b = a + span * frac if frac < 1 else x1
             a = x0 if frac == 1.0 else a
-            tag = page.evaluate("() => { const g = document.querySelector('#timeline-graph .js-plotly-plot');"
-                                " g.__bench = (g.__bench || 0) + 1; return g.__bench; }")
+            before = page.text_content("#timeline-info")
             t = time.perf_counter()
             page.evaluate("([a, b]) => Plotly.relayout(document.querySelector('#timeline-graph .js-plotly-plot'),"
                           " {'xaxis.range[0]': a, 'xaxis.range[1]': b})", [a, b])
-            # done when the server's new figure (its caption) has arrived and plotly has drawn it
+            # done when the server's new figure and caption have arrived and nothing is loading
             page.wait_for_function(
-                "([a, b]) => { const g = document.querySelector('#timeline-graph .js-plotly-plot');"
-                " const m = g.layout.meta; const info = document.getElementById('timeline-info').textContent;"
-                " return m && info.includes((b - a).toLocaleString('en-US', {minimumFractionDigits: 3,"
-                " maximumFractionDigits: 3})) && !document.querySelector('[data-dash-is-loading=\"true\"]'); }",
-                arg=[a, b], timeout=60_000, polling=10)
+                "(before) => { const info = document.getElementById('timeline-info').textContent;"
+                " return info !== before && !document.querySelector('[data-dash-is-loading=\"true\"]'); }",
+                arg=before, timeout=60_000, polling=10)
             secs = time.perf_counter() - t
             meta = page.evaluate(META_JS)
             size = page.evaluate("() => JSON.stringify(document.querySelector('#timeline-graph .js-plotly-plot').data).length")
             row = {"window_fraction": frac, "round_trip_s": round(secs, 3), **meta, "figure_json_bytes": size}
             out["zooms"].append(row)
             print(f"  zoom to {frac:>7.2%} of the run: {secs:5.2f} s  {meta}  figure {size / 1e3:.0f} kB", flush=True)
-            del tag
         page.close()
     finally:
         served.close()

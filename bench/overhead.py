@@ -58,7 +58,8 @@ def bench_size(name: str, device: torch.device, args: argparse.Namespace, tmp: P
     d_model, layers, seq, n = SIZES[name]
     model = build(d_model, layers, device)
     compiled = torch.compile(model, backend=args.backend)
-    wrapped = Wrap(compiled)
+    plain_wrap = Wrap(compiled)        # the bare loop: same call depth, no hooks
+    wrapped = Wrap(compiled)           # the collector's loop: hooked by instrument()
     opt_bare = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")
     opt_coll = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")
     x, y = batch(n, seq, device)
@@ -73,7 +74,7 @@ def bench_size(name: str, device: torch.device, args: argparse.Namespace, tmp: P
 
     t = time.perf_counter()
     for _ in range(args.warmup):
-        body(compiled, opt_bare)
+        body(plain_wrap, opt_bare)
         body(wrapped, opt_coll)
     sync(device)
     compile_s = time.perf_counter() - t
@@ -87,7 +88,7 @@ def bench_size(name: str, device: torch.device, args: argparse.Namespace, tmp: P
         sync(device)
         t0 = time.perf_counter()
         for _ in range(args.block):
-            body(compiled, opt_bare)
+            body(plain_wrap, opt_bare)
         sync(device)
         return (time.perf_counter() - t0) / args.block
 
@@ -100,11 +101,29 @@ def bench_size(name: str, device: torch.device, args: argparse.Namespace, tmp: P
         sync(device)
         return (time.perf_counter() - t0) / args.block
 
+    def step_bare() -> float:
+        t0 = time.perf_counter()
+        body(plain_wrap, opt_bare)
+        sync(device)
+        return time.perf_counter() - t0
+
+    def step_coll() -> float:
+        t0 = time.perf_counter()
+        with coll.step():
+            body(wrapped, opt_coll)
+        sync(device)
+        return time.perf_counter() - t0
+
     bare, on = [], []
     for rep in range(args.reps):
         order = (block_bare, block_coll) if rep % 2 == 0 else (block_coll, block_bare)
         for fn in order:
             (bare if fn is block_bare else on).append(fn())
+    sbare, son = [], []
+    for i in range(args.alt_steps):      # alternate single steps (sync each): drift cancels, host cost exposed
+        order = (step_bare, step_coll) if i % 2 == 0 else (step_coll, step_bare)
+        for fn in order:
+            (sbare if fn is step_bare else son).append(fn())
     coll.close()
     ratios = [c / b for b, c in zip(bare, on)]
 
@@ -121,15 +140,15 @@ def bench_size(name: str, device: torch.device, args: argparse.Namespace, tmp: P
                      on_trace_ready=lambda p: p.export_chrome_trace(str(out))) as prof:
             for i in range(w + 1):
                 t0 = time.perf_counter()
-                body(compiled, opt_bare)
+                body(plain_wrap, opt_bare)
                 sync(device)
                 prof.step()
                 if i >= 1:
                     times.append(time.perf_counter() - t0)
         return times
 
-    def window_coll(k: int) -> list[float]:
-        c = Collector(tmp / f"{name}-window-{k}", profile_start=1, profile_length=w, compile_capture=True)
+    def window_coll(k: int, ranges: bool = True) -> list[float]:
+        c = Collector(tmp / f"{name}-window-{k}-{ranges}", profile_start=1, profile_length=w, nvtx=ranges)
         c.instrument(wrapped, opt_coll)
         times = []
         with c:
@@ -147,27 +166,75 @@ def bench_size(name: str, device: torch.device, args: argparse.Namespace, tmp: P
         times = []
         for _ in range(w):
             t0 = time.perf_counter()
-            body(compiled, opt_bare)
+            body(plain_wrap, opt_bare)
             sync(device)
             times.append(time.perf_counter() - t0)
         return times
 
-    wb, wc, plain = [], [], []
+    def window_coll_noranges(k: int) -> list[float]:
+        return window_coll(k, ranges=False)
+
+    wb, wc, wn, plain = [], [], [], []
     for k in range(args.window_reps):
         plain.append(statistics.median(plain_steps()))
-        order = (window_bare, window_coll) if k % 2 == 0 else (window_coll, window_bare)
+        order = [window_bare, window_coll, window_coll_noranges]
+        order = order[k % 3:] + order[:k % 3]
         for fn in order:
-            (wb if fn is window_bare else wc).append(statistics.median(fn(k)))
+            {window_bare: wb, window_coll: wc, window_coll_noranges: wn}[fn].append(statistics.median(fn(k)))
     return {
         "size": name, "d_model": d_model, "layers": layers, "seq": seq, "batch": n,
         "warmup_and_compile_s": round(compile_s, 2),
-        "always_on": {"bare_ms": [round(v * 1e3, 4) for v in bare], "collector_ms": [round(v * 1e3, 4) for v in on],
+        "always_on": {"alternating_steps": args.alt_steps,
+                      "alt_bare_ms": round(statistics.median(sbare) * 1e3, 4),
+                      "alt_collector_ms": round(statistics.median(son) * 1e3, 4),
+                      "ratio_alternating": statistics.median(son) / statistics.median(sbare),
+                      "bare_ms": [round(v * 1e3, 4) for v in bare], "collector_ms": [round(v * 1e3, 4) for v in on],
                       "ratio_median": statistics.median(ratios), "ratio_total": sum(on) / sum(bare)},
         "window": {"plain_ms": [round(v * 1e3, 4) for v in plain], "bare_profiler_ms": [round(v * 1e3, 4) for v in wb],
                    "collector_ms": [round(v * 1e3, 4) for v in wc],
+                   "collector_no_ranges_ms": [round(v * 1e3, 4) for v in wn],
                    "ratio_median": statistics.median(c / b for b, c in zip(wb, wc)),
+                   "ratio_no_ranges_median": statistics.median(c / b for b, c in zip(wb, wn)),
                    "profiler_vs_plain": statistics.median(wb) / statistics.median(plain)},
     }
+
+
+def host_cost_us(tmp: Path, device: torch.device, n: int = 20000) -> dict:
+    """The collector's own host time per step: an empty step, with and without the forward/optimizer hooks."""
+    lin = torch.nn.Linear(2, 2, device=device)
+    bare_mod, hooked = Wrap(lin), Wrap(lin)
+    c = Collector(tmp / "host-cost", profile_repeat=0)
+    c.instrument(hooked)
+    x = torch.randn(1, 2, device=device)
+    with c:
+        for _ in range(100):
+            with c.step():
+                pass
+        out = {}
+        for k in range(3):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                pass
+            empty = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            for _ in range(n):
+                with c.step():
+                    pass
+            step = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            for _ in range(n):
+                bare_mod(x)
+            fwd = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            for _ in range(n):
+                hooked(x)
+            fwd_hooked = time.perf_counter() - t0
+            for key, value in (("empty", empty), ("step", step), ("fwd", fwd), ("fwd_hooked", fwd_hooked)):
+                out.setdefault(key, []).append(value / n * 1e6)
+    sync(device)
+    best = {k: min(v) for k, v in out.items()}
+    return {"step_us": round(best["step"] - best["empty"], 2),
+            "forward_hooks_us": round(best["fwd_hooked"] - best["fwd"], 2)}
 
 
 def main() -> None:
@@ -176,10 +243,11 @@ def main() -> None:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--backend", default=None, help="torch.compile backend (default inductor; cpu: aot_eager)")
     p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--reps", type=int, default=8, help="always-on: block pairs")
-    p.add_argument("--block", type=int, default=30, help="always-on: steps per block")
-    p.add_argument("--window", type=int, default=10, help="profiled steps per window")
-    p.add_argument("--window-reps", type=int, default=3)
+    p.add_argument("--reps", type=int, default=30, help="always-on: block pairs")
+    p.add_argument("--block", type=int, default=10, help="always-on: steps per block")
+    p.add_argument("--alt-steps", type=int, default=300, help="always-on: alternating single-step pairs")
+    p.add_argument("--window", type=int, default=8, help="profiled steps per window")
+    p.add_argument("--window-reps", type=int, default=8)
     p.add_argument("--json", default=None, help="also write the results here")
     p.add_argument("--keep", default=None, help="keep the run directories here")
     args = p.parse_args()
@@ -188,18 +256,24 @@ def main() -> None:
     tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="wb-overhead-"))
     results = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                "torch": torch.__version__, "backend": args.backend, "sizes": []}
+    results["host_cost"] = host_cost_us(tmp, device)
+    print(json.dumps({"host_cost": results["host_cost"]}), flush=True)
     for name in args.sizes.split(","):
         r = bench_size(name, device, args, tmp)
         results["sizes"].append(r)
         print(json.dumps(r), flush=True)
     print(f"\n{results['device']}, torch {results['torch']}, backend {args.backend}")
-    print(f"{'size':8} {'bare ms':>9} {'+collector':>11} {'always-on':>10} | {'profiler ms':>11} "
-          f"{'+collector':>11} {'window':>8} {'prof/plain':>10}")
+    print(f"{'size':8} {'bare ms':>8} {'+coll ms':>8} {'always-on':>9} {'(blocks)':>9} | {'prof ms':>8} "
+          f"{'+coll ms':>8} {'window':>8} {'no-ranges':>9} {'prof/bare':>9}")
     for r in results["sizes"]:
         a, w = r["always_on"], r["window"]
-        print(f"{r['size']:8} {statistics.median(a['bare_ms']):9.3f} {statistics.median(a['collector_ms']):11.3f} "
-              f"{a['ratio_median']:9.4f}x | {statistics.median(w['bare_profiler_ms']):11.3f} "
-              f"{statistics.median(w['collector_ms']):11.3f} {w['ratio_median']:7.4f}x {w['profiler_vs_plain']:9.3f}x")
+        print(f"{r['size']:8} {a['alt_bare_ms']:8.3f} {a['alt_collector_ms']:8.3f} {a['ratio_alternating']:8.4f}x "
+              f"{a['ratio_median']:8.4f}x | {statistics.median(w['bare_profiler_ms']):8.3f} "
+              f"{statistics.median(w['collector_ms']):8.3f} {w['ratio_median']:7.4f}x {w['ratio_no_ranges_median']:8.4f}x "
+              f"{w['profiler_vs_plain']:8.3f}x")
+    hc = results["host_cost"]
+    print(f"collector host time per step: {hc['step_us']:.1f} us (steps.jsonl line, CUDA events, NVTX), "
+          f"+{hc['forward_hooks_us']:.1f} us per hooked forward")
     print("targets: always-on <= 1.01x, window <= 1.05x")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

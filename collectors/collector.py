@@ -261,7 +261,7 @@ class Collector(contextlib.ContextDecorator):
         if self._depth:  # closed inside a step (an exception unwound the loop)
             self._depth = 1
             self._step_end()
-        self._drain_events(wait=True)
+        self._write(self._drain_events(wait=True))
         last = self._next_step - 1 if self._next_step else None
         if self._windows is not None:
             self._windows.close(last)
@@ -324,12 +324,13 @@ class Collector(contextlib.ContextDecorator):
             if self._prev_end is not None:
                 row["data_wait_ns"] = max(0, self._t0 - self._prev_end)
             row["profiled"] = profiled
-            self._write_line(row)
             if e1 is not None:
                 self._pending.append((step, self._e0, e1))
             self._e0 = None
-            if self._pending:
-                self._drain_events(wait=False)
+            data = orjson.dumps(row) + b"\n"
+            if self._pending:        # device times of earlier steps that completed: same write, own lines
+                data += self._drain_events(wait=False)
+            self._write(data)
             if self._windows is not None:
                 self._windows.on_step_end(step)
             if self.compile_config is not None:
@@ -340,11 +341,12 @@ class Collector(contextlib.ContextDecorator):
         self._current = None
         self._prev_end = time.time_ns()
 
-    def _write_line(self, row: dict[str, Any]) -> None:
-        if self._steps_fd is None:
+    def _write(self, data: bytes) -> None:
+        """Append complete JSON lines with one ``write`` (a kill leaves whole lines, at most one cut)."""
+        if self._steps_fd is None or not data:
             return
         try:
-            os.write(self._steps_fd, orjson.dumps(row) + b"\n")   # one write of one complete line
+            os.write(self._steps_fd, data)
         except Exception as exc:
             self._fail("steps", exc)
 
@@ -372,8 +374,9 @@ class Collector(contextlib.ContextDecorator):
             self._e0 = None
             return None
 
-    def _drain_events(self, *, wait: bool) -> None:
-        """Write ``device_ns`` for steps whose end event completed (``wait``: wait for all, at close)."""
+    def _drain_events(self, *, wait: bool) -> bytes:
+        """``device_ns`` lines for steps whose end event completed (``wait``: wait for all, at close)."""
+        out = b""
         try:
             while self._pending:
                 step, e0, e1 = self._pending[0]
@@ -382,12 +385,13 @@ class Collector(contextlib.ContextDecorator):
                 elif not e1.query():
                     break
                 self._pending.popleft()
-                self._write_line({"step": step, "device_ns": int(e0.elapsed_time(e1) * 1e6)})
+                out += orjson.dumps({"step": step, "device_ns": int(e0.elapsed_time(e1) * 1e6)}) + b"\n"
                 if len(self._event_pool) < 64:
                     self._event_pool.extend((e0, e1))
         except Exception as exc:
             self._pending.clear()
             self._fail("device_timing", exc)
+        return out
 
     # ------------------------------------------------------------------ forward / backward / optimizer hooks
     def _fwd_pre(self, module: Any, args: Any) -> None:

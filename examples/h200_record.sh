@@ -23,6 +23,7 @@ export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-cache
 STEPS=${STEPS:-12}
 nvidia-smi -L; python3 -P -c "import torch, workbench.collectors as c; print(torch.__version__, torch.cuda.get_device_name(0), c.__file__)" || exit 1
 S=/tmp/wb-samples; rm -rf $S; mkdir -p $S
+if [ -z "${SKIP_SAMPLES:-}" ]; then
 t=$(date +%s)
 timeout ${T1:-170} python3 -m torch.distributed.run --standalone --nproc-per-node 1 examples/h200_transformer.py \
   --steps $STEPS --out $S/h200-1gpu > "$OUT/h200-1gpu.log" 2>&1; echo "h200-1gpu rc=$? $(( $(date +%s) - t ))s"
@@ -31,6 +32,7 @@ timeout ${T2:-150} python3 -m torch.distributed.run --standalone --nproc-per-nod
   --shared-gpu --steps $STEPS --out $S/h200-2rank-shared-gpu > "$OUT/h200-2rank.log" 2>&1; echo "h200-2rank rc=$? $(( $(date +%s) - t ))s"
 tar czf "$OUT/h200-1gpu.tar.gz" -C $S h200-1gpu; tar czf "$OUT/h200-2rank-shared-gpu.tar.gz" -C $S h200-2rank-shared-gpu
 ls -la "$OUT"
+fi
 t=$(date +%s)
 timeout ${T3:-240} python3 bench/overhead.py ${BENCH_ARGS:-} --json "$OUT/bench.json" > "$OUT/bench.txt" 2>&1; echo "bench rc=$? $(( $(date +%s) - t ))s"
 grep -v USDT "$OUT/bench.txt" | tail -8

@@ -53,7 +53,7 @@ PART_COLORS: dict[str, str] = {
     "sync": "#9D755D",
 }
 #: Default number of pixel-wide bins the visible window is cut into when kernels are merged.
-DEFAULT_WIDTH_PX = 1000
+DEFAULT_WIDTH_PX = 600
 #: At most this many visible kernels are drawn exactly; above it they are merged (FACTS §5: SVG bars ~5k).
 EXACT_LIMIT = 5000
 
@@ -111,8 +111,50 @@ def time_bounds(*frames: pl.DataFrame | None) -> tuple[int, int] | None:
     return min(lo), max(hi)
 
 
+class TimelineIndex:
+    """Kernels prepared for repeated window queries: the columns the timeline needs, sorted by start.
+
+    A window query slices the sorted frame by binary search (kernels starting before the window's end and after
+    its start minus the longest kernel), so zoomed-in views cost what they show, not the size of the run.
+    Build it once per run (the app caches it) and pass it to :func:`reduce_timeline` instead of the frame.
+    """
+
+    __slots__ = ("frame", "max_dur", "bounds")
+
+    def __init__(self, kernels: pl.DataFrame):
+        f = (
+            kernels.lazy()
+            .filter(pl.col("start").is_not_null() & pl.col("end").is_not_null())
+            .select(
+                pl.col("rank").cast(pl.Int32),
+                pl.col("stream").fill_null(-1).cast(pl.Int64),
+                "kernel_class",
+                "start",
+                "end",
+                pl.col("dur").fill_null(pl.col("end") - pl.col("start")),
+                "name",
+            )
+            .sort("start")
+            .collect()
+        )
+        self.frame = f
+        self.max_dur = int(f["dur"].max() or 0) if f.height else 0
+        self.bounds = (int(f["start"].min()), int(f["end"].max())) if f.height else None
+
+    def visible(self, start: int | None, end: int | None, ranks: list[int] | None = None) -> pl.DataFrame:
+        f = self.frame
+        if end is not None:
+            f = f.slice(0, int(f["start"].search_sorted(end, side="right")))
+        if start is not None:
+            lo = int(f["start"].search_sorted(start - self.max_dur, side="left"))
+            f = f.slice(lo).filter(pl.col("end") >= start)
+        if ranks is not None:
+            f = f.filter(pl.col("rank").is_in(list(ranks)))
+        return f
+
+
 def reduce_timeline(
-    kernels: pl.DataFrame,
+    kernels: pl.DataFrame | TimelineIndex,
     *,
     start: int | None = None,
     end: int | None = None,
@@ -124,89 +166,85 @@ def reduce_timeline(
 
     Args:
         kernels: a frame with the ``KERNELS`` columns ``rank``, ``stream``, ``kernel_class``, ``start``, ``end``,
-            ``dur`` and ``name`` (ns on the absolute clock).
+            ``dur`` and ``name`` (ns on the absolute clock), or a :class:`TimelineIndex` of one (faster when the
+            same kernels are queried again and again).
         start, end: the visible window in ns; ``None`` means the frame's bounds.
         width_px: how many pixel-wide bins the window is cut into when merging.
         exact_limit: when at most this many kernels are visible they are returned one row each (``exact``).
         ranks: keep only these ranks.
 
     Returns:
-        A frame with :data:`SPAN_COLUMNS`, sorted by rank, stream and start. Merged spans cover one bin of one
-        (rank, stream) lane: ``start``/``end`` are the first start and last end of the kernels starting in the bin,
-        ``count`` their number, ``busy_ns`` their summed duration, ``kernel_class`` the class with the most time and
-        ``name`` the longest kernel.
+        A frame with :data:`SPAN_COLUMNS`, sorted by rank, stream and start. When merged, the window is cut into
+        ``width_px`` bins; per (rank, stream, kernel class), the kernels starting in a bin are merged, and runs of
+        adjacent occupied bins become one span: ``start``/``end`` are its first start and last end, ``count`` the
+        kernels in it, ``busy_ns`` their summed duration and ``name`` the longest one. Spans of different classes
+        may overlap in a lane (both ran in those pixels); every kernel is counted in exactly one span.
     """
-    cols = ["rank", "stream", "kernel_class", "start", "end", "dur", "name"]
-    lf = kernels.lazy().select(cols)
-    if ranks is not None:
-        lf = lf.filter(pl.col("rank").is_in(list(ranks)))
-    if start is not None:
-        lf = lf.filter(pl.col("end") >= start)
-    if end is not None:
-        lf = lf.filter(pl.col("start") <= end)
-    visible = lf.with_columns(pl.col("stream").fill_null(-1)).collect()
+    index = kernels if isinstance(kernels, TimelineIndex) else TimelineIndex(kernels)
+    visible = index.visible(start, end, ranks)
     if visible.height <= exact_limit:
-        return (
-            visible.select(
-                pl.col("rank").cast(pl.Int32),
-                pl.col("stream").cast(pl.Int64),
-                pl.col("kernel_class").cast(pl.String),
-                pl.col("start"),
-                pl.col("end"),
-                pl.lit(1, dtype=pl.UInt32).alias("count"),
-                pl.col("dur").alias("busy_ns"),
-                pl.col("name").cast(pl.String),
-                pl.lit(True).alias("exact"),
-            )
-            .sort("rank", "stream", "start")
-        )
+        return visible.select(
+            "rank",
+            "stream",
+            pl.col("kernel_class").cast(pl.String),
+            "start",
+            "end",
+            pl.lit(1, dtype=pl.UInt32).alias("count"),
+            pl.col("dur").alias("busy_ns"),
+            pl.col("name").cast(pl.String),
+            pl.lit(True).alias("exact"),
+        ).sort("rank", "stream", "start")
     lo = int(visible["start"].min()) if start is None else int(start)
     hi = int(visible["end"].max()) if end is None else int(end)
     bin_ns = max(1, (hi - lo) // max(1, width_px) + 1)
-    keys = ["rank", "stream", "bin"]
-    binned = visible.with_columns(
-        ((pl.col("start").clip(lower_bound=lo) - lo) // bin_ns).alias("bin"),
-        pl.col("kernel_class").cast(pl.String),
+    lane = ["rank", "stream", "kernel_class"]
+    per_bin = (
+        visible.lazy()
+        .with_columns(((pl.col("start").clip(lower_bound=lo) - lo) // bin_ns).alias("bin"))
+        .group_by([*lane, "bin"])
+        .agg(
+            pl.col("start").min(),
+            pl.col("end").max(),
+            pl.len().cast(pl.UInt32).alias("count"),
+            pl.col("dur").sum().alias("busy_ns"),
+            pl.col("name").get(pl.col("dur").arg_max()).alias("name"),
+            pl.col("dur").max().alias("_longest"),
+        )
+        .sort([*lane, "bin"])
     )
-    spans = binned.group_by(keys).agg(
-        pl.col("start").min(),
-        pl.col("end").max(),
-        pl.len().cast(pl.UInt32).alias("count"),
-        pl.col("dur").sum().alias("busy_ns"),
-        pl.col("name").sort_by("dur").last().cast(pl.String).alias("name"),
-    )
-    dominant = (
-        binned.group_by([*keys, "kernel_class"])
-        .agg(pl.col("dur").sum().alias("_t"))
-        .sort("_t", descending=True)
-        .unique(subset=keys, keep="first")
-        .select([*keys, "kernel_class"])
-    )
-    spans = spans.join(dominant, on=keys, how="left").sort(keys)
-    # Runs of adjacent bins of one lane with the same dominant class look like one bar at this zoom: draw them
-    # as one span (the figure then stays small however dense the lane is).
-    lane_change = (pl.col("rank") != pl.col("rank").shift()) | (pl.col("stream") != pl.col("stream").shift())
+    # adjacent occupied bins of one lane and class look like one bar at this zoom: one span
     brk = (
-        lane_change
+        (pl.col("rank") != pl.col("rank").shift())
+        | (pl.col("stream") != pl.col("stream").shift())
+        | (pl.col("kernel_class") != pl.col("kernel_class").shift())
         | (pl.col("bin") - pl.col("bin").shift() > 1)
-        | (pl.col("kernel_class").fill_null("") != pl.col("kernel_class").fill_null("").shift())
     ).fill_null(True)
     return (
-        spans.with_columns(brk.cum_sum().alias("_run"))
+        per_bin.with_columns(brk.cum_sum().alias("_run"))
         .group_by("_run")
         .agg(
-            pl.col("rank").first().cast(pl.Int32),
-            pl.col("stream").first().cast(pl.Int64),
+            pl.col("rank").first(),
+            pl.col("stream").first(),
             pl.col("kernel_class").first(),
             pl.col("start").min(),
             pl.col("end").max(),
-            pl.col("count").sum().cast(pl.UInt32),
+            pl.col("count").sum(),
             pl.col("busy_ns").sum(),
-            pl.col("name").sort_by("busy_ns").last(),
+            pl.col("name").get(pl.col("_longest").arg_max()),
         )
-        .drop("_run")
-        .with_columns(pl.lit(False).alias("exact"))
+        .select(
+            "rank",
+            "stream",
+            pl.col("kernel_class").cast(pl.String),
+            "start",
+            "end",
+            "count",
+            "busy_ns",
+            pl.col("name").cast(pl.String),
+            pl.lit(False).alias("exact"),
+        )
         .sort("rank", "stream", "start")
+        .collect()
     )
 
 
@@ -227,7 +265,7 @@ class TimelineView:
 
 
 def timeline_view(
-    kernels: pl.DataFrame,
+    kernels: pl.DataFrame | TimelineIndex,
     *,
     start: int | None = None,
     end: int | None = None,
@@ -239,7 +277,8 @@ def timeline_view(
     spans = reduce_timeline(kernels, start=start, end=end, width_px=width_px, exact_limit=exact_limit, ranks=ranks)
     visible = int(spans["count"].sum()) if spans.height else 0
     exact = bool(spans.height == 0 or spans["exact"].all())
-    bounds = time_bounds(kernels) or (0, 0)
+    index = kernels if isinstance(kernels, TimelineIndex) else None
+    bounds = (index.bounds if index is not None else time_bounds(kernels)) or (0, 0)
     return TimelineView(
         spans=spans,
         visible_kernels=visible,
@@ -332,10 +371,9 @@ def timeline_figure(
     if not sp.is_empty():
         lane = _lane_label(pl.col("rank"), pl.concat_str([pl.lit("stream "), pl.col("stream").cast(pl.String)]))
         text = pl.when(pl.col("exact")).then(
-            pl.concat_str([pl.col("name").str.slice(0, 80), pl.lit(" · "), _ms("busy_ns"), pl.lit(" ms")])
+            pl.concat_str([pl.col("name").str.slice(0, 60), pl.lit(" · "), _ms("busy_ns"), pl.lit(" ms")])
         ).otherwise(
-            pl.concat_str([pl.col("count").cast(pl.String), pl.lit(" kernels · busy "), _ms("busy_ns"),
-                           pl.lit(" ms · "), pl.col("name").str.slice(0, 40)])
+            pl.concat_str([pl.col("count").cast(pl.String), pl.lit(" kernels · "), _ms("busy_ns"), pl.lit(" ms busy")])
         )
         for cls in [*KERNEL_CLASSES, None]:
             part = sp.filter(pl.col("kernel_class").is_null()) if cls is None else sp.filter(pl.col("kernel_class") == cls)

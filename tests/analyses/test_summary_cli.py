@@ -78,3 +78,18 @@ def test_cli_analyze_json_and_diff():
     assert res.exit_code == 0, res.output
     d = json.loads(res.stdout)
     assert {m["direction"] for m in d["metrics"]} <= {"same", "n/a"}
+
+
+SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces" / "cpu-gloo-4rank"
+
+
+@pytest.mark.skipif(not SAMPLE.is_dir(), reason="sample_traces/cpu-gloo-4rank not recorded yet")
+def test_cpu_gloo_sample_names_the_straggler():
+    res = CliRunner().invoke(app, ["analyze", str(SAMPLE), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert set(out["ranks"]) == {"0", "1", "2", "3"}
+    stragglers = [f for f in out["findings"] if "straggler" in f["kind"]]
+    assert [f["ranks"] for f in stragglers] == [[2]]
+    assert stragglers[0]["cost_ns"] > 0 and "data loading" in stragglers[0]["message"]
+    assert out["collectives"]["instances"] >= 3 and out["collectives"]["mismatched"] == 0
