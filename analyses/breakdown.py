@@ -178,7 +178,7 @@ def idle_gaps(
     previous activity on the stream), ``end`` (start of the next one), ``gap_ns``, ``category`` (``host_wait``:
     the next kernel's launch began after ``start``; ``kernel_wait``: gap < ``kernel_wait_ns``; ``other``),
     ``launch_late_ns`` (launch start - ``start``, how late the CPU queued the kernel; null if not host wait),
-    ``name`` (the kernel after the gap). Only gaps > 0 between two activities of one stream are listed, as HTA
+    ``name`` (the kernel after the gap). Rows are sorted by ``start``. Only gaps > 0 between two activities of one stream are listed, as HTA
     does (no gap before a stream's first activity or after its last).
     """
     cols = ["rank", "stream", "step", "start", "end", "launch_start", "name"]
@@ -187,7 +187,7 @@ def idle_gaps(
     g = (
         kw.lazy()
         .select("rank", "stream", "step", "start", "end", "launch_start", "name")
-        .sort("rank", "stream", "start")
+        .sort("start")  # one key; the window expression below keeps that order inside each (rank, stream)
         .with_columns(_prev=prev_end)
         .filter(pl.col("_prev").is_not_null() & (pl.col("start") > pl.col("_prev")))
         .with_columns(gap_ns=pl.col("start") - pl.col("_prev"))
@@ -202,7 +202,7 @@ def idle_gaps(
             launch_late_ns=pl.when(pl.col("category") == "host_wait").then(pl.col("launch_start") - pl.col("_prev"))
         )
         .select("rank", "stream", "step", pl.col("_prev").alias("start"), pl.col("start").alias("end"), "gap_ns",
-                "category", "launch_late_ns", pl.col("name").cast(pl.String))
+                "category", "launch_late_ns", "name")
         .collect()
     )
     return g

@@ -168,19 +168,33 @@ def recompile_findings(store: RunStore, rid: str) -> pl.DataFrame:
     return _cached(store, rid, "recompile_findings", go)
 
 
+def recommendation_findings(store: RunStore, rid: str) -> pl.DataFrame:
+    """The findings recommendations answer: the same as ``workbench recommend`` uses
+    (:func:`workbench.commands.recommend.run_findings`: compile findings with steps, collectives and fingerprints,
+    plus the other analyses' findings), else the summary's findings."""
+    def go():
+        try:
+            from workbench.commands.recommend import run_findings
+        except ImportError:
+            return findings(store, rid)
+        return run_findings(store.run(rid))
+    return _cached(store, rid, "recommendation_findings", go)
+
+
 def recommendations(store: RunStore, rid: str) -> pl.DataFrame:
-    """:func:`workbench.analyses.recommendations.recommend` on the run's findings (RECOMMENDATIONS rows)."""
+    """:func:`workbench.analyses.recommendations.recommend` (RECOMMENDATIONS rows), as ``workbench recommend``."""
     return _cached(store, rid, "recommendations",
-                   lambda: analysis_fn("recommendations", "recommend")(findings(store, rid), store.run(rid).compiles))
+                   lambda: analysis_fn("recommendations", "recommend")(recommendation_findings(store, rid),
+                                                                      store.run(rid).compiles))
 
 
 def recommendation_rows(recs: pl.DataFrame) -> pl.DataFrame:
     return recs
 
 
-def recommendation_toml(recs: pl.DataFrame) -> str:
+def recommendation_toml(recs: pl.DataFrame, header: str | None = None) -> str:
     """The compile-config TOML of the applied fixes (:func:`~workbench.analyses.recommendations.to_compile_config`)."""
-    return analysis_fn("recommendations", "to_compile_config")(recs)
+    return analysis_fn("recommendations", "to_compile_config")(recs, header=header)
 
 
 # ------------------------------------------------------------------------------------------------- compare

@@ -18,12 +18,30 @@ NAME = "Compare"
 KEY = "compare"
 
 
+def _fmt_metric(metric: str, v: float | None) -> str:
+    if v is None:
+        return "–"
+    if metric.endswith("_pct"):
+        return f"{v:.1f} %"
+    if metric.endswith("_ns") or "_ns." in metric:
+        return f"{v / 1e6:,.3f} ms"
+    return f"{v:,.3f}"
+
+
 def metrics_table(m: pl.DataFrame) -> pl.DataFrame:
     """The diff grid as shown (tests compare it with :func:`workbench.analyses.diff.diff_summaries`)."""
-    def num(c: str) -> pl.Expr:
-        return pl.col(c).map_elements(lambda v: "–" if v is None else f"{v:,.2f}", return_dtype=pl.String,
-                                      skip_nulls=False).alias(c)
-    return m.select("scope", "metric", num("before"), num("after"), num("delta"), num("delta_pct"), "direction")
+    rows = []
+    for r in m.iter_rows(named=True):
+        pct = r["delta_pct"]
+        rows.append({
+            "scope": r["scope"], "metric": r["metric"],
+            "before": _fmt_metric(r["metric"], r["before"]), "after": _fmt_metric(r["metric"], r["after"]),
+            "delta": _fmt_metric(r["metric"], r["delta"]),
+            "change": "–" if pct is None else f"{pct:+.1f}{' pts' if r['metric'].endswith('_pct') else ' %'}",
+            "direction": r["direction"],
+        })
+    return pl.DataFrame(rows, schema={k: pl.String for k in
+                                      ("scope", "metric", "before", "after", "delta", "change", "direction")})
 
 
 def layout(pctx) -> Any:

@@ -15,8 +15,6 @@ from workbench.app.store import RunStore
 PATH = "/drift"
 NAME = "Drift"
 KEY = "drift"
-#: At most this many collective instances (the latest) go into the heatmap.
-MAX_INSTANCES = 400
 
 
 def straggler_table(s: pl.DataFrame) -> pl.DataFrame:
@@ -29,20 +27,6 @@ def straggler_table(s: pl.DataFrame) -> pl.DataFrame:
         pl.col("first_step"),
         pl.col("trend"),
     )
-
-
-def skew_cells(matched: pl.DataFrame) -> pl.DataFrame:
-    """Long rank × instance frame of each rank's wait (ns) at each complete, non-p2p collective instance."""
-    m = matched.filter(~pl.col("p2p") & pl.col("complete") & (pl.col("ranks_seen") > 1))
-    if m.is_empty():
-        return m
-    key = ["pg_name", "pg_ranks", "step", "order"]
-    inst = (m.group_by(key).agg(pl.col("arrival").min().alias("_first"), pl.col("collective").first().cast(pl.String))
-            .sort("_first").tail(MAX_INSTANCES).with_row_index("instance"))
-    return m.join(inst.select(*key, "instance", pl.col("collective").alias("_name")), on=key, how="inner",
-                  nulls_equal=True).with_columns(
-        pl.concat_str([pl.col("_name"), pl.lit(" · step "), pl.col("step").cast(pl.String).fill_null("?"),
-                       pl.lit(" · last rank "), pl.col("last_rank").cast(pl.String)]).alias("text"))
 
 
 def layout(pctx) -> Any:
@@ -75,12 +59,10 @@ def _stragglers(store: RunStore, rid: str) -> Any:
 
 
 def _skew(store: RunStore, rid: str) -> Any:
-    cells = skew_cells(compute.matched_collectives(store, rid))
-    if cells.is_empty():
+    matched = compute.matched_collectives(store, rid)
+    if figures.skew_cells(matched).is_empty():
         return html.Div("No collective seen on more than one rank.", className="muted")
-    fig = figures.heatmap_figure(cells, x="instance", y="rank", z="wait_ns", scale=1e6, unit="ms", text="text",
-                                 x_title="collective instance (in time order)", y_title="rank",
-                                 title="Wait at each collective for the last-arriving rank")
+    fig = figures.collective_skew_figure(matched)
     inst = compute.collective_instances(store, rid)
     top = inst.filter(pl.col("skew_ns").is_not_null()).sort("skew_ns", descending=True).head(20).select(
         "pg_name", "step", "order", "collective", "last_rank",

@@ -32,6 +32,13 @@ def config_path(store: RunStore, rid: str) -> Path | None:
     return entry.path / rundir.COMPILE_CONFIG_FILE
 
 
+def config_header(path: Path | None) -> str:
+    """The comment at the top of the TOML the app writes (the same text in the preview and the file)."""
+    where = path if path is not None else rundir.COMPILE_CONFIG_FILE
+    return (f"Compile config written by the workbench app (Recommendations → Apply) as {where}: "
+            f"apply with Collector(..., compile_config=\"{where}\") or WORKBENCH_COMPILE_CONFIG={where}")
+
+
 def how_to_use(path: Path) -> html.Div:
     return html.Div([
         html.Div("The next run picks it up in either of two ways:"),
@@ -51,8 +58,8 @@ def layout(pctx) -> Any:
 def _layout(store: RunStore, rid: str) -> Any:
     recs = compute.recommendations(store, rid)
     table = compute.recommendation_rows(recs)
-    toml_text = compute.recommendation_toml(recs)
     target = config_path(store, rid)
+    toml_text = compute.recommendation_toml(recs, header=config_header(target))
     existing = target if target is not None and target.is_file() else None
     items = [_rec_item(r) for r in table.sort("rank").iter_rows(named=True)] if table.height else [
         html.Div("No recommendations: the analyses found nothing a fix would address.", className="muted",
@@ -105,7 +112,7 @@ def apply(store: RunStore, rid: str) -> tuple[Path, str]:
     target = config_path(store, rid)
     if target is None:
         raise ValueError("this run is not a folder; nothing written")
-    text = compute.recommendation_toml(compute.recommendations(store, rid))
+    text = compute.recommendation_toml(compute.recommendations(store, rid), header=config_header(target))
     CompileConfig.from_dict(tomllib.loads(text), validate="auto")
     rundir.write_atomic(target, text.encode())
     return target, text

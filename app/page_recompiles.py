@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import polars as pl
-from dash import dcc, html
+from dash import Input, Output, State, dcc, html, no_update
 
 from workbench import figures
 from workbench.app import compute
@@ -70,7 +70,10 @@ def _layout(store: RunStore, rid: str) -> Any:
         ]),
         section("Divergent recompiles: compile ids on some ranks only", safe("Divergence", _divergent, store, rid, c),
                 id="divergent-section"),
-        section("Rank × compile id", graph(figures.divergence_matrix_figure(c), id="divergence-matrix")),
+        section("Rank × compile id",
+                html.Div("Click a cell to see that rank around that compile on the timeline.", className="muted"),
+                graph(figures.divergence_matrix_figure(c), id="divergence-matrix"),
+                dcc.Store(id="recompiles-run", data=rid)),
         html.Div([
             section("Per rank", grid(per_rank_table(c), id="compiles-rank-grid")),
             section("Causes per rank", graph(figures.heatmap_figure(
@@ -105,5 +108,31 @@ def _divergent(store: RunStore, rid: str, c: pl.DataFrame) -> Any:
     return html.Div([*links, grid(divergent_table(div), id="divergent-grid")])
 
 
+def cell_link(store: RunStore, rid: str, point: dict) -> str | None:
+    """Timeline URL for a clicked matrix cell: that rank, around the compile's step (or its time)."""
+    try:
+        rank = int(point["y"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    cid = str(point.get("x", "")).rstrip("*")
+    c = compute.compiles(store, rid).filter(pl.col("compile_id") == cid)
+    mine = c.filter(pl.col("rank") == rank)
+    row = (mine if mine.height else c).head(1)
+    if row.is_empty():
+        return None
+    step = row["step"][0]
+    q = {"run": rid, "rank": ",".join(map(str, sorted(compute.compiles(store, rid)["rank"].unique().to_list())))}
+    if step is not None:
+        q["step"] = str(step)
+    from urllib.parse import urlencode
+    return "/timeline?" + urlencode(q)
+
+
 def register(app, store: RunStore) -> None:
-    """No callbacks."""
+    @app.callback(Output("url", "href", allow_duplicate=True), Input("divergence-matrix", "clickData"),
+                  State("recompiles-run", "data"), prevent_initial_call=True)
+    def open_cell(click, rid):
+        if not click or not click.get("points"):
+            return no_update
+        target = cell_link(store, rid, click["points"][0])
+        return target or no_update

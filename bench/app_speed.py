@@ -108,7 +108,10 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    result: dict = {}
+    import os
+
+    result: dict = {"loadavg_before": os.getloadavg(), "cpus": os.cpu_count()}
+    print(f"load average {result['loadavg_before'][0]:.1f} on {result['cpus']} CPUs (timings scale with it)")
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         print(f"pages ({', '.join(map(str, args.roots))}):")
@@ -118,6 +121,7 @@ def main() -> None:
         browser.close()
     worst_page = max((r["warm_s"] for r in result["pages"]), default=0)
     worst_zoom = max((z["round_trip_s"] for z in result["timeline"]["zooms"]), default=0)
+    result["loadavg_after"] = os.getloadavg()
     print(f"\nworst page (warm): {worst_page:.2f} s (target ≤ 2 s)   "
           f"worst zoom round trip: {worst_zoom:.2f} s (target ≤ 1 s)")
     if args.json:

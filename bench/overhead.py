@@ -199,6 +199,56 @@ def bench_size(name: str, device: torch.device, args: argparse.Namespace, tmp: P
     }
 
 
+def ablate(name: str, device: torch.device, args: argparse.Namespace, tmp: Path) -> dict:
+    """Always-on cost by part: alternating single steps, bare vs the collector with one part turned off."""
+    d_model, layers, seq, n = SIZES[name]
+    model = build(d_model, layers, device)
+    compiled = torch.compile(model, backend=args.backend)
+    x, y = batch(n, seq, device)
+    variants = {
+        "full": ({}, True), "no_hooks": ({}, False), "no_device_timing": ({"device_timing": False}, True),
+        "no_compile_capture": ({"compile_capture": False}, True), "no_nvtx": ({"nvtx": False}, True),
+        "steps_only": ({"device_timing": False, "compile_capture": False, "nvtx": False}, False),
+    }
+    out = {}
+    for vname, (kwargs, hooks) in variants.items():
+        plain_wrap, wrapped = Wrap(compiled), Wrap(compiled)
+        opt_b = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")
+        opt_c = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")
+        c = Collector(tmp / f"ablate-{vname}", profile_repeat=0, **kwargs)
+        if hooks:
+            c.instrument(wrapped, opt_c)
+
+        def body(fn, opt) -> None:
+            with torch.autocast(device.type, dtype=torch.bfloat16):
+                loss = loss_fn(fn(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        for _ in range(5):
+            body(plain_wrap, opt_b)
+            body(wrapped, opt_c)
+        tb, tc = [], []
+        with c:
+            for i in range(args.alt_steps):
+                for which in ((0, 1) if i % 2 == 0 else (1, 0)):
+                    sync(device)
+                    t0 = time.perf_counter()
+                    if which == 0:
+                        body(plain_wrap, opt_b)
+                    else:
+                        with c.step():
+                            body(wrapped, opt_c)
+                    sync(device)
+                    (tb if which == 0 else tc).append(time.perf_counter() - t0)
+        out[vname] = {"bare_ms": round(statistics.median(tb) * 1e3, 4),
+                      "collector_ms": round(statistics.median(tc) * 1e3, 4),
+                      "ratio": round(statistics.median(tc) / statistics.median(tb), 4)}
+        print(json.dumps({"ablate": vname, **out[vname]}), flush=True)
+    return out
+
+
 def host_cost_us(tmp: Path, device: torch.device, n: int = 20000) -> dict:
     """The collector's own host time per step: an empty step, with and without the forward/optimizer hooks."""
     lin = torch.nn.Linear(2, 2, device=device)
@@ -248,6 +298,7 @@ def main() -> None:
     p.add_argument("--alt-steps", type=int, default=300, help="always-on: alternating single-step pairs")
     p.add_argument("--window", type=int, default=8, help="profiled steps per window")
     p.add_argument("--window-reps", type=int, default=8)
+    p.add_argument("--ablate", default=None, help="a size: always-on cost by part (alternating steps)")
     p.add_argument("--json", default=None, help="also write the results here")
     p.add_argument("--keep", default=None, help="keep the run directories here")
     args = p.parse_args()
@@ -256,6 +307,8 @@ def main() -> None:
     tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="wb-overhead-"))
     results = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                "torch": torch.__version__, "backend": args.backend, "sizes": []}
+    if args.ablate:
+        results["ablate"] = ablate(args.ablate, device, args, tmp)
     results["host_cost"] = host_cost_us(tmp, device)
     print(json.dumps({"host_cost": results["host_cost"]}), flush=True)
     for name in args.sizes.split(","):

@@ -53,7 +53,7 @@ PART_COLORS: dict[str, str] = {
     "sync": "#9D755D",
 }
 #: Default number of pixel-wide bins the visible window is cut into when kernels are merged.
-DEFAULT_WIDTH_PX = 600
+DEFAULT_WIDTH_PX = 400
 #: At most this many visible kernels are drawn exactly; above it they are merged (FACTS §5: SVG bars ~5k).
 EXACT_LIMIT = 5000
 
@@ -357,15 +357,20 @@ def timeline_figure(
         if "source" in st.columns and st["source"].cast(pl.String).n_unique() > 1:
             st = st.filter(pl.col("source").cast(pl.String) == "profiler")
         st = st.sort("rank", "start").head(20_000)
-        x, y, t = _segments(
-            st,
-            _lane_label(pl.col("rank"), "steps"),
-            origin,
-            pl.concat_str([pl.lit("step "), pl.col("step").cast(pl.String), pl.lit(" · "), _ms("dur"), pl.lit(" ms")]),
-        )
-        lanes.update(v for v in y[0::3])
-        fig.add_trace(go.Scatter(x=x, y=y, text=t, mode="lines", name="steps", hoverinfo="text",
-                                 line=dict(color=CLASS_COLORS["step"], width=6)))
+        for parity, color in ((0, CLASS_COLORS["step"]), (1, "#79706E")):  # alternate shades show step edges
+            part = st.filter(pl.col("step").fill_null(0) % 2 == parity)
+            if part.is_empty():
+                continue
+            x, y, t = _segments(
+                part,
+                _lane_label(pl.col("rank"), "steps"),
+                origin,
+                pl.concat_str([pl.lit("step "), pl.col("step").cast(pl.String), pl.lit(" · "), _ms("dur"),
+                               pl.lit(" ms")]),
+            )
+            lanes.update(v for v in y[0::3])
+            fig.add_trace(go.Scatter(x=x, y=y, text=t, mode="lines", name="steps", hoverinfo="text",
+                                     legendgroup="steps", showlegend=parity == 0, line=dict(color=color, width=6)))
 
     sp = view.spans
     if not sp.is_empty():
@@ -707,3 +712,36 @@ def diff_figure(diff: pl.DataFrame, *, metric: str, before: str, after: str, sca
     fig.update_yaxes(title=unit)
     fig.update_xaxes(type="category")
     return _base_layout(fig, title=title, height=360)
+
+
+#: At most this many collective instances (the latest) go into the skew heatmap.
+MAX_SKEW_INSTANCES = 400
+
+
+def skew_cells(matched: pl.DataFrame, *, max_instances: int = MAX_SKEW_INSTANCES) -> pl.DataFrame:
+    """Long rank × instance frame of each rank's wait (``wait_ns``) at each complete, non-p2p collective instance.
+
+    ``matched`` is :func:`workbench.analyses.collectives.match_collectives` output; instances are numbered in
+    time order (``instance``), the latest ``max_instances`` kept.
+    """
+    if matched is None or matched.is_empty():
+        return pl.DataFrame()
+    m = matched.filter(~pl.col("p2p") & pl.col("complete") & (pl.col("ranks_seen") > 1))
+    if m.is_empty():
+        return m
+    key = ["pg_name", "pg_ranks", "step", "order"]
+    inst = (m.group_by(key).agg(pl.col("arrival").min().alias("_first"), pl.col("collective").first().cast(pl.String))
+            .sort("_first").tail(max_instances).with_row_index("instance"))
+    return m.join(inst.select(*key, "instance", pl.col("collective").alias("_name")), on=key, how="inner",
+                  nulls_equal=True).with_columns(
+        pl.concat_str([pl.col("_name"), pl.lit(" · step "), pl.col("step").cast(pl.String).fill_null("?"),
+                       pl.lit(" · last rank "), pl.col("last_rank").cast(pl.String)]).alias("text"))
+
+
+def collective_skew_figure(matched: pl.DataFrame, *, title: str | None = "Wait at each collective for the last-arriving rank") -> go.Figure:
+    """Rank × collective-instance heatmap of each rank's wait (ms) for the last rank to arrive."""
+    cells = skew_cells(matched)
+    if cells.is_empty():
+        return empty_figure("no collective seen on more than one rank")
+    return heatmap_figure(cells, x="instance", y="rank", z="wait_ns", scale=1e6, unit="ms", text="text",
+                          x_title="collective instance (in time order)", y_title="rank", title=title)

@@ -15,6 +15,8 @@ import gzip
 import io
 import re
 import zlib
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -262,32 +264,54 @@ def _piece_iter(data: bytes, head: bytes | None, first: int, cuts: list[tuple[in
     yield "tail", b"".join((b'{"traceEvents":[' if head is not None else b"[", mv[start:]))
 
 
-def _parse_pieces(data: bytes) -> tuple[list[_Part], dict[str, Any]] | None:
-    """Parse a large trace piece by piece into compact parts; None when it must be parsed whole."""
+def _parse_piece(kind: str, piece: bytes) -> tuple[str, dict[str, Any], _Part | None]:
+    """One piece → (kind, the document fields it holds, its events reduced to a :class:`_Part`)."""
+    if kind == "head":
+        return kind, _doc_meta(pl.read_json(io.BytesIO(piece), schema=_DOCUMENT_SCHEMA)), None
+    meta: dict[str, Any] = {}
+    if kind == "tail" and piece[:1] == b"{":
+        doc = pl.read_json(io.BytesIO(piece), schema=_DOCUMENT_SCHEMA)
+        del piece
+        meta = _doc_meta(doc)
+        raw = _doc_events(doc)
+        del doc
+    else:
+        raw = pl.read_json(io.BytesIO(piece), schema=_EVENT_FIELDS)
+        del piece
+    return kind, meta, _digest(raw)
+
+
+def _parse_pieces(data: bytes, threads: int = 1) -> tuple[list[_Part], dict[str, Any]] | None:
+    """Parse a large trace piece by piece into compact parts; None when it must be parsed whole.
+
+    With ``threads`` > 1, that many pieces are parsed at once (polars releases the GIL); at most
+    ``2 * threads`` pieces are cut ahead of the parser, which bounds the memory in use.
+    """
     pieces = _pieces(data)
     if pieces is None:
         return None
-    parts: list[_Part] = []
-    head_meta: dict[str, Any] = {}
-    tail_meta: dict[str, Any] = {}
+    results: list[tuple[str, dict[str, Any], _Part | None]] = []
     try:
-        for kind, piece in pieces:
-            if kind == "head":
-                head_meta = _doc_meta(pl.read_json(io.BytesIO(piece), schema=_DOCUMENT_SCHEMA))
-                continue
-            if kind == "tail" and piece[:1] == b"{":
-                doc = pl.read_json(io.BytesIO(piece), schema=_DOCUMENT_SCHEMA)
-                del piece
-                tail_meta = _doc_meta(doc)
-                raw = _doc_events(doc)
-                del doc
-            else:
-                raw = pl.read_json(io.BytesIO(piece), schema=_EVENT_FIELDS)
-                del piece
-            parts.append(_digest(raw))
-            del raw
+        if threads <= 1:
+            results = [_parse_piece(kind, piece) for kind, piece in pieces]
+        else:
+            with ThreadPoolExecutor(max_workers=threads) as pool:
+                pending: deque[Future[tuple[str, dict[str, Any], _Part | None]]] = deque()
+                try:
+                    for kind, piece in pieces:
+                        pending.append(pool.submit(_parse_piece, kind, piece))
+                        del piece
+                        while len(pending) >= 2 * threads:
+                            results.append(pending.popleft().result())
+                    while pending:
+                        results.append(pending.popleft().result())
+                finally:
+                    for f in pending:
+                        f.cancel()
     except _PARSE_ERRORS:
         return None
+    head_meta = next((m for k, m, _ in results if k == "head"), {})
+    tail_meta = next((m for k, m, _ in results if k == "tail"), {})
     meta = {}
     for k in _DOCUMENT_SCHEMA:
         v = head_meta.get(k)
@@ -295,7 +319,7 @@ def _parse_pieces(data: bytes) -> tuple[list[_Part], dict[str, Any]] | None:
             v = tail_meta.get(k)
         if v is not None:
             meta[k] = v
-    return parts, meta
+    return [p for _, _, p in results if p is not None], meta
 
 
 def _coerce(value: Any, dtype: pl.DataType) -> Any:
@@ -655,11 +679,14 @@ def _backend(meta: dict[str, Any]) -> str:
     return str(info.get("backend") or "nccl")
 
 
-def read_trace(path: str | Path, *, rank: int | None = None) -> TraceTables:
-    """Read one Kineto trace file into tables; :class:`TraceError` names the file and the problem."""
+def read_trace(path: str | Path, *, rank: int | None = None, threads: int = 1) -> TraceTables:
+    """Read one Kineto trace file into tables; :class:`TraceError` names the file and the problem.
+
+    A large file is parsed in pieces, ``threads`` of them at once.
+    """
     path = Path(path)
     data = read_bytes(path)
-    parsed = _parse_pieces(data)
+    parsed = _parse_pieces(data, threads)
     if parsed is None:
         raw, meta = parse_document(path, data)
         del data

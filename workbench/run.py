@@ -176,14 +176,14 @@ def _short_list(xs: list[int]) -> str:
     return ", ".join(map(str, xs[:16])) + (f", … ({len(xs)} in all)" if len(xs) > 16 else "")
 
 
-def _read_one(src: TraceSource, rank: int | None, cache_dir: Path | None) -> TraceTables:
+def _read_one(src: TraceSource, rank: int | None, cache_dir: Path | None, threads: int = 1) -> TraceTables:
     override = src.rank if src.rank is not None else rank
     key = table_cache.entry_key(src.path, override) if cache_dir else ""
     if cache_dir:
         hit = table_cache.load(cache_dir, key)
         if hit is not None:
             return hit
-    tables = read_trace(src.path, rank=override)
+    tables = read_trace(src.path, rank=override, threads=threads)
     if src.rank is not None:
         tables.meta["rank_source"] = "run directory"
         tables.rank_source = "run directory"
@@ -199,13 +199,15 @@ def _read_traces(
     """Read every trace, several at once (polars and zlib release the GIL)."""
     if not traces:
         return []
-    n_workers = max(1, min(workers or os.cpu_count() or 1, len(traces)))
+    threads = max(1, workers or os.cpu_count() or 1)
+    n_workers = min(threads, len(traces))
+    per_file = max(1, threads // n_workers)  # spare threads parse pieces of one large file at once
     results: list[TraceTables | None] = [None] * len(traces)
     errors: list[TraceError | None] = [None] * len(traces)
 
     def work(i: int) -> None:
         try:
-            results[i] = _read_one(traces[i], rank, cache_dir)
+            results[i] = _read_one(traces[i], rank, cache_dir, per_file)
         except TraceError as exc:
             errors[i] = exc
 

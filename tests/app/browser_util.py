@@ -45,3 +45,9 @@ def stat(page, key: str) -> str:
 
 def graph_layout_meta(page, graph_id: str):
     return page.evaluate("(id) => document.getElementById(id).querySelector('.js-plotly-plot').layout.meta", graph_id)
+
+
+def pick(page, dropdown_id: str, value: str) -> None:
+    """Choose ``value`` in a Dash 4 ``dcc.Dropdown``: open it and click the option."""
+    page.click(f"#{dropdown_id}")
+    page.click(f".dash-dropdown-option:has(input[value='{value}'])", timeout=10_000)

@@ -17,7 +17,7 @@ import pytest
 
 import workbench
 from app_synthetic import synthetic_run
-from browser_util import goto_ready, graph_layout_meta, grid_rows, stat
+from browser_util import goto_ready, graph_layout_meta, grid_rows, pick, stat
 from workbench import rundir
 from workbench.app import page_compare, page_drift, page_overview, page_recompiles
 from workbench.app.main import PAGES, create_app
@@ -129,16 +129,28 @@ def test_recompiles_shows_the_divergent_recompile_and_links_to_its_step(page, se
     ticks = page.evaluate("() => document.querySelector('#timeline-graph .js-plotly-plot').layout.yaxis.ticktext")
     assert any("compile" in t for t in ticks), ticks
     page.screenshot(path=str(artifacts / "app-timeline-divergent-step.png"), full_page=True)
+    # a cell of the rank × compile-id matrix links to the timeline too
+    goto_ready(page, served.url("/recompiles?run=cpu-gloo-4rank"), "recompiles")
+    cid = div["compile_id"][0]
+    page.evaluate("""(cid) => { const g = document.querySelector('#divergence-matrix .js-plotly-plot');
+        g.emit('plotly_click', {points: [{x: cid + '*', y: '1', curveNumber: 0}]}); }""", cid)
+    page.wait_for_function("() => location.pathname === '/timeline' && document.getElementById('page-timeline')",
+                           timeout=15_000)
+    assert f"step={div['step'][0]}" in page.url
 
 
 def test_apply_writes_the_recommended_config(page, served, tables, runs_root, artifacts):
     from workbench.analyses.recommendations import recommend, to_compile_config
+    from workbench.app.page_recommendations import config_header
+    from workbench.commands.recommend import run_findings
     from workbench.compile_config import load_compile_config
 
-    run, t = tables
+    run, _ = tables
     target = runs_root / "cpu-gloo-4rank" / rundir.COMPILE_CONFIG_FILE
     target.unlink(missing_ok=True)
-    expected_text = to_compile_config(recommend(t["findings"], run.compiles))
+    recs = recommend(run_findings(run), run.compiles)
+    expected_text = to_compile_config(recs, header=config_header(target))
+    assert recs.filter(pl.col("apply")).height >= 1, "the sample run has a config fix to apply"
     goto_ready(page, served.url("/recommendations?run=cpu-gloo-4rank"), "recommendations")
     assert page.text_content("#toml-preview").strip() == expected_text.strip()
     page.click("#apply-config")
@@ -146,7 +158,11 @@ def test_apply_writes_the_recommended_config(page, served, tables, runs_root, ar
     assert page.text_content("#applied-path") == str(target)
     assert target.read_text() == expected_text
     cfg = load_compile_config(target)
-    assert cfg is not None
+    assert cfg.to_dict(), "the written config has settings"
+    # every applied fix is on the page, first the one the config carries
+    titles = page.eval_on_selector_all(".rec-item", "els => els.map(e => e.textContent)")
+    assert len(titles) == recs.height
+    assert recs.sort("rank")["title"][0] in titles[0]
     assert "compile_config=" in page.text_content("#apply-ok")
     assert "WORKBENCH_COMPILE_CONFIG=" in page.text_content("#apply-ok")
     page.screenshot(path=str(artifacts / "app-recommendations-applied.png"), full_page=True)
@@ -161,18 +177,20 @@ def test_compare_shows_the_diff(page, served, runs_root, artifacts):
     expected = page_compare.metrics_table(diff_summaries(a, b))
     goto_ready(page, served.url("/compare?run=cpu-gloo-4rank&other=cpu-gloo-4rank-copy"), "compare")
     _no_error_panels(page)
-    shown = grid_rows(page, "diff-grid")
-    exp_rows = list(expected.head(len(shown)).iter_rows(named=True))
-    assert [(r["scope"], r["metric"], r["before"], r["after"]) for r in shown] == [
-        (e["scope"], e["metric"], e["before"], e["after"]) for e in exp_rows]
+    shown = {(r["scope"], r["metric"]): (r["before"], r["after"], r["direction"]) for r in grid_rows(page, "diff-grid")}
+    assert shown, "the diff grid is empty"
+    exp = {(e["scope"], e["metric"]): (e["before"], e["after"], e["direction"]) for e in expected.iter_rows(named=True)}
+    for key, val in shown.items():
+        assert exp[key] == val, key
+    # choosing another "after" run in the page redraws the diff
+    pick(page, "compare-after", "cpu-gloo-4rank")
+    page.wait_for_function("() => document.querySelector('#diff-headline')", timeout=15_000)
     page.screenshot(path=str(artifacts / "app-compare.png"), full_page=True)
 
 
 def test_picking_a_run_in_the_header_switches_pages(page, served):
     goto_ready(page, served.url("/drift?run=cpu-gloo-4rank"), "drift")
-    page.click("#run-select")
-    page.click("#run-select .Select-menu-outer >> text=cpu-gloo-4rank-copy", timeout=5000) if page.query_selector(
-        "#run-select .Select-menu-outer") else page.keyboard.type("cpu-gloo-4rank-copy\n")
+    pick(page, "run-select", "cpu-gloo-4rank-copy")
     page.wait_for_function("() => location.search.includes('run=cpu-gloo-4rank-copy')", timeout=10_000)
     page.wait_for_function("(k) => document.getElementById('page-' + k)", arg="drift", timeout=10_000)
     href = page.get_attribute("#nav-timeline", "href")

@@ -1,0 +1,44 @@
+"""``workbench report PATH -o report.html`` (or ``--json``): a batch report built from the app's figure builders."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("report")
+    def report_cmd(
+        path: Path = typer.Argument(..., help="Run directory, Kineto traces and/or TORCH_TRACE logs."),
+        output: Path = typer.Option(None, "-o", "--output", help="Write the HTML (or, with --json, the JSON) here."),
+        as_json: bool = typer.Option(False, "--json", help="JSON instead of HTML (stdout unless -o)."),
+        rank: int = typer.Option(None, "--rank", help="Rank of a lone trace file that names none."),
+        plotlyjs: str = typer.Option("inline", "--plotlyjs", help="inline: works offline; cdn: smaller file."),
+        no_timeline: bool = typer.Option(False, "--no-timeline", help="Leave the timeline figure out."),
+    ) -> None:
+        """Every analysis of one run in one page: findings, timeline, breakdown, drift, recompiles, fixes."""
+        import workbench
+        from workbench.rundir import write_atomic
+        from workbench.report import build_report, render_html
+
+        if plotlyjs not in ("inline", "cdn"):
+            raise typer.BadParameter("--plotlyjs must be inline or cdn")
+        run = workbench.open(path, rank=rank, on_error="skip")
+        rep = build_report(run, timeline=not no_timeline)
+        if as_json:
+            text = json.dumps(rep.to_json(), default=str, indent=2) + "\n"
+            if output is None:
+                sys.stdout.write(text)
+                return
+            write_atomic(output, text.encode())
+            output.chmod(0o644)
+        else:
+            out = output or Path("report.html")
+            write_atomic(out, render_html(rep, plotlyjs=plotlyjs).encode())
+            out.chmod(0o644)
+            output = out
+        typer.echo(f"wrote {output}" + (f" ({len(rep.problems)} problem(s): see the end of the report)"
+                                        if rep.problems else ""))

@@ -1,0 +1,217 @@
+"""Batch report of one run: a self-contained HTML page (or JSON) built from the same figure builders as the app.
+
+Example:
+    >>> from workbench.report import build_report, render_html
+    >>> rep = build_report(workbench.open("sample_traces/cpu-gloo-4rank"))      # doctest: +SKIP
+    >>> Path("report.html").write_text(render_html(rep))                         # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+import plotly.graph_objects as go
+import plotly.io as pio
+import polars as pl
+
+from workbench import figures
+
+PlotlyJS = Literal["inline", "cdn"]
+
+
+@dataclass(slots=True)
+class Report:
+    """Everything a report shows: the run summary, analysis frames, figures, recommendations and the TOML."""
+
+    title: str
+    info: dict[str, Any]
+    summary: dict[str, Any] | None
+    sections: list[tuple[str, list[Any]]] = field(default_factory=list)  # (heading, [Figure | DataFrame | str])
+    recommendations: pl.DataFrame | None = None
+    compile_config: str | None = None
+    problems: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready: ``run`` (info), ``summary`` (what ``workbench analyze --json`` prints), ``recommendations``,
+        ``compile_config`` (TOML text) and ``problems`` (what could not be computed)."""
+        return {
+            "title": self.title,
+            "run": self.info,
+            "summary": self.summary,
+            "recommendations": self.recommendations.to_dicts() if self.recommendations is not None else [],
+            "compile_config": self.compile_config,
+            "problems": self.problems,
+        }
+
+
+def _ms_cols(frame: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
+    return frame.with_columns([(pl.col(c) / 1e6).round(3).alias(c.replace("_ns", "_ms")) for c in cols
+                               if c in frame.columns]).drop([c for c in cols if c in frame.columns])
+
+
+def build_report(run: Any, *, title: str | None = None, timeline: bool = True) -> Report:
+    """Run every analysis on ``run`` and lay out the report (no file written). Parts that fail are listed in
+    ``problems`` and left out; the rest of the report is still built."""
+    info = run.info()
+    rep = Report(title=title or f"workbench report — {run.name}", info=info, summary=None, problems=list(run.problems))
+
+    def attempt(what: str, fn):
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - one failing analysis must not sink the report
+            rep.problems.append(f"{what}: {type(exc).__name__}: {exc}")
+            return None
+
+    from workbench.analyses.summary import analysis_tables, summarize_tables
+
+    tables = attempt("analyses", lambda: analysis_tables(run)) or {}
+    if tables:
+        rep.summary = attempt("summary", lambda: summarize_tables(tables, run.ranks["rank"].to_list(), "steady"))
+
+    # overview
+    stats = {k: info.get(k) for k in ("ranks", "world_size", "steps", "span_ns", "events", "collectives", "compiles")}
+    over: list[Any] = [f"Path: {info.get('path')}", stats]
+    f = tables.get("findings")
+    if f is not None:
+        over.append(figures.findings_figure(f))
+        over.append(_ms_cols(f.select("kind", "severity", "ranks", "steps", "cost_ns", "message"), ["cost_ns"]))
+    rep.sections.append(("Overview and findings", over))
+
+    # timeline of the whole run (reduced)
+    if timeline and run.kernels.height:
+        def tl():
+            index = figures.TimelineIndex(run.kernels)
+            view = figures.timeline_view(index, ranks=sorted(run.kernels["rank"].unique().to_list())[:8])
+            origin = (figures.time_bounds(run.kernels, run.steps) or (0, 0))[0]
+            return figures.timeline_figure(view, origin=origin, collectives=run.collectives, compiles=run.compiles,
+                                           steps=run.steps, title=view.describe())
+        fig = attempt("timeline", tl)
+        if fig is not None:
+            rep.sections.append(("Timeline (whole run, merged to pixel-wide spans)", [fig]))
+
+    # breakdown
+    br = tables.get("breakdown_by_rank")
+    if br is not None and not br.is_empty():
+        rep.sections.append(("Breakdown & overlap (steady-state window)", [
+            figures.stacked_bar_figure(br, x="rank", parts=["compute_ns", "comm_exposed_ns", "memory_exposed_ns",
+                                                           "idle_ns"], scale=1e6, unit="ms",
+                                       title="Device time per rank"),
+            br.select("rank", "steps", *[c for c in ("compute_pct", "comm_exposed_pct", "memory_exposed_pct",
+                                                      "idle_pct", "comm_overlap_pct", "comm_overlap_of_max_pct")
+                                         if c in br.columns]),
+        ]))
+
+    # drift
+    drift: list[Any] = [figures.step_time_figure(run.steps)]
+    st = tables.get("stragglers")
+    if st is not None and not st.is_empty():
+        drift.append(_ms_cols(st.select([c for c in ("rank", "signal", "events", "held_count", "held_pct",
+                                                     "held_back_ns", "held_share_pct", "first_step", "trend")
+                                         if c in st.columns]), ["held_back_ns"]))
+    matched = tables.get("collectives")
+    if matched is not None and not matched.is_empty():
+        drift.append(figures.collective_skew_figure(matched))
+    rep.sections.append(("Drift and stragglers", drift))
+
+    # recompiles
+    if run.compiles.height:
+        def rc():
+            from workbench.analyses.recompiles import classify_compiles, divergence_cost, divergent_compiles
+
+            c = classify_compiles(run.compiles)
+            div = divergent_compiles(c)
+            if div.height:
+                div = divergence_cost(div, c, run.steps, run.collectives)
+            parts: list[Any] = [figures.divergence_matrix_figure(c)]
+            if div.height:
+                parts.append(_ms_cols(div.select([x for x in ("compile_id", "ranks", "missing_ranks", "step", "cause",
+                                                              "cause_source", "duration_ns", "wait_ns", "cost_method")
+                                                  if x in div.columns]), ["duration_ns", "wait_ns"]))
+            parts.append(c.group_by("rank", "cause").len().sort("rank", "cause"))
+            return parts
+        parts = attempt("recompiles", rc)
+        if parts:
+            rep.sections.append(("Recompiles", parts))
+
+    # recommendations
+    def recs():
+        from workbench.analyses.recommendations import recommend, to_compile_config
+
+        try:
+            from workbench.commands.recommend import run_findings
+
+            fnd = run_findings(run)
+        except ImportError:
+            fnd = f
+        r = recommend(fnd, run.compiles)
+        return r, to_compile_config(r)
+    got = attempt("recommendations", recs)
+    if got is not None:
+        rep.recommendations, rep.compile_config = got
+        rep.sections.append(("Recommendations", [
+            rep.recommendations.select("rank", "title", "finding_kind", "expected_effect", "config", "code_advice",
+                                       "location", "apply"),
+            ("toml", rep.compile_config),
+        ]))
+    return rep
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px;color:#222;background:#f6f7f9}
+section{background:#fff;border:1px solid #e3e6ea;border-radius:6px;padding:12px 16px;margin:14px 0}
+h1{font-size:22px} h2{font-size:17px;margin:4px 0 10px}
+table{border-collapse:collapse;font-size:12px;margin:8px 0;width:100%}
+th,td{border:1px solid #e3e6ea;padding:3px 6px;text-align:left;vertical-align:top} th{background:#f1f3f5}
+pre{background:#111827;color:#e5e7eb;padding:12px;border-radius:6px;font-size:12px;overflow:auto}
+.problems{background:#fdecea;border:1px solid #f5c2c0} .muted{color:#6b7280;font-size:13px}
+"""
+
+
+def _table_html(frame: pl.DataFrame, max_rows: int = 200) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in frame.columns)
+    rows = []
+    for r in frame.head(max_rows).iter_rows():
+        cells = []
+        for v in r:
+            if isinstance(v, list):
+                v = ", ".join(map(str, v))
+            elif isinstance(v, float):
+                v = f"{v:,.3f}"
+            cells.append(f"<td>{html.escape('' if v is None else str(v))}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    more = f"<p class='muted'>{frame.height - max_rows} more rows not shown</p>" if frame.height > max_rows else ""
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>{more}"
+
+
+def render_html(report: Report, *, plotlyjs: PlotlyJS = "inline") -> str:
+    """The report as one HTML page; ``plotlyjs="inline"`` embeds plotly.js (works offline), ``"cdn"`` links it."""
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(report.title)}</title>"
+             f"<style>{_CSS}</style></head><body><h1>{html.escape(report.title)}</h1>"
+             f"<p class='muted'>generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}</p>"]
+    first = True
+    for heading, items in report.sections:
+        parts.append(f"<section><h2>{html.escape(heading)}</h2>")
+        for item in items:
+            if isinstance(item, go.Figure):
+                parts.append(pio.to_html(item, full_html=False, include_plotlyjs=(plotlyjs if first else False),
+                                         config={"displaylogo": False}))
+                first = False
+            elif isinstance(item, pl.DataFrame):
+                parts.append(_table_html(item))
+            elif isinstance(item, tuple) and item and item[0] == "toml":
+                parts.append(f"<pre>{html.escape(item[1] or '')}</pre>")
+            elif isinstance(item, dict):
+                parts.append(_table_html(pl.DataFrame([{k: json.dumps(v) if isinstance(v, (list, dict)) else v
+                                                        for k, v in item.items()}])))
+            else:
+                parts.append(f"<p>{html.escape(str(item))}</p>")
+        parts.append("</section>")
+    if report.problems:
+        parts.append("<section class='problems'><h2>Problems</h2><ul>"
+                     + "".join(f"<li>{html.escape(p)}</li>" for p in report.problems) + "</ul></section>")
+    parts.append("</body></html>")
+    return "".join(parts)
