@@ -76,7 +76,7 @@ def find_runs(roots: Iterable[str | Path], *, depth: int = 3) -> list[RunEntry]:
             return
         for child in sorted(path.iterdir()):
             if child.is_dir() and child.name not in _SKIP_NAMES and not child.name.startswith(".") \
-                    and _has_inputs(child):
+                    and (rundir.is_run_dir(child) or _has_inputs(child)):
                 collect(child, f"{label}/{child.name}" if label else child.name, left - 1)
 
     for root in roots:

@@ -23,7 +23,7 @@ COMPILE_CONFIG_ENV = "WORKBENCH_COMPILE_CONFIG"
 
 @dataclass(kw_only=True, slots=True)
 class CollectorOptions:
-    """What the collector records. Every field has a cheap default; see ``docs/collectors.md``.
+    """What the collector records. Every field has a cheap default; see ``Collector``.
 
     Profiler windows: window ``k`` (``0 <= k < profile_repeat``) records steps
     ``[profile_start + k*profile_every, ... + profile_length)``; the step before each window is a profiler

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -55,10 +56,12 @@ class ProfilerWindows:
         import torch.profiler
 
         o = self.options
-        prof = torch.profiler.profile(
-            activities=self._activities(), record_shapes=o.record_shapes, with_stack=o.with_stack,
-            profile_memory=o.profile_memory, with_modules=o.with_modules,
-        )
+        with warnings.catch_warnings():   # "Profiler clears events at the end of each cycle": one cycle here
+            warnings.simplefilter("ignore", UserWarning)
+            prof = torch.profiler.profile(
+                activities=self._activities(), record_shapes=o.record_shapes, with_stack=o.with_stack,
+                profile_memory=o.profile_memory, with_modules=o.with_modules,
+            )
         prof.prepare_trace()
         self._prof, self._window = prof, window
 

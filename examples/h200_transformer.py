@@ -100,6 +100,8 @@ def main(argv: list[str] | None = None) -> None:
     opt = torch.optim.AdamW(ddp.parameters(), lr=1e-4, fused=cuda)
     collector.instrument(ddp, opt)
     comm = torch.ones(int(args.comm_mb * 2**20 / 4), device=device)
+    # AVG: with one NCCL rank a SUM is a plain copy, AVG still runs an NCCL kernel (FACTS §1: oneRankReduce)
+    op = dist.ReduceOp.AVG if cuda else dist.ReduceOp.SUM
     side = torch.cuda.Stream(device) if cuda else None
 
     with collector:
@@ -112,11 +114,11 @@ def main(argv: list[str] | None = None) -> None:
                 if side is not None:      # an extra all-reduce on a side stream, overlapping the optimizer
                     side.wait_stream(torch.cuda.current_stream(device))
                     with collector.range("side_allreduce"), torch.cuda.stream(side):
-                        dist.all_reduce(comm)
+                        dist.all_reduce(comm, op=op)
                     torch.cuda.current_stream(device).wait_stream(side)
                 else:
                     with collector.range("side_allreduce"):
-                        dist.all_reduce(comm)
+                        dist.all_reduce(comm, op=op)
                 opt.step()
                 opt.zero_grad(set_to_none=True)
     if collector.errors:

@@ -489,7 +489,11 @@ def step_time_figure(steps: pl.DataFrame, *, title: str | None = "Step time per 
         fig.add_trace(go.Scatter(x=r["step"].to_list(), y=(r["dur"] / 1e6).to_list(), mode="lines+markers",
                                  name=f"rank {rank}", marker=dict(size=4)))
     fig.update_xaxes(title="step")
-    fig.update_yaxes(title="step time (ms)", rangemode="tozero")
+    med = s["dur"].median()
+    if med and s["dur"].max() > 20 * med:  # compile-time first steps would flatten the rest
+        fig.update_yaxes(title="step time (ms, log scale)", type="log")
+    else:
+        fig.update_yaxes(title="step time (ms)", rangemode="tozero")
     return _base_layout(fig, title=title, height=360)
 
 

@@ -208,7 +208,7 @@ def _doc_events(doc: pl.DataFrame) -> pl.DataFrame:
 #: A trace bigger than twice this is parsed in pieces of about this many bytes, cut between two
 #: events. The JSON parser needs several times its input in memory while it works; pieces bound
 #: that, and each piece is reduced to compact columns before the next is parsed.
-PIECE_BYTES = 8 << 20
+PIECE_BYTES = 4 << 20
 
 _EVENTS_KEY_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
 _EVENT_SEP_RE = re.compile(rb"\}\s*,\s*\{")

@@ -1,0 +1,88 @@
+"""The app's server side without a browser: run discovery, caching, error capture, Apply's safety, relayout parsing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from workbench import rundir
+from workbench.app.page_timeline import parse_relayout
+from workbench.app.store import RunStore, RunUnavailable, find_runs
+
+
+def _trace_dir(path: Path, name: str = "rank0.json") -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / name).write_text('{"traceEvents": []}')
+    return path
+
+
+def test_find_runs_walks_folders_of_runs(tmp_path):
+    _trace_dir(tmp_path / "a")
+    (tmp_path / "b" / "rank0").mkdir(parents=True)
+    (tmp_path / "b" / rundir.RUN_JSON).write_text("{}")
+    _trace_dir(tmp_path / "group" / "c")
+    (tmp_path / "empty").mkdir()
+    entries = find_runs([tmp_path])
+    assert [e.id for e in entries] == ["a", "b", "group-c"]
+    assert [e.is_run_dir for e in entries] == [False, True, False]
+    # a root that is itself a run, and a missing root (listed, shown broken)
+    entries = find_runs([tmp_path / "a", tmp_path / "missing"])
+    assert [e.id for e in entries] == ["a", "missing"]
+
+
+def test_duplicate_names_get_unique_ids(tmp_path):
+    _trace_dir(tmp_path / "x" / "run")
+    _trace_dir(tmp_path / "y" / "run")
+    ids = [e.id for e in find_runs([tmp_path / "x" / "run", tmp_path / "y" / "run"])]
+    assert ids == ["run", "run-2"]
+
+
+def test_store_caches_runs_and_errors(tmp_path):
+    _trace_dir(tmp_path / "good")
+    _trace_dir(tmp_path / "bad")
+    calls = []
+
+    def opener(path: Path):
+        calls.append(path.name)
+        if path.name == "bad":
+            raise RunUnavailable("bad: not a trace")
+        return object()
+
+    store = RunStore([tmp_path], opener=opener)
+    run = store.run("good")
+    assert store.run("good") is run
+    for _ in range(2):
+        with pytest.raises(RunUnavailable, match="not a trace"):
+            store.run("bad")
+    assert calls == ["bad", "good"] or calls == ["good", "bad"]
+    assert store.status("good") == "ok" and store.status("bad").startswith("error")
+    with pytest.raises(RunUnavailable, match="no run"):
+        store.run("../../etc")
+
+
+def test_apply_writes_only_inside_the_run_directory(tmp_path, monkeypatch):
+    from workbench.app import compute, page_recommendations
+
+    _trace_dir(tmp_path / "run")
+    store = RunStore([tmp_path / "run"], opener=lambda p: object())
+    monkeypatch.setattr(compute, "recommendations", lambda s, rid: "recs")
+    monkeypatch.setattr(compute, "recommendation_toml", lambda recs, header=None: "[compile]\ndynamic = true\n")
+    path, text = page_recommendations.apply(store, "run")
+    assert path == (tmp_path / "run" / rundir.COMPILE_CONFIG_FILE).resolve()
+    assert path.read_text() == text
+    # an invalid config is never written
+    monkeypatch.setattr(compute, "recommendation_toml", lambda recs, header=None: "[nonsense]\nx = 1\n")
+    path.unlink()
+    with pytest.raises(Exception):
+        page_recommendations.apply(store, "run")
+    assert not path.exists()
+
+
+def test_parse_relayout():
+    o = 1_000_000_000
+    assert parse_relayout({"xaxis.range[0]": 1.0, "xaxis.range[1]": 2.5}, o) == (o + 1_000_000, o + 2_500_000)
+    assert parse_relayout({"xaxis.range": [3, 1]}, o) == (o + 1_000_000, o + 3_000_000)
+    assert parse_relayout({"xaxis.autorange": True}, o) == "auto"
+    assert parse_relayout({"autosize": True}, o) is None
+    assert parse_relayout(None, o) is None
