@@ -262,7 +262,9 @@ def _read_compiles(sources: Sources, on_error: OnError, problems: list[str]) -> 
             continue
         frames.append(c)
         skipped.append(s)
-    return _concat(frames, schema.COMPILES), _concat(skipped, schema.SKIPPED)
+    from workbench.analyses.recompiles import classify_compiles
+
+    return classify_compiles(_concat(frames, schema.COMPILES)), _concat(skipped, schema.SKIPPED)
 
 
 def _read_steps_files(files: dict[int, Path]) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -63,6 +63,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; run files are meant to be read by others
         os.replace(tmp, path)
     except BaseException:
         try:
