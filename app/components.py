@@ -121,6 +121,8 @@ def run_problems(run) -> html.Div | None:
     """A warning panel listing the bad files of a run opened with ``on_error="skip"``."""
     if not getattr(run, "problems", None):
         return None
-    return html.Div([html.Strong(f"{len(run.problems)} problem(s) while reading this run"),
-                     html.Pre("\n".join(run.problems), className="panel-detail")],
-                    className="panel panel-unavailable", id="run-problems")
+    nothing = getattr(run, "ranks", None) is not None and run.ranks.height == 0
+    title = ("Nothing could be read from this run" if nothing
+             else f"{len(run.problems)} problem(s) while reading this run; the rest is shown")
+    return html.Div([html.Strong(title), html.Pre("\n".join(run.problems), className="panel-detail")],
+                    className="panel " + ("panel-error" if nothing else "panel-unavailable"), id="run-problems")

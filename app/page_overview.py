@@ -62,17 +62,16 @@ def runs_section(store: RunStore, current: str | None) -> Any:
 
 def layout(pctx) -> Any:
     store, rid = pctx.store, pctx.run_id
-    parts = [runs_section(store, rid)]
     if rid is None:
-        parts.append(error_panel("No runs", "No runs were found under the paths the app was started with."))
-        return html.Div(parts)
-    parts.append(safe("Run", _run_part, store, rid))
-    return html.Div(parts)
+        return html.Div([runs_section(store, rid),
+                         error_panel("No runs", "No runs were found under the paths the app was started with.")])
+    run_part = safe("Run", _run_part, store, rid)  # first, so the runs list shows its status
+    return html.Div([runs_section(store, rid), run_part])
 
 
 def _run_part(store: RunStore, rid: str) -> Any:
     run = store.run(rid)
-    info = run.info()
+    info = store.cached(rid, "info", run.info)
     stats = stats_row([
         ("world_size", "world size", str(info.get("world_size") or "–")),
         ("ranks", "ranks loaded", str(len(info["ranks"]))),

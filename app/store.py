@@ -112,7 +112,14 @@ class _Slot:
 class RunStore:
     """Runs by id, opened on first use and cached with every analysis result computed from them."""
 
-    def __init__(self, roots: Iterable[str | Path], *, opener: Callable[[Path], Any] | None = None):
+    #: At most this many runs stay open (with their cached analyses); the least recently used is dropped first.
+    MAX_OPEN_RUNS = 8
+
+    def __init__(self, roots: Iterable[str | Path], *, opener: Callable[[Path], Any] | None = None,
+                 max_open_runs: int | None = None):
+        self.max_open_runs = max_open_runs or self.MAX_OPEN_RUNS
+        self._recent: list[str] = []
+        self._pinned: set[str] = set()
         self.roots = [Path(r).resolve() for r in roots]
         self.entries = find_runs(self.roots)
         self._by_id = {e.id: e for e in self.entries}
@@ -130,6 +137,7 @@ class RunStore:
         for k, r in runs.items():
             slot = _Slot(value=r, done=True)
             store._slots[(k, "__run__")] = slot
+        store._pinned = set(runs)
         return store
 
     # -- runs --------------------------------------------------------------------------------------------------
@@ -147,7 +155,19 @@ class RunStore:
         entry = self.entry(run_id)
         if entry is None:
             raise RunUnavailable(f"no run {run_id!r}; runs: {', '.join(self.ids()) or 'none'}")
+        self._touch(run_id)
         return self.cached(run_id, "__run__", lambda: self._open(entry))
+
+    def _touch(self, run_id: str) -> None:
+        """Mark ``run_id`` used; close the least recently used runs beyond :attr:`max_open_runs`."""
+        with self._guard:
+            if run_id in self._recent:
+                self._recent.remove(run_id)
+            self._recent.append(run_id)
+            evict = [r for r in self._recent[:-self.max_open_runs] if r not in self._pinned]
+            self._recent = [r for r in self._recent if r not in evict]
+        for r in evict:
+            self.forget(r)
 
     def _open(self, entry: RunEntry):
         if self._opener is not None:

@@ -493,7 +493,8 @@ def main() -> None:
                  "ratio": f"{nocache['s'] / base:.2f}× orjson (CPU: {nocache['cpu_s'] / base_cpu:.2f}×)"})
     rows.append({"name": "workbench.open, first ingest, 1 worker", "s": one["s"], "cpu": one["cpu_s"],
                  "rss": one["peak_rss"], "load": one["load"],
-                 "ratio": f"{one['s'] / base:.2f}× orjson; {nworkers} workers: {one['s'] / first['s']:.2f}× faster"})
+                 "ratio": f"{one['s'] / base:.2f}× orjson; 1 worker takes {one['s'] / first['s']:.2f}× the time "
+                          f"of {nworkers}"})
     f0_oj = next(f for f in oj["files"] if f["file"] == f0.name)
     rows.append({"name": f"workbench.open {f0.name} alone, cache off ({os.cpu_count()} threads on its pieces)",
                  "s": single["s"], "cpu": single["cpu_s"], "bytes": files[0]["bytes"], "rss": single["peak_rss"],
@@ -518,15 +519,17 @@ def main() -> None:
     if gdir is not None:
         ogz = run("gunzip + orjson.loads, .json.gz", _self("orjson", str(gdir)))
         gfirst = run("workbench.open .json.gz, cache cold", wb_argv(gdir, 0, True), before=clear_cache(gdir))
-        rows.append({"name": "read + gunzip + orjson.loads, .json.gz files", "s": ogz["s"] + ogz["read_s"],
-                     "rss": ogz["peak_rss"], "load": ogz["load"]})
+        rows.append({"name": f"read + gunzip + orjson.loads, the same files as .json.gz "
+                             f"({sum((gdir / (f['file'] + '.gz')).stat().st_size for f in files) / MB:.0f} MB)",
+                     "s": ogz["s"] + ogz["read_s"], "rss": ogz["peak_rss"], "load": ogz["load"]})
         rows.append({"name": "workbench.open .json.gz, first ingest", "s": gfirst["s"], "cpu": gfirst["cpu_s"],
                      "rss": gfirst["peak_rss"], "load": gfirst["load"],
                      "ratio": f"{_fmt_ratio(gfirst['s'] / (ogz['s'] + ogz['read_s']))} gunzip+orjson"})
 
     if not a.no_hta:
         if not Path(a.hta_python).exists():
-            rows.append({"name": f"HTA: not run ({a.hta_python} missing)"})
+            rows.append({"name": f"HTA: not run ({a.hta_python} missing: python3 -m venv /tmp/hta-venv && "
+                                 "/tmp/hta-venv/bin/pip install holistictraceanalysis)"})
         else:
             try:
                 env["hta"] = subprocess.run(
@@ -561,7 +564,8 @@ def main() -> None:
              f"peak RSS / decompressed JSON bytes; cached reopen / first ingest; HTA / first ingest. "
              f"A row of one file has its MB/s and RSS / JSON against that file. "
              f"MB = 10^6 bytes. Whole benchmark: {time.perf_counter() - t_start:.0f} s "
-             f"(command: `python bench/ingest.py{' --gz' if a.gz else ''}`).")
+             f"(command: `python bench/ingest.py{' --gz' if a.gz else ''}"
+             f"{' --compare-src ...' if a.compare_src else ''}`).")
     print(text)
     if a.readme:
         update_readme(text)

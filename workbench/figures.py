@@ -455,6 +455,19 @@ def timeline_figure(
     return fig
 
 
+def run_timeline(run: Any, *, start: int | None = None, end: int | None = None, ranks: list[int] | None = None,
+                 width_px: int = DEFAULT_WIDTH_PX) -> go.Figure:
+    """The app's Timeline figure for a :class:`workbench.Run` in one call (notebooks, reports).
+
+    ``start``/``end`` are absolute ns (``None``: the whole run); x is in ms since the run's first kernel or step.
+    """
+    view = timeline_view(run.kernels, start=start, end=end, ranks=ranks, width_px=width_px)
+    origin = (time_bounds(run.kernels, run.steps, run.collectives) or (0, 0))[0]
+    sel = (lambda f: f.filter(pl.col("rank").is_in(ranks))) if ranks else (lambda f: f)
+    return timeline_figure(view, origin=origin, collectives=sel(run.collectives), compiles=sel(run.compiles),
+                           steps=sel(run.steps), title=view.describe())
+
+
 def _lane_sort_key(label: str) -> tuple:
     # "rank 3 · stream 7" → (3, 1, 7); steps first, then streams, collectives, compile
     try:

@@ -268,3 +268,50 @@ def test_shared_hta_trace_breakdown_equals_analysis(page, served_factory, shared
     assert [(r["rank"], r["compute_pct"], r["idle_pct"], r["comm_overlap_pct"]) for r in shown] == [
         (str(e["rank"]), e["compute_pct"], e["idle_pct"], e["comm_overlap_pct"]) for e in expected.iter_rows(named=True)]
     page.screenshot(path=str(artifacts / "app-breakdown-hta.png"), full_page=True)
+
+
+def test_new_user_journey(page, served, runs_root, tables, artifacts):
+    """The issue's "done when": see the sample runs, find the straggler and the divergent recompile, apply the fix,
+    compare two runs — by clicking through the app like a user."""
+    run, t = tables
+    target = runs_root / "cpu-gloo-4rank" / rundir.COMPILE_CONFIG_FILE
+    target.unlink(missing_ok=True)
+    goto_ready(page, served.url("/"), "overview")
+    links = page.eval_on_selector_all(".run-link", "els => els.map(e => e.textContent)")
+    assert "cpu-gloo-4rank" in links and "cpu-gloo-4rank-copy" in links
+    page.click("#run-link-cpu-gloo-4rank")
+    page.wait_for_function("() => location.search.includes('run=cpu-gloo-4rank')")
+    # the straggler
+    page.click("#nav-drift")
+    page.wait_for_selector(".straggler-finding", timeout=20_000)
+    straggler = t["findings"].filter(pl.col("kind").str.contains("straggler")).row(0, named=True)
+    assert f"Rank {straggler['ranks'][0]}" in page.text_content(".straggler-finding")
+    # the divergent recompile, and its step on the timeline
+    page.click("#nav-recompiles")
+    page.wait_for_selector(".divergent-item", timeout=20_000)
+    assert "only" in page.text_content(".divergent-item")
+    page.click(".divergent-link >> nth=0")
+    page.wait_for_function("() => document.querySelector('#page-timeline #timeline-graph .main-svg')", timeout=20_000)
+    # apply the fix
+    page.click("#nav-recommendations")
+    page.wait_for_selector("#apply-config", timeout=20_000)
+    page.click("#apply-config")
+    page.wait_for_selector("#apply-ok", timeout=20_000)
+    assert target.is_file()
+    page.screenshot(path=str(artifacts / "app-journey-applied.png"), full_page=True)
+    # compare with another run
+    page.click("#nav-compare")
+    page.wait_for_selector("#compare-after", timeout=20_000)
+    pick(page, "compare-after", "cpu-gloo-4rank-copy")
+    page.wait_for_selector("#diff-grid .ag-row", timeout=20_000)
+    assert page.js_errors == []
+    page.screenshot(path=str(artifacts / "app-journey-compare.png"), full_page=True)
+
+
+def test_no_path_serves_the_bundled_sample_runs():
+    from workbench.app.main import default_roots
+
+    app = create_app()
+    assert default_roots() == [REPO / "sample_traces"]
+    if SAMPLE.is_dir():
+        assert "cpu-gloo-4rank" in app.workbench_store.ids()

@@ -86,3 +86,19 @@ def test_parse_relayout():
     assert parse_relayout({"xaxis.autorange": True}, o) == "auto"
     assert parse_relayout({"autosize": True}, o) is None
     assert parse_relayout(None, o) is None
+
+
+def test_least_recently_used_runs_are_closed(tmp_path):
+    for name in "abc":
+        _trace_dir(tmp_path / name)
+    opened = []
+
+    def opener(path):
+        opened.append(path.name)
+        return object()
+
+    store = RunStore([tmp_path], opener=opener, max_open_runs=2)
+    store.run("a"), store.run("b"), store.run("a"), store.run("c")
+    assert store.status("b") == "not opened" and store.status("a") == "ok" and store.status("c") == "ok"
+    store.run("b")
+    assert opened == ["a", "b", "c", "b"]

@@ -68,3 +68,15 @@ def test_figure_meta_and_lanes():
     assert meta == {"exact": True, "visible_kernels": 1000, "spans": 1000}
     lanes = set(fig.layout.yaxis.ticktext)
     assert lanes == {f"rank {r} · stream {s}" for r in (0, 1) for s in (7, 8)}
+
+
+def test_run_timeline_for_notebooks():
+    from app_synthetic import synthetic_run
+
+    run = synthetic_run(20_000, ranks=2)
+    fig = figures.run_timeline(run)
+    assert fig.layout.meta["visible_kernels"] == 20_000
+    lo = int(run.kernels["start"].min())
+    fig = figures.run_timeline(run, start=lo, end=lo + 100_000, ranks=[1])
+    assert fig.layout.meta["exact"] is True
+    assert all(t.startswith("rank 1") for t in fig.layout.yaxis.ticktext)
