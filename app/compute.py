@@ -169,16 +169,28 @@ def recompile_findings(store: RunStore, rid: str) -> pl.DataFrame:
 
 
 def recommendation_findings(store: RunStore, rid: str) -> pl.DataFrame:
-    """The findings recommendations answer: the same as ``workbench recommend`` uses
-    (:func:`workbench.commands.recommend.run_findings`: compile findings with steps, collectives and fingerprints,
-    plus the other analyses' findings), else the summary's findings."""
+    """The findings recommendations answer, as ``workbench recommend`` builds them
+    (:func:`workbench.commands.recommend.run_findings`): the compile findings computed with steps, collectives and
+    fingerprints, plus the other analyses' findings — here from the cached :func:`tables`, not recomputed."""
     def go():
+        run = store.run(rid)
+        rf = analysis_fn("recompiles", "recompile_findings")(
+            run.compiles, steps=run.steps, collectives=run.collectives, fingerprints=run.fingerprints)
         try:
-            from workbench.commands.recommend import run_findings
-        except ImportError:
-            return findings(store, rid)
-        return run_findings(store.run(rid))
+            other = findings(store, rid).filter(pl.col("source") != "recompiles")
+        except Exception:  # noqa: BLE001 - as run_findings: other analyses failing must not hide the compile fixes
+            other = None
+        return analysis_fn("findings", "rank_findings")([rf, other])
     return _cached(store, rid, "recommendation_findings", go)
+
+
+def prefetch(store: RunStore, rid: str) -> None:
+    """Open the run and compute what the pages need (call in a background thread); errors stay cached."""
+    for fn in (store.run, lambda r: tables(store, r), lambda r: recommendations(store, r)):
+        try:
+            fn(rid)
+        except Exception:  # noqa: BLE001 - the page shows it when it is visited
+            return
 
 
 def recommendations(store: RunStore, rid: str) -> pl.DataFrame:

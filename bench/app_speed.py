@@ -35,8 +35,8 @@ from workbench.app.store import RunStore, find_runs  # noqa: E402
 META_JS = "() => document.querySelector('#timeline-graph .js-plotly-plot').layout.meta"
 
 
-def page_timings(browser, roots: list[Path], repeats: int = 3) -> list[dict]:
-    app = create_app(roots)
+def page_timings(browser, roots: list[Path] | None, repeats: int = 3, store: RunStore | None = None) -> list[dict]:
+    app = create_app(roots, store=store)
     served = Served(app)
     rows = []
     try:
@@ -140,6 +140,9 @@ def main() -> None:
             result["pages"] = page_timings(browser, roots, args.repeats)
         print(f"timeline on {args.kernels:,} synthetic kernels:")
         result["timeline"] = zoom_timings(browser, args.kernels)
+        print(f"every page on the synthetic run of {args.kernels:,} kernels (8 ranks, 50 steps):")
+        result["pages_synthetic"] = page_timings(
+            browser, None, args.repeats, store=RunStore.preloaded({"synthetic-1M": synthetic_run(args.kernels)}))
         browser.close()
     worst_page = max((r["warm_s"] for r in result["pages"]), default=0)
     worst_nav = max((r["nav_s"] for r in result["pages"]), default=0)

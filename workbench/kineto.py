@@ -474,12 +474,17 @@ def _kind_expr(cats: pl.Series) -> pl.Expr:
     return pl.when(pl.col("ph") != "X").then(pl.lit("instant")).otherwise(kind.fill_null("other")).cast(schema.EventKindType)
 
 
+def _us_to_ns(us: pl.Expr) -> pl.Expr:
+    """Float microseconds → int64 ns, exact for whole-µs epoch times (``us * 1000`` in float64 is not past 2**53)."""
+    whole = us.floor()
+    return whole.cast(pl.Int64) * 1000 + ((us - whole) * 1000.0).round().cast(pl.Int64)
+
+
 def _digest(raw: pl.DataFrame) -> _Part:
     """Reduce a raw ``traceEvents`` frame to a :class:`_Part` (the raw frame can then be dropped)."""
     args = pl.col("args")
-    ts_ns = pl.col("ts") * 1000.0
-    start = ts_ns.round().cast(pl.Int64)
-    end = (ts_ns + pl.col("dur").fill_null(0.0).clip(lower_bound=0.0) * 1000.0).round().cast(pl.Int64)
+    start = _us_to_ns(pl.col("ts"))
+    end = _us_to_ns(pl.col("ts") + pl.col("dur").fill_null(0.0).clip(lower_bound=0.0))
     pid = pl.col("pid").cast(pl.Int64, strict=False)
     tid = pl.col("tid").cast(pl.Int64, strict=False)
     timed = raw.lazy().filter(_is_timed()).with_columns(_kind_expr(raw.get_column("cat")).alias("kind"))

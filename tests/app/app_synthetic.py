@@ -53,7 +53,8 @@ def synthetic_run(n: int = 1_000_000, *, ranks: int = 8, streams: int = 2, steps
     st = synthetic_steps(k, steps=steps)
     # each kernel belongs to the step whose range holds its start (as the launch step would be)
     k = k.sort("start").join_asof(st.select("rank", pl.col("start").alias("_s"), pl.col("step").alias("_step"))
-                                  .sort("_s"), left_on="start", right_on="_s", by="rank", strategy="backward")
+                                  .sort("_s"), left_on="start", right_on="_s", by="rank", strategy="backward",
+                                  check_sortedness=False)
     k = k.with_columns(pl.col("_step").cast(pl.Int32).alias("step")).drop("_s", "_step")
     k = conform(k, KERNELS)
     rk = schema.conform(pl.DataFrame({"rank": list(range(ranks)), "world_size": [ranks] * ranks}), schema.RANKS)

@@ -24,6 +24,12 @@ def register(app: typer.Typer) -> None:
         roots = list(paths) if paths else default_roots()
         dash_app = create_app(roots)
         store = dash_app.workbench_store
+        if store.default_id():  # open and analyse the first run while the browser starts
+            import threading
+
+            from workbench.app.compute import prefetch
+
+            threading.Thread(target=prefetch, args=(store, store.default_id()), daemon=True).start()
         typer.echo(f"workbench app: {len(store.entries)} run(s) under {', '.join(map(str, store.roots))}")
         for e in store.entries:
             typer.echo(f"  {e.id:<28} {e.path}")
