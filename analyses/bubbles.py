@@ -8,7 +8,9 @@ micro-batch, e.g. ``forward_mb3``). The device ranges are used when the rank has
 
 Per rank (pipeline stage) and step:
 
-* ``work_ns``: time covered by forward or backward ranges (their union) inside the step;
+* ``work_ns``: time covered by forward or backward ranges (their union) inside the step, less the time inside
+  them spent in point-to-point receives (``gloo:recv``, ``nccl:recv``, ``c10d::recv_``: ``p2p_wait_ns``), since
+  ``torch.distributed.pipelining`` wraps its receive wait in its ``Forward i`` / ``Backward i`` ranges;
 * ``bubble_ns`` = step duration - ``work_ns``: time the stage spends on neither (waiting for activations or
   gradients from the neighbouring stage, optimizer, data loading);
 * ``first_forward_delay_ns``: from the step start to the first forward range.
@@ -24,6 +26,8 @@ from workbench.analyses.window import Window, window_steps
 
 FORWARD_PATTERN = r"(?i)(^|[^a-z])(forward|fwd)([^a-z]|$)"
 BACKWARD_PATTERN = r"(?i)(^|[^a-z])(backward|bwd)([^a-z]|$)"
+#: Host ranges that wait for the neighbouring stage (point-to-point receives), subtracted from the work.
+P2P_WAIT_PATTERN = r"(?i)^(gloo|nccl):recv|^c10d::recv"
 
 
 def step_idle(step_breakdown: pl.DataFrame) -> pl.DataFrame:
@@ -45,7 +49,8 @@ def pipeline_bubbles(
 
     Columns: ``rank``, ``step``, ``start``, ``end`` (the step's range), ``step_ns``, ``timeline`` (``"gpu"`` or
     ``"cpu"``: which ranges were used), ``forwards`` / ``backwards`` (number of disjoint ranges, nested ones counted once: micro-batches),
-    ``forward_ns`` / ``backward_ns`` (their unions), ``work_ns`` (forward ∪ backward), ``bubble_ns``,
+    ``forward_ns`` / ``backward_ns`` (their unions), ``p2p_wait_ns``, ``work_ns`` (forward ∪ backward less the
+    p2p waits), ``bubble_ns``,
     ``bubble_pct`` (of ``step_ns``), ``first_forward_delay_ns``.
     """
     ws = window_steps(steps, window).filter(pl.col("in_window"))
@@ -74,7 +79,23 @@ def pipeline_bubbles(
         ).drop("g_start", "g_end")
     fwd = covered_between(ann.filter("is_fwd"), seg, name="forward_ns").select("rank", "step", "forward_ns")
     bwd = covered_between(ann.filter("is_bwd"), seg, name="backward_ns").select("rank", "step", "backward_ns")
-    work = covered_between(ann, seg, name="work_ns").select("rank", "step", "work_ns")
+    # time inside the ranges spent receiving from the neighbouring stage is waiting, not work
+    waits = events.filter(
+        pl.col("kind").cast(pl.String).is_in(["annotation", "cpu_op"])
+        & pl.col("name").cast(pl.String).str.contains(P2P_WAIT_PATTERN)
+        & ~pl.col("rank").is_in(gpu_ranks)
+    ).select("rank", "start", "end")
+    span = covered_between(ann, seg, name="span_ns").select("rank", "step", "span_ns")
+    if waits.is_empty():
+        work = span.with_columns(p2p_wait_ns=pl.lit(0, pl.Int64), work_ns=pl.col("span_ns"))
+    else:
+        w = covered_between(waits, seg, name="w_ns").select("rank", "step", "w_ns")
+        both = covered_between(pl.concat([ann.select("rank", "start", "end"), waits]), seg, name="u_ns").select(
+            "rank", "step", "u_ns")
+        work = span.join(w, on=["rank", "step"], how="left").join(both, on=["rank", "step"], how="left").with_columns(
+            p2p_wait_ns=(pl.col("span_ns") + pl.col("w_ns") - pl.col("u_ns")).clip(lower_bound=0),
+        ).with_columns(work_ns=pl.col("span_ns") - pl.col("p2p_wait_ns"))
+    work = work.select("rank", "step", "work_ns", "p2p_wait_ns")
     # micro-batches: disjoint forward (backward) ranges of the step; nested ranges count once
     nf = merge_intervals(ann.filter("is_fwd"), ["rank", "step"]).group_by("rank", "step").agg(forwards=pl.len())
     nb = merge_intervals(ann.filter("is_bwd"), ["rank", "step"]).group_by("rank", "step").agg(backwards=pl.len())
@@ -94,7 +115,7 @@ def pipeline_bubbles(
         )
         .with_columns(bubble_pct=pl.when(pl.col("step_ns") > 0).then(100.0 * pl.col("bubble_ns") / pl.col("step_ns")))
         .select("rank", "step", "start", "end", "step_ns", "timeline", "forwards", "backwards", "forward_ns",
-                "backward_ns", "work_ns", "bubble_ns", "bubble_pct", "first_forward_delay_ns")
+                "backward_ns", "p2p_wait_ns", "work_ns", "bubble_ns", "bubble_pct", "first_forward_delay_ns")
         .sort("rank", "step")
         .collect()
     )

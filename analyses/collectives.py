@@ -278,7 +278,7 @@ def collective_findings(
     ``collective_drift`` (the rank whose arrival moved most, when by > 1 ms over ≥ 8 instances in ≥ 3 steps)."""
     rows = []
     if instances is not None and not instances.is_empty():
-        bad = instances.filter(~pl.col("consistent"))
+        bad = instances.filter(~pl.col("consistent") & ~pl.col("p2p"))
         if not bad.is_empty():
             first = bad.row(0, named=True)
             rows.append(finding(

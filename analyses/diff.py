@@ -1,7 +1,7 @@
 """Diff of two runs: did the change work?
 
 Compares two :func:`workbench.analyses.summary.analyze` summaries metric by metric, per rank and for the job
-(the mean over ranks; step time and collective wait take the slowest rank, which sets the pace).
+(the mean over ranks; step times, collective wait and recompiles take the worst rank, which sets the pace).
 """
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ import polars as pl
 #: metric → True when lower is better.
 METRICS: dict[str, bool] = {
     "step_time_ns": True,
+    "max_step_time_ns": True,
+    "recompiles": True,
+    "compile_time_ns": True,
     "compute_pct": False,
     "idle_pct": True,
     "comm_compute_overlap_pct": False,
@@ -26,7 +29,7 @@ METRICS: dict[str, bool] = {
     "idle_ns": True,
 }
 
-_WORST_RANK = {"step_time_ns", "collective_wait_ns", "window_ns"}
+_WORST_RANK = {"step_time_ns", "max_step_time_ns", "collective_wait_ns", "window_ns", "recompiles", "compile_time_ns"}
 
 
 def _rows(summary: dict[str, Any]) -> list[dict[str, Any]]:

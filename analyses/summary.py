@@ -8,7 +8,6 @@ times, collective waits, kernel class times, and the ranked findings.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import polars as pl
@@ -26,7 +25,8 @@ from workbench.analyses.kernels import kernel_class_time, launch_stats, top_kern
 from workbench.analyses.overlap import comm_compute_overlap
 from workbench.analyses.stragglers import step_times, straggler_findings, straggler_ranks
 from workbench.analyses.window import Window, window_kernels
-from workbench.schema import COLLECTIVES, EVENTS, KERNELS, RANKS, STEPS, empty
+from workbench.analyses.recompiles import recompile_findings
+from workbench.schema import COLLECTIVES, COMPILES, EVENTS, FINGERPRINTS, KERNELS, RANKS, STEPS, empty
 
 
 def _table(run: Any, name: str, schema: dict) -> pl.DataFrame:
@@ -34,20 +34,14 @@ def _table(run: Any, name: str, schema: dict) -> pl.DataFrame:
     return frame if isinstance(frame, pl.DataFrame) else empty(schema)
 
 
-def _extra_findings(run: Any) -> list[pl.DataFrame]:
-    """Findings of analyses owned elsewhere (recompiles), when present: ``recompile_findings(compiles)``."""
-    try:
-        mod = importlib.import_module("workbench.analyses.recompiles")
-    except ImportError:
-        return []
-    fn = getattr(mod, "recompile_findings", None)
-    compiles = getattr(run, "compiles", None)
-    if fn is None or compiles is None:
-        return []
-    try:
-        return [fn(compiles)]
-    except Exception:  # another analysis failing must not hide these results
-        return []
+def _recompile_findings(run: Any) -> pl.DataFrame:
+    """Findings of the recompile analysis, with steps, collectives and fingerprints so waits are measured."""
+    return recompile_findings(
+        _table(run, "compiles", COMPILES),
+        steps=_table(run, "steps", STEPS),
+        collectives=_table(run, "collectives", COLLECTIVES),
+        fingerprints=_table(run, "fingerprints", FINGERPRINTS),
+    )
 
 
 def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = KERNEL_WAIT_NS) -> dict[str, pl.DataFrame]:
@@ -89,6 +83,7 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
     out["top_kernels"] = top_kernels(kw)
     out["launch_stats"] = launch_stats(kw)
     out["kernel_class_time"] = kernel_class_time(kw)
+    out["compiles_by_rank"] = compiles_by_rank(_table(run, "compiles", COMPILES))
 
     main = main_streams(kw)
     main_causes = out["idle_by_stream"].join(main, on=["rank", "stream"], how="semi") if not main.is_empty() else None
@@ -98,9 +93,22 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
                             aligned=spans_hosts(ranks)),
         straggler_findings(out["stragglers"]),
         bubble_findings(out["bubbles"]),
-        *_extra_findings(run),
+        _recompile_findings(run),
     ])
     return out
+
+
+def compiles_by_rank(compiles: pl.DataFrame) -> pl.DataFrame:
+    """Per rank: ``compiles`` (frame compiles), ``recompiles`` (compiles after a frame's first) and
+    ``compile_time_ns`` (their total duration)."""
+    if compiles.is_empty():
+        return pl.DataFrame(schema={"rank": pl.Int32, "compiles": pl.UInt32, "recompiles": pl.UInt32,
+                                    "compile_time_ns": pl.Int64})
+    return compiles.group_by("rank").agg(
+        compiles=pl.len(),
+        recompiles=(pl.col("frame_compile_id") > 0).sum(),
+        compile_time_ns=pl.col("duration_ns").sum(),
+    ).sort("rank")
 
 
 def _num(v: Any, nd: int = 2) -> Any:
@@ -116,6 +124,7 @@ def summarize_tables(tables: dict[str, pl.DataFrame], rank_ids: list[int], windo
     by_rank = {r["rank"]: r for r in tables["breakdown_by_rank"].iter_rows(named=True)}
     wait = {r["rank"]: r for r in tables["collective_wait"].iter_rows(named=True)} if not tables["collective_wait"].is_empty() else {}
     st = tables["step_times"]
+    compiles = {r["rank"]: r for r in tables["compiles_by_rank"].iter_rows(named=True)}
     kct = tables["kernel_class_time"]
     ranks: dict[str, dict[str, Any]] = {}
     for rank in sorted(set(rank_ids) | set(by_rank)):
@@ -142,6 +151,12 @@ def summarize_tables(tables: dict[str, pl.DataFrame], rank_ids: list[int], windo
                 entry[f"{source}_steps"] = s.height
                 entry[f"{source}_step_time_ns"] = int(s["dur"].median()) if s.height else None
             entry["step_time_ns"] = entry.get("collector_step_time_ns") or entry.get("profiler_step_time_ns")
+            src = mine.filter(pl.col("source") == ("collector" if entry.get("collector_steps") else "profiler"))
+            after_first = src.filter(pl.col("step") > src["step"].min()) if src.height > 1 else src
+            entry["max_step_time_ns"] = int(after_first["dur"].max()) if after_first.height else None
+        comp = compiles.get(rank)
+        entry["recompiles"] = int(comp["recompiles"]) if comp else 0
+        entry["compile_time_ns"] = int(comp["compile_time_ns"] or 0) if comp else 0
         w = wait.get(rank)
         entry["collective_wait_ns"] = w["wait_ns"] if w else None
         entry["collectives_last_pct"] = _num(w["last_pct"]) if w else None

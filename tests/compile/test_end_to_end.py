@@ -90,3 +90,8 @@ def test_divergent_recompile_fixed_by_recommended_config(tmp_path):
 
     diff = json.loads(_workbench("diff", str(before), str(after), "--json"))
     assert diff["after"] == str(after)
+    kinds = {f["kind"]: f["status"] for f in diff["findings"]}
+    assert kinds["divergent_recompile"] == "fixed", kinds
+    job = {m["metric"]: m for m in diff["metrics"] if m["scope"] == "job"}
+    assert job["recompiles"]["before"] == 1 and job["recompiles"]["after"] == 0
+    assert job["max_step_time_ns"]["direction"] == "better", job["max_step_time_ns"]
