@@ -15,7 +15,8 @@ built to cost the same so the measured bubble can be set against the schedule's 
 Compute-only ranges ``forward_mb<i>`` / ``backward_mb<i>`` wrap ``PipelineStage.forward_one_chunk`` and
 ``backward_one_chunk``. The schedule's own ``record_function`` ranges (``Forward <i>`` / ``Backward <i>``) also
 exist but include the wait for the neighbouring stage's activations or gradients (``_wait_batch_p2p`` runs inside
-them), so they cannot tell the bubble apart from the work.
+them; ``pipeline_bubbles`` takes the ``gloo:recv`` time inside them out as ``p2p_wait_ns``). ``Schedule1F1B``
+(``--schedule 1f1b``) in torch 2.13 writes no per-micro-batch ranges at all: there only the example's ranges exist.
 
 Run (2 ranks)::
 

@@ -102,24 +102,59 @@ def test_bubble_matches_gpipe_theory(run, extra):
         assert t - RANK_BELOW_PP <= pct <= t + RANK_ABOVE_PP, f"rank {rank}: {pct:.1f} % vs {t:.1f} %"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "analysis wrong on torch.distributed.pipelining traces: the default FORWARD/BACKWARD_PATTERN match the "
-    "schedule's own 'Forward <i>' / 'Backward <i>' ranges, which hold the p2p receive wait (_wait_batch_p2p, "
-    "gloo:recv) for the neighbouring stage, so the bubble is counted as work: 5.7 % measured vs 20 % theory "
-    "(23.7 % with compute-only ranges). Fix in analyses/bubbles.py: subtract p2p receive time inside the ranges, "
-    "or prefer the innermost matching ranges."))
 def test_default_patterns_see_the_bubble(run, extra):
+    """The default patterns match the schedule's ``Forward <i>`` / ``Backward <i>`` too; their receive waits
+    (``gloo:recv``) are taken out of the work (``p2p_wait_ns``), so the bubble agrees with the compute-only one.
+
+    Recorded: 23.1 % (default) vs 23.7 % (compute-only); before the p2p waits were taken out it was 5.7 %. What is
+    left between the two is host bookkeeping inside the schedule's ranges (posting sends and receives), which the
+    default patterns count as work: at most 2 points.
+    """
     t = theory(extra)
-    measured = overall_pct(pipeline_bubbles(run.events, run.steps))
+    b = pipeline_bubbles(run.events, run.steps)
+    assert (b["p2p_wait_ns"] > 0).all()
+    measured = overall_pct(b)
     assert t - BELOW_PP <= measured <= t + ABOVE_PP, f"default patterns: {measured:.1f} % vs theory {t:.1f} %"
+    compute_only = overall_pct(pipeline_bubbles(run.events, run.steps, **COMPUTE))
+    assert abs(measured - compute_only) <= 2.0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "analysis wrong: collective_findings raises a high 'collective_mismatch' for point-to-point calls (rank 0's "
-    "send paired with rank 1's recv, 40 instances: 'collective: 0=send 1=recv'), although the collectives module "
-    "says p2p calls are left out of findings; the ~consistent filter lacks ~p2p."))
 def test_p2p_is_not_a_collective_mismatch(run):
     instances = collective_instances(match_collectives(run.collectives))
     assert instances["p2p"].all()                    # the pipeline's only communication is send/recv
     found = collective_findings(instances)
     assert found.filter(pl.col("kind") == "collective_mismatch").is_empty()
+
+
+def _start_offsets(run) -> dict[int, int]:
+    """Per profiled step: rank 0's step start minus rank 1's (ns)."""
+    st = run.steps.with_columns(pl.col("source").cast(pl.String)).filter(pl.col("source") == "profiler")
+    wide = st.pivot(on="rank", index="step", values="start").sort("step")
+    return {row[0]: row[1] - row[2] for row in wide.select("step", "0", "1").iter_rows()}
+
+
+def test_stage0_lateness_is_the_gpipe_drain(run, extra):
+    """Stage 0 starts every step after stage 1 by the length of its own last backward of the previous step: GPipe's
+    drain (stage 1 finishes its backwards first, stage 0 runs the last one after it), not a slow rank.
+    Recorded: offsets 171 / 164 / 123 / 245 ms against last backwards of 178 / 177 / 137 / 232 ms."""
+    last = f"backward_mb{extra['microbatches'] - 1}"
+    bwd = run.events.filter((pl.col("rank") == 0) & (pl.col("name").cast(pl.String) == last))
+    last_bwd = dict(bwd.select("step", "dur").iter_rows())
+    offsets = _start_offsets(run)
+    pairs = [(offsets[s], last_bwd[s - 1]) for s in offsets if s - 1 in last_bwd]
+    assert len(pairs) >= 3
+    for offset, drain in pairs:
+        assert offset > 0 and abs(offset - drain) <= 0.25 * drain + 20_000_000, (offset, drain)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "analysis wrong for pipelines: stragglers.py reads step-start lateness as a straggler, but in GPipe stage 0 "
+    "starts each step after stage 1 by its last backward of the previous step (the drain, already counted as "
+    "bubble): 'Rank 0 holds the other ranks back since step 1 (growing): it was last in 88% of 8 collector "
+    "steps, costing 1253.9 ms (7.4% of the step time)' on two equal-cost stages. Pipeline ranks (ranks with "
+    "several forward/backward micro-batch ranges) need the schedule's offset taken out, or no step-start signal."))
+def test_no_straggler_on_balanced_pipeline(run):
+    from workbench.analyses.summary import analysis_tables
+
+    found = analysis_tables(run)["findings"]
+    assert found.filter(pl.col("kind") == "straggler").is_empty()
