@@ -73,20 +73,37 @@ def _trend(per_step: pl.DataFrame, value: str) -> pl.DataFrame:
     ).drop("_span", "_mean")
 
 
+def _after_warmup(steps: pl.DataFrame, warmup_steps: int) -> pl.DataFrame:
+    """``steps`` without each source's first ``warmup_steps`` steps (first compiles, set-up), when enough remain."""
+    first = pl.col("step").min().over("source")
+    n = pl.col("step").n_unique().over("source")
+    return steps.filter((n < 3 * warmup_steps) | (pl.col("step") >= first + warmup_steps))
+
+
 def straggler_ranks(
-    steps: pl.DataFrame, matched: pl.DataFrame | None = None, min_hold_ns: int = 0
+    steps: pl.DataFrame, matched: pl.DataFrame | None = None, min_hold_ns: int = 0, *,
+    warmup_steps: int = 2, use_step_starts: bool = True,
 ) -> pl.DataFrame:
     """Per rank and signal, how often and how much it holds the others back.
+
+    The first ``warmup_steps`` steps (compiles, set-up) are left out when at least three times as many exist.
+    ``use_step_starts=False`` ignores step starts (pipeline stages start their steps at offsets set by the
+    schedule; that time is a bubble, not a straggler) and keeps the collective signal.
 
     Columns: ``rank``, ``signal`` (``"collector_steps"``, ``"profiler_steps"`` or ``"collectives"``), ``events``
     (steps or collective instances seen), ``held_count`` (times it was the one holding back), ``held_pct``,
     ``held_back_ns`` (total), ``step_time_ns`` (summed median step time over the same steps, or summed collective
     time for collectives), ``held_share_pct`` (held_back / step time), ``first_step`` (first step where it held
     back more than ``min_hold_ns``), ``mean_data_wait_ns`` (collector steps), ``slope_ns_per_step``,
-    ``change_ns``, ``trend`` (``steady`` / ``growing`` / ``shrinking`` of its per-step held-back time).
+    ``change_ns``, ``trend`` (``steady`` / ``growing`` / ``shrinking`` of its per-step held-back time),
+    ``typical_held_ns`` (median held-back time when it held back × events), ``typical_share_pct``.
     """
     parts = []
+    if not steps.is_empty():
+        steps = _after_warmup(steps.with_columns(pl.col("source").cast(pl.String)), warmup_steps)
     for source, signal in (("collector", "collector_steps"), ("profiler", "profiler_steps")):
+        if not use_step_starts:
+            break
         st = step_times(steps, source) if not steps.is_empty() else pl.DataFrame()
         if st.is_empty() or st["ranks"].max() < 2:
             continue
@@ -96,6 +113,7 @@ def straggler_ranks(
             events=pl.len(),
             held_count=pl.col("is_latest").sum().cast(pl.UInt32),
             held_back_ns=pl.col("held_back_ns").sum(),
+            typical_held_ns=pl.col("held_back_ns").filter(pl.col("is_latest")).median().fill_null(0) * pl.len(),
             first_step=pl.col("step").filter(pl.col("held_back_ns") > min_hold_ns).min(),
             mean_data_wait_ns=pl.col("data_wait_ns").mean(),
         ).with_columns(step_time_ns=pl.lit(int(steps_total), pl.Int64), signal=pl.lit(signal))
@@ -120,6 +138,7 @@ def straggler_ranks(
             agg = per_step.group_by("rank").agg(
                 held_count=pl.col("n").sum().cast(pl.UInt32),
                 held_back_ns=pl.col("held_back_ns").sum(),
+                typical_held_ns=pl.col("held_back_ns").filter(pl.col("n") > 0).median().fill_null(0) * pl.len(),
                 first_step=pl.col("step").filter(pl.col("held_back_ns") > min_hold_ns).min(),
             ).with_columns(
                 events=pl.lit(inst.height, pl.UInt32), step_time_ns=pl.lit(total, pl.Int64),
@@ -128,28 +147,36 @@ def straggler_ranks(
             parts.append(agg.join(_trend(per_step.drop_nulls("step"), "held_back_ns"), on="rank", how="left"))
     if not parts:
         return pl.DataFrame()
-    cols = ["rank", "signal", "events", "held_count", "held_back_ns", "step_time_ns", "first_step",
+    cols = ["rank", "signal", "events", "held_count", "held_back_ns", "typical_held_ns", "step_time_ns", "first_step",
             "mean_data_wait_ns", "slope_ns_per_step", "change_ns", "trend"]
-    out = pl.concat([p.select(cols).cast({"events": pl.UInt32, "held_back_ns": pl.Int64}) for p in parts])
+    out = pl.concat([p.select(cols).cast({"events": pl.UInt32, "held_back_ns": pl.Int64,
+                                          "typical_held_ns": pl.Int64}) for p in parts])
+    share = pl.when(pl.col("step_time_ns") > 0)
     return out.with_columns(
         held_pct=100.0 * pl.col("held_count") / pl.col("events"),
-        held_share_pct=pl.when(pl.col("step_time_ns") > 0).then(100.0 * pl.col("held_back_ns") / pl.col("step_time_ns")),
+        held_share_pct=share.then(100.0 * pl.col("held_back_ns") / pl.col("step_time_ns")),
+        typical_share_pct=share.then(100.0 * pl.col("typical_held_ns") / pl.col("step_time_ns")),
     ).sort("signal", "held_back_ns", descending=[False, True])
 
 
 def straggler_findings(ranks: pl.DataFrame, min_share_pct: float = 1.0, min_held_pct: float = 50.0) -> pl.DataFrame:
     """FINDINGS of kind ``straggler``: one per straggling rank, with the evidence of every signal that names it.
 
-    Cost: the largest ``held_back_ns`` among its signals (step time the job loses waiting for it).
+    A rank must hold back in at least ``min_held_pct`` % of the events, and both its total and its typical
+    (median held time × events) share of the step time must reach ``min_share_pct``; the severity follows the typical
+    share, so one long stall does not make a high-severity straggler. Cost: the largest ``held_back_ns`` among its
+    signals (step time the job loses waiting for it).
     """
     if ranks is None or ranks.is_empty():
         return findings_frame([])
-    hits = ranks.filter((pl.col("held_pct") >= min_held_pct) & (pl.col("held_share_pct") >= min_share_pct))
+    hits = ranks.filter((pl.col("held_pct") >= min_held_pct) & (pl.col("held_share_pct") >= min_share_pct)
+                        & (pl.col("typical_share_pct") >= min_share_pct))
     rows = []
     for rank in sorted(set(hits["rank"].to_list())):
         ev = hits.filter(pl.col("rank") == rank).sort("held_back_ns", descending=True)
         best = ev.row(0, named=True)
         share = best["held_share_pct"] or 0.0
+        typical = best["typical_share_pct"] or 0.0  # one long stall is not a straggler: rate on the median step
         wait = best["mean_data_wait_ns"]
         others = ranks.filter((pl.col("rank") != rank) & (pl.col("signal") == best["signal"]))
         other_wait = others["mean_data_wait_ns"].drop_nulls().median() if not others.is_empty() else None
@@ -158,7 +185,7 @@ def straggler_findings(ranks: pl.DataFrame, min_share_pct: float = 1.0, min_held
             why = f" Its data loading wait is {wait / 1e6:.1f} ms per step vs {other_wait / 1e6:.1f} ms on the others."
         since = f" since step {best['first_step']}" if best["first_step"] is not None else ""
         rows.append(finding(
-            "straggler", severity_for(share, 10.0, 3.0),
+            "straggler", severity_for(typical, 10.0, 3.0),
             f"Rank {rank} holds the other ranks back{since} ({best['trend']}): it was last in "
             f"{best['held_pct']:.0f}% of {best['events']} {best['signal'].replace('_', ' ')}, costing "
             f"{best['held_back_ns'] / 1e6:.1f} ms ({share:.1f}% of the step time).{why}",

@@ -78,7 +78,9 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
     out["clock_offsets"] = clock_offsets(colls, ranks)
     out["collective_drift"] = collective_drift(matched)
     out["step_times"] = step_times(steps) if not steps.is_empty() else pl.DataFrame()
-    out["stragglers"] = straggler_ranks(steps, matched)
+    bub = out["bubbles"]
+    pipeline = not bub.is_empty() and bool((bub.group_by("rank").agg(pl.col("forwards").median())["forwards"] >= 2).any())
+    out["stragglers"] = straggler_ranks(steps, matched, use_step_starts=not pipeline)
     kw = window_kernels(kernels, steps, window)
     out["top_kernels"] = top_kernels(kw)
     out["launch_stats"] = launch_stats(kw)

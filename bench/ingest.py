@@ -336,6 +336,12 @@ def _self(*args: str) -> list[str]:
 # --- the report -----------------------------------------------------------------------------------
 
 
+def _met(wall_ok: bool, cpu_ok: bool) -> str:
+    if wall_ok:
+        return "yes"
+    return "**no** (in CPU s: yes)" if cpu_ok else "**no**"
+
+
 def _fmt_ratio(x: float | None, nd: int = 2) -> str:
     return "–" if x is None else f"{x:.{nd}f}×"
 
@@ -379,8 +385,13 @@ files (`rank-N.json`, Kineto-like layout: a pretty header, one event per line) a
 `bench/_data/` (git-ignored) and reused.
 
 Targets (issue 2, requirement 5): first ingest ≤ 1.5× the bare parse, ≥ 5× faster than HTA, peak memory
-≤ 3× the decompressed JSON, cached reopen ≤ 0.05× the first ingest. The machine is shared: the load average
-at each measurement is in the last column; figures are from one run each.
+≤ 3× the decompressed JSON, cached reopen ≤ 0.05× the first ingest. The machine (2 cores) is shared with
+other engineers' test runs: the load average at each measurement is in the last column, and with 6–10
+runnable tasks on 2 cores the wall-clock times swing by ±50% from run to run (a process with more threads
+also gets a larger share of the cores). The CPU seconds (user + system of the measured process, HTA's
+workers included) are stable across runs, so each ratio is given in both. Ranks are read on as many threads
+as there are cores (polars releases the GIL while it parses), but this machine was never idle enough during
+these runs to show the parallel speed-up. Rows in bold are the ones the targets are about.
 
 """
 
@@ -484,7 +495,8 @@ def main() -> None:
                  "rss": first["peak_rss"], "load": first["load"],
                  "ratio": f"{r_first:.2f}× orjson (CPU: {first['cpu_s'] / base_cpu:.2f}×)",
                  "target": f"≤ {TARGETS['first_vs_orjson']}×",
-                 "met": "yes" if r_first <= TARGETS["first_vs_orjson"] else "**no**"})
+                 "met": _met(r_first <= TARGETS["first_vs_orjson"],
+                             first["cpu_s"] / base_cpu <= TARGETS["first_vs_orjson"])})
     rows.append({"name": "↳ peak memory of the first ingest", "rss": first["peak_rss"],
                  "ratio": f"{rss_ratio:.2f}× JSON", "target": f"≤ {TARGETS['rss_vs_json']}× JSON",
                  "met": "yes" if rss_ratio <= TARGETS["rss_vs_json"] else "**no**"})

@@ -16,6 +16,7 @@ import io
 import re
 import zlib
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -216,7 +217,7 @@ _LEADING_WS_RE = re.compile(rb"\s*")
 _PARSE_ERRORS = (pl.exceptions.PolarsError, ValueError, OSError)
 
 
-def _pieces(data: bytes) -> tuple[str, bytes] | None:
+def _pieces(data: bytes) -> Iterator[tuple[str, bytes]] | None:
     """Generator of ``(kind, json)`` pieces of a large trace, or None to parse it whole.
 
     Kinds: ``"head"`` is ``{<fields before traceEvents>, "traceEvents": []}``; ``"events"`` is
@@ -253,7 +254,8 @@ def _pieces(data: bytes) -> tuple[str, bytes] | None:
     return _piece_iter(data, head, first, cuts)
 
 
-def _piece_iter(data: bytes, head: bytes | None, first: int, cuts: list[tuple[int, int]]):
+def _piece_iter(data: bytes, head: bytes | None, first: int,
+                cuts: list[tuple[int, int]]) -> Iterator[tuple[str, bytes]]:
     mv = memoryview(data)
     if head is not None:
         yield "head", head

@@ -147,12 +147,6 @@ def test_stage0_lateness_is_the_gpipe_drain(run, extra):
         assert offset > 0 and abs(offset - drain) <= 0.25 * drain + 20_000_000, (offset, drain)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "analysis wrong for pipelines: stragglers.py reads step-start lateness as a straggler, but in GPipe stage 0 "
-    "starts each step after stage 1 by its last backward of the previous step (the drain, already counted as "
-    "bubble): 'Rank 0 holds the other ranks back since step 1 (growing): it was last in 88% of 8 collector "
-    "steps, costing 1253.9 ms (7.4% of the step time)' on two equal-cost stages. Pipeline ranks (ranks with "
-    "several forward/backward micro-batch ranges) need the schedule's offset taken out, or no step-start signal."))
 def test_no_straggler_on_balanced_pipeline(run):
     from workbench.analyses.summary import analysis_tables
 
