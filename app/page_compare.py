@@ -10,7 +10,6 @@ from dash import Input, Output, dcc, html, no_update
 from workbench import figures
 from workbench.app import compute
 from workbench.app.components import error_panel, fmt_ms, graph, grid, safe, section
-from workbench.app.page_breakdown import PARTS
 from workbench.app.store import RunStore
 
 PATH = "/compare"
@@ -85,7 +84,8 @@ def _diff(store: RunStore, before: str, after: str) -> Any:
         parts.append(graph(figures.diff_figure(job, metric="metric", before="before", after="after", scale=1e6,
                                                unit="ms", title="Job-level times, before vs after"),
                            id="diff-figure"))
-    parts.append(grid(metrics_table(m), id="diff-grid", page_size=25))
+    shown = m.filter(pl.col("before").is_not_null() | pl.col("after").is_not_null())  # drop metrics neither run has
+    parts.append(grid(metrics_table(shown), id="diff-grid", page_size=25))
     if not f.is_empty():
         parts += [html.H4("Findings"), grid(f.with_columns(
             pl.col("before_cost_ns").map_elements(fmt_ms, return_dtype=pl.String, skip_nulls=False).alias("before_ms"),
@@ -98,10 +98,6 @@ def _side(store: RunStore, rid: str, which: str) -> Any:
     def build():
         run = store.run(rid)
         parts = [graph(figures.step_time_figure(run.steps, title=f"Step time · {rid}"), id=f"compare-steps-{which}")]
-        br = compute.breakdown_ranks(store, rid)
-        parts.append(graph(figures.stacked_bar_figure(br, x="rank", parts=PARTS, scale=1e6, unit="ms",
-                                                      title=f"Device time per rank · {rid}"),
-                           id=f"compare-breakdown-{which}"))
         med = run.steps["dur"].median() if run.steps.height else None
         parts.insert(0, html.Div(f"median step {fmt_ms(med)} ms · {run.compiles.height} compiles",
                                  className="muted", id=f"compare-summary-{which}"))

@@ -61,9 +61,22 @@ def _layout(store: RunStore, rid: str) -> Any:
     target = config_path(store, rid)
     toml_text = compute.recommendation_toml(recs, header=config_header(target))
     existing = target if target is not None and target.is_file() else None
-    items = [_rec_item(r) for r in table.sort("rank").iter_rows(named=True)] if table.height else [
-        html.Div("No recommendations: the analyses found nothing a fix would address.", className="muted",
-                 id="no-recommendations")]
+    if table.height:
+        # per finding: the fix that goes into the TOML (or the first one) in full, the alternatives folded
+        main, alt = [], []
+        seen: set = set()
+        for r in table.sort("rank").iter_rows(named=True):
+            key = (r.get("finding_kind"), r.get("finding_index"))
+            if r.get("apply") or key not in seen:
+                main.append(_rec_item(r))
+            else:
+                alt.append(_rec_item(r))
+            seen.add(key)
+        items = main + ([html.Details([html.Summary(f"{len(alt)} alternative fix(es)"), *alt], id="rec-alternatives")]
+                        if alt else [])
+    else:
+        items = [html.Div("No recommendations: the analyses found nothing a fix would address.", className="muted",
+                          id="no-recommendations")]
     apply_part: list[Any] = []
     if not toml_text.strip() or not any(l.strip() and not l.lstrip().startswith("#") for l in toml_text.splitlines()):
         apply_part.append(html.Div("No configuration change to apply (the fixes above need code changes).",
