@@ -400,7 +400,7 @@ def update_readme(text: str) -> None:
     """Replace (or add) the ``## Ingest`` section of bench/README.md, leaving other sections alone."""
     readme = HERE / "README.md"
     old = readme.read_text() if readme.is_file() else "# Benchmarks\n"
-    section = "## Ingest\n\n" + README_INTRO + "\n" + text.rstrip() + "\n"
+    section = "## Ingest\n\n" + README_INTRO + text.rstrip() + "\n"
     pat = re.compile(r"^## Ingest\n.*?(?=^## |\Z)", re.S | re.M)
     new = pat.sub(lambda _: section + "\n", old, count=1) if pat.search(old) else old.rstrip() + "\n\n" + section
     readme.write_text(new.rstrip() + "\n")
