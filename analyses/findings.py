@@ -62,7 +62,7 @@ def rank_findings(frames: Iterable[pl.DataFrame | None]) -> pl.DataFrame:
     out = pl.concat(parts, how="vertical")
     return (
         out.with_columns(_sev=pl.col("severity").replace_strict(order, default=len(order), return_dtype=pl.Int32))
-        .sort(["cost_ns", "_sev", "kind"], descending=[True, False, False], nulls_last=True)
+        .sort(["cost_ns", "_sev", "kind"], descending=[True, False, False], nulls_last=True, maintain_order=True)
         .drop("_sev")
     )
 

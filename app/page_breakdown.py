@@ -40,8 +40,11 @@ def layout(pctx) -> Any:
 def _layout(store: RunStore, rid: str) -> Any:
     br = compute.breakdown_ranks(store, rid)
     if br.is_empty():
-        return html.Div("No device activity in the analysed window (steady-state profiler steps).",
-                        className="panel panel-unavailable")
+        run = store.run(rid)
+        why = ("this run has no device (GPU) activity: a CPU-only run has no kernels to break down; see Drift and "
+               "the Timeline for its steps and collectives" if run.kernels.is_empty() else
+               "no device activity in the analysed window (complete profiler steps)")
+        return html.Div(f"Nothing to break down: {why}.", className="panel panel-unavailable", id="no-breakdown")
     ranks = br["rank"].to_list()
     return html.Div([
         section("Per rank (steady-state window: complete profiler steps)",
