@@ -41,7 +41,9 @@ def step_segments(kernels: pl.DataFrame) -> pl.DataFrame:
     """The device timeline of each rank cut into one segment per step.
 
     Columns: ``rank``, ``step`` (the launch step; null for activity launched outside every step), ``start``
-    (first start of that step's activity), ``end`` (next segment's start, or the rank's last activity end),
+    (first start of that step's activity), ``end`` (next segment's start when that is the next step, else this
+    step's last activity end: segments never span the gap between two profiler windows; the rank's last segment
+    ends at its last activity end),
     ``activities`` (device rows launched in that step).
     """
     if kernels.is_empty():
@@ -53,7 +55,13 @@ def step_segments(kernels: pl.DataFrame) -> pl.DataFrame:
     return (
         per_step.sort("rank", "start")
         .with_columns(
-            end=pl.col("start").shift(-1).over("rank").fill_null(pl.col("_last").max().over("rank")),
+            _next_start=pl.col("start").shift(-1).over("rank"),
+            _next_step=pl.col("step").shift(-1).over("rank"),
+        )
+        .with_columns(  # up to the next step's start, but never across a gap between profiler windows
+            end=pl.when(pl.col("_next_step") == pl.col("step") + 1).then(pl.col("_next_start"))
+            .when(pl.col("_next_start").is_null()).then(pl.col("_last").max().over("rank"))
+            .otherwise(pl.min_horizontal("_next_start", pl.max_horizontal("_last", "start"))),
         )
         .with_columns(end=pl.max_horizontal("start", "end"))
         .select("rank", "step", "start", "end", "activities")

@@ -1,7 +1,8 @@
 """The analysed window: which steps and which device activity an analysis looks at.
 
 ``"steady"`` (the default) keeps the complete ``ProfilerStep`` iterations, as HTA does: every profiler step of a
-rank except its last one, whose device work the profiler stops recording part-way (HTA drops it too, via
+rank except the last one of each profiler window (a step whose successor is not step + 1), whose device work the
+profiler stops recording part-way (HTA drops it too, via
 ``include_last_profiler_step=False``). Device activity belongs to the step of the launch that queued it (the
 ``step`` column of KERNELS), so a kernel that runs after its step's CPU range still counts for that step.
 ``"all"`` keeps everything. A rank with fewer than two profiler steps falls back to ``"all"`` (HTA does the same).
@@ -33,7 +34,7 @@ def window_steps(steps: pl.DataFrame, window: Window = "steady") -> pl.DataFrame
     """The profiler steps in the window, one row per rank and step.
 
     Columns: ``rank``, ``step``, ``start``, ``end`` (the step's CPU range, ns), ``last`` (True for the rank's last
-    profiler step, which ``"steady"`` leaves out), ``in_window`` (kept by this window).
+    profiler step of a window, which ``"steady"`` leaves out), ``in_window`` (kept by this window).
     """
     _check(window)
     prof = profiler_steps(steps)
@@ -42,8 +43,11 @@ def window_steps(steps: pl.DataFrame, window: Window = "steady") -> pl.DataFrame
             schema={"rank": pl.Int32, "step": pl.Int32, "start": pl.Int64, "end": pl.Int64,
                     "last": pl.Boolean, "in_window": pl.Boolean}
         )
+    # a profiler window ends where the next step on the rank is not step + 1 (or there is none): with
+    # several windows each one's last step is cut short by the profiler, not only the rank's very last
+    nxt = pl.col("step").shift(-1).over("rank")
     prof = prof.select("rank", "step", "start", "end").with_columns(
-        last=pl.col("start") == pl.col("start").max().over("rank"),
+        last=nxt.is_null() | (nxt != pl.col("step") + 1),
         _n=pl.len().over("rank"),
     )
     keep = pl.lit(True) if window == "all" else (~pl.col("last") | (pl.col("_n") < 2))
@@ -61,24 +65,15 @@ def window_kernels(kernels: pl.DataFrame, steps: pl.DataFrame, window: Window = 
     if window == "all" or kernels.is_empty():
         return kernels
     ws = window_steps(steps, window)
-    per_rank = ws.group_by("rank").agg(n=pl.len(), last=pl.col("step").filter("last").first())
-    stepped = per_rank.filter(pl.col("n") >= 2)
+    stepped = ws.group_by("rank").agg(n=pl.len()).filter(pl.col("n") >= 2).get_column("rank")
     if stepped.is_empty():
         return kernels
-    # ranks with >= 2 profiler steps keep rows launched in one of their steps other than the last
-    last = dict(zip(stepped["rank"].to_list(), stepped["last"].to_list()))
-    kept = ws.filter(pl.col("in_window") & pl.col("rank").is_in(list(last)))
-    last_step = pl.col("rank").replace_strict(last, default=None, return_dtype=pl.Int32)
-    in_steps = pl.col("step").is_between(kept["step"].min(), kept["step"].max()) if kept.height else pl.lit(False)
-    keep = pl.when(last_step.is_null()).then(True).otherwise(
-        pl.col("step").is_not_null() & (pl.col("step") != last_step) & in_steps
-    )
-    out = kernels.filter(keep)
-    # steps are numbered consecutively, so the range test above is exact unless a rank skips numbers
-    if kept.group_by("rank").agg(gap=(pl.col("step").max() - pl.col("step").min() + 1) != pl.len())["gap"].any():
-        out = out.join(kept.select("rank", "step"), on=["rank", "step"], how="semi").vstack(
-            out.filter(last_step.is_null()))
-    return out
+    # ranks with >= 2 profiler steps keep rows launched in one of their steps that is not a window's last
+    kept = ws.filter(pl.col("in_window") & pl.col("rank").is_in(stepped.implode())).select(
+        "rank", "step", _keep=pl.lit(True))
+    flagged = kernels.join(kept, on=["rank", "step"], how="left", maintain_order="left")
+    keep = pl.col("_keep").fill_null(False) | ~pl.col("rank").is_in(stepped.implode())
+    return flagged.filter(keep).drop("_keep")
 
 
 def window_range(kernels: pl.DataFrame) -> pl.DataFrame:
