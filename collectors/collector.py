@@ -78,6 +78,10 @@ class _StepContext:
         self._c._step_end()
 
 
+#: At close, how long to poll for the device times of the last steps before giving up on them.
+CLOSE_DEVICE_WAIT_S = 5.0
+
+
 class Collector(contextlib.ContextDecorator):
     """Instrument a training loop; every rank writes its part of the run directory at ``path``.
 
@@ -210,8 +214,9 @@ class Collector(contextlib.ContextDecorator):
         self.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        # after an exception the device may never finish (a dead peer in a queued collective): don't wait on it
+        self.close(device_wait_s=0.0 if exc_type is not None else CLOSE_DEVICE_WAIT_S)
 
     def start(self) -> Collector:
         """Open the run directory for this rank (``with collector:`` calls it; the first step does too)."""
@@ -250,9 +255,9 @@ class Collector(contextlib.ContextDecorator):
         atexit.register(self.close)
         return self
 
-    def close(self) -> None:
-        """Finish: resolve pending CUDA step times (one wait, here only), save a window in progress, write the
-        final fingerprint and run.json. Idempotent."""
+    def close(self, *, device_wait_s: float = CLOSE_DEVICE_WAIT_S) -> None:
+        """Finish: resolve pending CUDA step times (waiting at most ``device_wait_s``, here only), save a window
+        in progress, write the final fingerprint and run.json. Idempotent."""
         if not self._started or self._closed:
             return
         self._closed = True
@@ -261,7 +266,7 @@ class Collector(contextlib.ContextDecorator):
         if self._depth:  # closed inside a step (an exception unwound the loop)
             self._depth = 1
             self._step_end()
-        self._write(self._drain_events(wait=True))
+        self._write(self._drain_events(wait_s=device_wait_s))
         last = self._next_step - 1 if self._next_step else None
         if self._windows is not None:
             self._windows.close(last)
@@ -329,7 +334,7 @@ class Collector(contextlib.ContextDecorator):
             self._e0 = None
             data = orjson.dumps(row) + b"\n"
             if self._pending:        # device times of earlier steps that completed: same write, own lines
-                data += self._drain_events(wait=False)
+                data += self._drain_events()
             self._write(data)
             if self._windows is not None:
                 self._windows.on_step_end(step)
@@ -374,16 +379,18 @@ class Collector(contextlib.ContextDecorator):
             self._e0 = None
             return None
 
-    def _drain_events(self, *, wait: bool) -> bytes:
-        """``device_ns`` lines for steps whose end event completed (``wait``: wait for all, at close)."""
+    def _drain_events(self, *, wait_s: float = 0.0) -> bytes:
+        """``device_ns`` lines for steps whose end event completed; at close, poll up to ``wait_s`` seconds for
+        the rest (never a blocking synchronize: a hung collective must not hang the job's exit)."""
         out = b""
+        deadline = time.monotonic() + wait_s
         try:
             while self._pending:
                 step, e0, e1 = self._pending[0]
-                if wait:
-                    e1.synchronize()
-                elif not e1.query():
-                    break
+                while not e1.query():
+                    if time.monotonic() >= deadline:
+                        return out
+                    time.sleep(0.001)
                 self._pending.popleft()
                 out += orjson.dumps({"step": step, "device_ns": int(e0.elapsed_time(e1) * 1e6)}) + b"\n"
                 if len(self._event_pool) < 64:

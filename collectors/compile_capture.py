@@ -19,7 +19,7 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 log = logging.getLogger("workbench.collectors")
 
@@ -109,6 +109,10 @@ def install(path: Path, on_error: Callable[[BaseException], None]) -> TraceFileH
 
     trace_log = _internal.trace_log
     handler = TraceFileHandler(path, on_error)
+    if not _saved_logger_state:  # the first install remembers the logger as torch left it
+        _saved_logger_state.update(level=trace_log.level, propagate=trace_log.propagate,
+                                   patched="isEnabledFor" in vars(trace_log),
+                                   is_enabled_for=vars(trace_log).get("isEnabledFor"))
     trace_log.setLevel(logging.DEBUG)
     trace_log.propagate = False
     trace_log.isEnabledFor = lambda level: level >= trace_log.level  # type: ignore[method-assign]
@@ -120,12 +124,26 @@ def install(path: Path, on_error: Callable[[BaseException], None]) -> TraceFileH
     return handler
 
 
+#: torch's trace logger settings before the first :func:`install`, restored by :func:`uninstall`.
+_saved_logger_state: dict[str, Any] = {}
+
+
 def uninstall(handler: TraceFileHandler | None) -> None:
+    """Detach ``handler``; when no handler is left, give torch's trace logger back its own settings."""
     if handler is None:
         return
     try:
         from torch._logging import _internal
 
-        _internal.trace_log.removeHandler(handler)
+        trace_log = _internal.trace_log
+        trace_log.removeHandler(handler)
+        if not trace_log.handlers and _saved_logger_state:
+            trace_log.setLevel(_saved_logger_state["level"])
+            trace_log.propagate = _saved_logger_state["propagate"]
+            if _saved_logger_state["patched"]:
+                trace_log.isEnabledFor = _saved_logger_state["is_enabled_for"]  # type: ignore[method-assign]
+            else:
+                vars(trace_log).pop("isEnabledFor", None)
+            _saved_logger_state.clear()
     finally:
         handler.close()
