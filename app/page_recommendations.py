@@ -25,9 +25,10 @@ KEY = "recommendations"
 
 
 def config_path(store: RunStore, rid: str) -> Path | None:
-    """Where Apply writes: inside the run directory (a folder run); ``None`` for a lone trace file."""
+    """Where Apply writes: inside the run directory; ``None`` for anything else (a lone trace file, a plain
+    folder of traces), so the app never drops a file among someone's traces."""
     entry = store.entry(rid)
-    if entry is None or not entry.path.is_dir():
+    if entry is None or not entry.is_run_dir:
         return None
     return entry.path / rundir.COMPILE_CONFIG_FILE
 
@@ -124,7 +125,7 @@ def apply(store: RunStore, rid: str) -> tuple[Path, str]:
 
     target = config_path(store, rid)
     if target is None:
-        raise ValueError("this run is not a folder; nothing written")
+        raise ValueError("this run is not a run directory (a lone trace or a folder of traces); nothing written")
     text = compute.recommendation_toml(compute.recommendations(store, rid), header=config_header(target))
     CompileConfig.from_dict(tomllib.loads(text), validate="auto")
     rundir.write_atomic(target, text.encode())

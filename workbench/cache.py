@@ -3,7 +3,8 @@
 Entries live under ``<input>/.workbench/`` (the input folder, or a single file's folder), or under the
 user cache directory (``$XDG_CACHE_HOME/workbench`` or ``~/.cache/workbench``) when the input is
 read-only. An entry is keyed by the file's path, size and mtime, the rank it was read as and
-:data:`workbench.schema.SCHEMA_VERSION`; any change makes a new key, so stale tables are never read.
+:data:`workbench.schema.SCHEMA_VERSION` and :data:`workbench.kineto.PARSER_VERSION`; any change makes a new
+key, so stale tables are never read.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import orjson
 import polars as pl
 
 from workbench import rundir, schema
-from workbench.kineto import TraceTables
+from workbench.kineto import PARSER_VERSION, TraceTables
 
 _TABLES = ("events", "kernels", "collectives", "steps", "skipped")
 _SCHEMAS = {
@@ -50,7 +51,7 @@ def cache_root(input_path: Path) -> Path:
 def entry_key(path: Path, rank: int | None) -> str:
     """Key of one trace file's entry: path, size, mtime, rank override, schema version."""
     st = path.stat()
-    raw = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{rank}|{schema.SCHEMA_VERSION}"
+    raw = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{rank}|{schema.SCHEMA_VERSION}|{PARSER_VERSION}"
     return hashlib.sha1(raw.encode()).hexdigest()[:20]
 
 

@@ -28,6 +28,9 @@ import polars as pl
 from workbench import schema
 from workbench.errors import TraceError
 
+#: Bump when parsing or classification changes what a trace file yields (the cache key includes it).
+PARSER_VERSION = 2
+
 # --- what we ask the JSON parser for ------------------------------------------------------------
 
 _ARG_FIELDS: dict[str, pl.DataType] = {

@@ -210,6 +210,8 @@ def _read_traces(
             results[i] = _read_one(traces[i], rank, cache_dir, per_file)
         except TraceError as exc:
             errors[i] = exc
+        except Exception as exc:  # an unforeseen problem in one file must not take the other ranks down
+            errors[i] = TraceError(traces[i].path, f"could not be read ({type(exc).__name__}: {exc})")
 
     done = 0
     with ThreadPoolExecutor(max_workers=n_workers) as pool:

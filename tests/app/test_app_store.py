@@ -64,9 +64,16 @@ def test_store_caches_runs_and_errors(tmp_path):
 def test_apply_writes_only_inside_the_run_directory(tmp_path, monkeypatch):
     from workbench.app import compute, page_recommendations
 
-    _trace_dir(tmp_path / "run")
+    _trace_dir(tmp_path / "run" / "rank0")
+    (tmp_path / "run" / rundir.RUN_JSON).write_text("{}")
+    _trace_dir(tmp_path / "plain")
     store = RunStore([tmp_path / "run"], opener=lambda p: object())
     monkeypatch.setattr(compute, "recommendations", lambda s, rid: "recs")
+    # a plain folder of traces is not a run directory: Apply refuses to write there
+    plain = RunStore([tmp_path / "plain"], opener=lambda p: object())
+    with pytest.raises(ValueError, match="not a run directory"):
+        page_recommendations.apply(plain, plain.ids()[0])
+    assert not (tmp_path / "plain" / rundir.COMPILE_CONFIG_FILE).exists()
     monkeypatch.setattr(compute, "recommendation_toml", lambda recs, header=None: "[compile]\ndynamic = true\n")
     path, text = page_recommendations.apply(store, "run")
     assert path == (tmp_path / "run" / rundir.COMPILE_CONFIG_FILE).resolve()

@@ -27,8 +27,9 @@ def run_findings(run: Any, timeout_s: float | None = None) -> pl.DataFrame:
 
         other = analysis_tables(run)["findings"]
         parts.append(other.filter(pl.col("source") != "recompiles"))
-    except Exception:  # noqa: BLE001 - another analysis failing must not hide the compile fixes
-        pass
+    except Exception as exc:  # noqa: BLE001 - another analysis failing must not hide the compile fixes
+        typer.echo(f"warning: only compile findings are ranked: the other analyses failed "
+                   f"({type(exc).__name__}: {exc}); rerun with --debug for the traceback", err=True)
     return rank_findings(parts)
 
 
