@@ -119,11 +119,22 @@ def bench_size(name: str, device: torch.device, args: argparse.Namespace, tmp: P
         order = (block_bare, block_coll) if rep % 2 == 0 else (block_coll, block_bare)
         for fn in order:
             (bare if fn is block_bare else on).append(fn())
-    sbare, son = [], []
+    # an A/A control: a second bare arm built like the collector's (its own Wrap and optimizer, no collector),
+    # so the measurement's own bias between two identical arms is known
+    ctrl_wrap = Wrap(compiled)
+    opt_ctrl = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")
+
+    def step_ctrl() -> float:
+        t0 = time.perf_counter()
+        body(ctrl_wrap, opt_ctrl)
+        sync(device)
+        return time.perf_counter() - t0
+
+    sbare, son, sctrl = [], [], []
+    arms = [(step_bare, sbare), (step_coll, son), (step_ctrl, sctrl)]
     for i in range(args.alt_steps):      # alternate single steps (sync each): drift cancels, host cost exposed
-        order = (step_bare, step_coll) if i % 2 == 0 else (step_coll, step_bare)
-        for fn in order:
-            (sbare if fn is step_bare else son).append(fn())
+        for fn, out in arms[i % 3:] + arms[:i % 3]:
+            out.append(fn())
     coll.close()
     ratios = [c / b for b, c in zip(bare, on)]
 
@@ -188,6 +199,9 @@ def bench_size(name: str, device: torch.device, args: argparse.Namespace, tmp: P
                       "alt_bare_ms": round(statistics.median(sbare) * 1e3, 4),
                       "alt_collector_ms": round(statistics.median(son) * 1e3, 4),
                       "ratio_alternating": statistics.median(son) / statistics.median(sbare),
+                      "alt_control_ms": round(statistics.median(sctrl) * 1e3, 4),
+                      "ratio_control": statistics.median(sctrl) / statistics.median(sbare),
+                      "ratio_vs_control": statistics.median(son) / statistics.median(sctrl),
                       "bare_ms": [round(v * 1e3, 4) for v in bare], "collector_ms": [round(v * 1e3, 4) for v in on],
                       "ratio_median": statistics.median(ratios), "ratio_total": sum(on) / sum(bare)},
         "window": {"plain_ms": [round(v * 1e3, 4) for v in plain], "bare_profiler_ms": [round(v * 1e3, 4) for v in wb],
@@ -316,6 +330,10 @@ def main() -> None:
         results["sizes"].append(r)
         print(json.dumps(r), flush=True)
     print(f"\n{results['device']}, torch {results['torch']}, backend {args.backend}")
+    for r in results["sizes"]:
+        a = r["always_on"]
+        print(f"{r['size']:8} A/A control (bare vs an identical bare arm): {a['ratio_control']:.4f}x; "
+              f"collector vs that control: {a['ratio_vs_control']:.4f}x")
     print(f"{'size':8} {'bare ms':>8} {'+coll ms':>8} {'always-on':>9} {'(blocks)':>9} | {'prof ms':>8} "
           f"{'+coll ms':>8} {'window':>8} {'no-ranges':>9} {'prof/bare':>9}")
     for r in results["sizes"]:

@@ -42,13 +42,14 @@ class CollectorOptions:
     with_modules: bool = False
     compile_config: str | Path | None = None            # None: $WORKBENCH_COMPILE_CONFIG if set
     compile_capture: bool = True                        # TORCH_TRACE-format log in rank<R>/compile/
-    device_timing: bool = True                          # CUDA events per step (resolved later, no sync)
+    device_timing: bool = True                          # CUDA events (resolved later, no sync)
+    device_timing_every: int = 10                       # on every n-th step (events cost ~80 µs a step)
     nvtx: bool = True                                   # NVTX / record_function ranges
     run_id: str | None = None                           # None: $TORCHELASTIC_RUN_ID or a generated id
     extra: dict[str, object] = field(default_factory=dict)  # user metadata copied into run.json
 
     def __post_init__(self) -> None:
-        for name in ("profile_start", "profile_length", "profile_repeat", "profile_every"):
+        for name in ("profile_start", "profile_length", "profile_repeat", "profile_every", "device_timing_every"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise ValueError(f"{name} must be an int, got {value!r}")
@@ -56,6 +57,8 @@ class CollectorOptions:
             raise ValueError(f"profile_start must be >= 0, got {self.profile_start}")
         if self.profile_length < 1:
             raise ValueError(f"profile_length must be >= 1, got {self.profile_length}")
+        if self.device_timing_every < 1:
+            raise ValueError(f"device_timing_every must be >= 1, got {self.device_timing_every}")
         if self.profile_repeat < 0:
             raise ValueError(f"profile_repeat must be >= 0 (0 disables profiling), got {self.profile_repeat}")
         if self.profile_repeat > 1 and self.profile_every < self.profile_length + 1:

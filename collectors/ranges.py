@@ -1,6 +1,7 @@
 """Named ranges for Nsight Systems (NVTX) and for Kineto traces (``record_function``).
 
-Cost model: NVTX push/pop is used only when CUDA is available (with no tool attached it is a no-op call);
+Cost model: NVTX push/pop is used only when CUDA is available and an NVTX tool (Nsight Systems, Nsight Compute)
+is attached, which they announce through ``NVTX_INJECTION64_PATH`` (``WORKBENCH_NVTX=1`` forces NVTX on);
 ``record_function`` (about 10 µs a pair on CPU even with no profiler) is only entered while a profiler is
 recording (``torch.autograd._profiler_enabled()``). Inside a region that torch.compile is tracing
 (``torch.compiler.is_compiling()``) nothing is emitted.
@@ -13,7 +14,14 @@ Example:
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+
+def nvtx_tool_attached() -> bool:
+    """True when an NVTX tool is injected into this process (or ``WORKBENCH_NVTX=1`` asks for NVTX anyway)."""
+    return bool(os.environ.get("NVTX_INJECTION64_PATH") or os.environ.get("NVTX_INJECTION32_PATH")
+                or os.environ.get("WORKBENCH_NVTX") == "1")
 
 
 class _Range:
@@ -43,12 +51,17 @@ class Ranges:
         self.enabled = enabled
         self._torch = torch
         self._nvtx = None
-        if enabled:
+        if enabled and nvtx_tool_attached():
             try:
                 if torch.cuda.is_available():
                     self._nvtx = torch.cuda.nvtx
             except Exception:
                 self._nvtx = None
+
+    @property
+    def nvtx_on(self) -> bool:
+        """NVTX ranges are emitted (a tool is attached): ranges cost something on every step."""
+        return self._nvtx is not None
 
     def push(self, name: str, *, kineto: bool = True) -> tuple[Any, bool]:
         """Open ``name`` (on NVTX, and on Kineto while profiling unless ``kineto=False``); returns a token for
@@ -59,6 +72,8 @@ class Ranges:
         try:
             if torch.compiler.is_compiling():
                 return None, False
+            if self._nvtx is None and not (kineto and torch.autograd._profiler_enabled()):
+                return None, False  # nothing would record it
             pushed = False
             if self._nvtx is not None:
                 self._nvtx.range_push(name)
