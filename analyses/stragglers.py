@@ -96,14 +96,14 @@ def straggler_ranks(
     time for collectives), ``held_share_pct`` (held_back / step time), ``first_step`` (first step where it held
     back more than ``min_hold_ns``), ``mean_data_wait_ns`` (collector steps), ``slope_ns_per_step``,
     ``change_ns``, ``trend`` (``steady`` / ``growing`` / ``shrinking`` of its per-step held-back time),
-    ``typical_held_ns`` (median held-back time when it held back × events), ``typical_share_pct``.
+    ``typical_held_ns`` (median held-back time when it held back × times it held back), ``typical_share_pct``.
     """
     parts = []
     if not steps.is_empty():
         steps = _after_warmup(steps.with_columns(pl.col("source").cast(pl.String)), warmup_steps)
     for source, signal in (("collector", "collector_steps"), ("profiler", "profiler_steps")):
-        if not use_step_starts:
-            break
+        if not use_step_starts or (source == "profiler" and parts):
+            break  # profiler steps are a subset of the collector's: one step signal, the fuller one
         st = step_times(steps, source) if not steps.is_empty() else pl.DataFrame()
         if st.is_empty() or st["ranks"].max() < 2:
             continue
@@ -113,7 +113,8 @@ def straggler_ranks(
             events=pl.len(),
             held_count=pl.col("is_latest").sum().cast(pl.UInt32),
             held_back_ns=pl.col("held_back_ns").sum(),
-            typical_held_ns=pl.col("held_back_ns").filter(pl.col("is_latest")).median().fill_null(0) * pl.len(),
+            typical_held_ns=pl.col("held_back_ns").filter(pl.col("is_latest")).median().fill_null(0)
+            * pl.col("is_latest").sum(),
             first_step=pl.col("step").filter(pl.col("held_back_ns") > min_hold_ns).min(),
             mean_data_wait_ns=pl.col("data_wait_ns").mean(),
         ).with_columns(step_time_ns=pl.lit(int(steps_total), pl.Int64), signal=pl.lit(signal))
@@ -138,7 +139,8 @@ def straggler_ranks(
             agg = per_step.group_by("rank").agg(
                 held_count=pl.col("n").sum().cast(pl.UInt32),
                 held_back_ns=pl.col("held_back_ns").sum(),
-                typical_held_ns=pl.col("held_back_ns").filter(pl.col("n") > 0).median().fill_null(0) * pl.len(),
+                typical_held_ns=pl.col("held_back_ns").filter(pl.col("n") > 0).median().fill_null(0)
+                * (pl.col("n") > 0).sum(),
                 first_step=pl.col("step").filter(pl.col("held_back_ns") > min_hold_ns).min(),
             ).with_columns(
                 events=pl.lit(inst.height, pl.UInt32), step_time_ns=pl.lit(total, pl.Int64),

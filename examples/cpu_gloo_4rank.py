@@ -40,6 +40,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--profile-length", type=int, default=3)
     p.add_argument("--backend", default="aot_eager", help="torch.compile backend")
     p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="cuda: NCCL, one GPU per rank (LOCAL_RANK); cpu: gloo")
     return p.parse_args(argv)
 
 
@@ -50,24 +52,32 @@ def batches(args: argparse.Namespace, rank: int):
         if rank == args.straggler_rank:
             time.sleep(args.straggler_delay)
         n = args.uneven_batch if (rank == args.recompile_rank and step == args.recompile_step) else args.batch
-        yield torch.randn(n, 32, generator=gen), torch.randn(n, 1, generator=gen)
+        yield (torch.randn(n, 32, generator=gen).to(args.device_obj),
+               torch.randn(n, 1, generator=gen).to(args.device_obj))
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    if args.device == "cuda":
+        args.device_obj = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(args.device_obj)
+        dist.init_process_group("nccl", device_id=args.device_obj)
+    else:
+        args.device_obj = torch.device("cpu")
+        dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)
     model = torch.nn.Sequential(
         torch.nn.Linear(32, args.hidden), torch.nn.GELU(), torch.nn.Linear(args.hidden, args.hidden),
         torch.nn.GELU(), torch.nn.Linear(args.hidden, 1),
-    )
+    ).to(args.device_obj)
     collector = Collector(args.out, profile_start=args.profile_start, profile_length=args.profile_length,
                           extra={"example": "cpu_gloo_4rank", "recompile_rank": args.recompile_rank,
                                  "recompile_step": args.recompile_step, "straggler_rank": args.straggler_rank,
                                  "straggler_delay_s": args.straggler_delay})
-    ddp = DDP(collector.compile(model, backend=args.backend))
+    cuda_ids = [args.device_obj.index] if args.device == "cuda" else None
+    ddp = DDP(collector.compile(model, backend=args.backend), device_ids=cuda_ids)
     opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3)
     collector.instrument(ddp, opt)
     with collector:

@@ -1,0 +1,55 @@
+"""The 2-GPU NCCL recordings (sample_traces/h200x2-*): what was planted is what the analyses report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import polars as pl
+import pytest
+
+import workbench
+from workbench.analyses.summary import analyze
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
+
+
+def _open(name: str, tmp_path: Path) -> workbench.Run:
+    path = SAMPLES / name
+    if not path.is_dir():
+        pytest.skip(f"{path} is missing")
+    return workbench.open(path)
+
+
+def test_planted_straggler_and_divergent_recompile(tmp_path: Path) -> None:
+    run = _open("h200x2-planted", tmp_path)
+    meta = run.meta["extra"]
+    findings = analyze(run)["findings"]
+    stragglers = [f for f in findings if "straggler" in f["kind"]]
+    assert [f["ranks"] for f in stragglers] == [[meta["straggler_rank"]]]
+    # the planted delay after the two warm-up steps: 30 ms on each of the 12 remaining steps less the ones the
+    # recompile and the window export hid, so between 6 and 12 of them
+    assert 6 * 30e6 <= stragglers[0]["cost_ns"] <= 12 * 31e6
+    div = [f for f in findings if "divergen" in f["kind"]]
+    assert div and div[0]["steps"] == [meta["recompile_step"]]
+    assert f"Rank {meta['recompile_rank']} alone" in div[0]["message"]
+    ev = orjson.loads(div[0]["evidence"]) if isinstance(div[0]["evidence"], str) else div[0]["evidence"]
+    assert ev["wait_ns"] > 1e9   # the other rank waited over a second in the next all-reduce
+    recompile = run.compiles.filter(pl.col("frame_compile_id") > 0)
+    assert recompile.select("rank", "step", "cause").rows() == [(1, 8, "shape")]
+
+
+def test_real_nccl_ddp_two_gpus(tmp_path: Path) -> None:
+    run = _open("h200x2-ddp-nccl", tmp_path)
+    assert run.ranks["rank"].to_list() == [0, 1] and run.world_size == 2
+    comm = run.kernels.filter(pl.col("kernel_class") == "communication")
+    assert comm["name"].cast(pl.String).str.starts_with("ncclDevKernel_AllReduce").all()
+    assert set(comm["rank"].to_list()) == {0, 1}
+    summary = analyze(run)
+    assert summary["collectives"]["instances"] == 15 and summary["collectives"]["mismatched"] == 0
+    # 16 MB all-reduces between two NVLink-connected H200s: bus bandwidth far above PCIe, below NVLink's peak
+    assert 50 < summary["collectives"]["median_busbw_gbps"] < 900
+    for r in ("0", "1"):
+        entry = summary["ranks"][r]
+        assert 0 <= entry["comm_compute_overlap_pct"] <= 100
+        assert entry["compute_pct"] + entry["idle_pct"] <= 100.01
