@@ -14,12 +14,17 @@ Per rank (pipeline stage) and step:
 * ``bubble_ns`` = step duration - ``work_ns``: time the stage spends on neither (waiting for activations or
   gradients from the neighbouring stage, optimizer, data loading);
 * ``first_forward_delay_ns``: from the step start to the first forward range.
+
+On a GPU timeline the step is the rank's device segment of that step (as in the breakdown) and ``work_ns`` is
+the busy time of its compute kernels: NCCL receive kernels spin on the GPU while a stage waits for its neighbour,
+so the ranges alone would count the wait as work.
 """
 
 from __future__ import annotations
 
 import polars as pl
 
+from workbench.analyses.breakdown import step_segments
 from workbench.analyses.findings import finding, findings_frame, severity_for
 from workbench.analyses.intervals import covered_between, merge_intervals
 from workbench.analyses.window import Window, window_steps
@@ -70,10 +75,12 @@ def pipeline_bubbles(
     # device ranges run later than the step's CPU range: give each step the device span of its ranges
     seg = ws.select("rank", "step", "start", "end")
     gpu_ranks = has_gpu.filter(pl.col("gpu"))["rank"].to_list()
-    if gpu_ranks:
-        gspan = ann.filter(pl.col("rank").is_in(gpu_ranks)).group_by("rank", "step").agg(
-            g_start=pl.col("start").min(), g_end=pl.col("end").max())
-        seg = seg.join(gspan, on=["rank", "step"], how="left").with_columns(
+    device = events.filter(pl.col("rank").is_in(gpu_ranks) & pl.col("kind").cast(pl.String).is_in(
+        ["kernel", "memcpy", "memset"])) if gpu_ranks else events.clear()
+    if gpu_ranks and not device.is_empty():
+        # on a GPU a step is its device segment (first activity launched in it → next step's), as in the breakdown
+        dseg = step_segments(device).rename({"start": "g_start", "end": "g_end"}).select("rank", "step", "g_start", "g_end")
+        seg = seg.join(dseg, on=["rank", "step"], how="left").with_columns(
             start=pl.when(pl.col("rank").is_in(gpu_ranks)).then(pl.coalesce("g_start", "start")).otherwise("start"),
             end=pl.when(pl.col("rank").is_in(gpu_ranks)).then(pl.coalesce("g_end", "end")).otherwise("end"),
         ).drop("g_start", "g_end")
@@ -96,6 +103,16 @@ def pipeline_bubbles(
             p2p_wait_ns=(pl.col("span_ns") + pl.col("w_ns") - pl.col("u_ns")).clip(lower_bound=0),
         ).with_columns(work_ns=pl.col("span_ns") - pl.col("p2p_wait_ns"))
     work = work.select("rank", "step", "work_ns", "p2p_wait_ns")
+    if gpu_ranks and not device.is_empty():
+        # on a GPU the NCCL receive kernels spin inside the ranges while the stage waits: the work is the
+        # compute kernels' busy time in the step, and what is left of the step is the bubble
+        compute = device.filter(pl.col("kernel_class").cast(pl.String) == "compute").select("rank", "start", "end")
+        busy = covered_between(compute, seg.filter(pl.col("rank").is_in(gpu_ranks)), name="busy_ns").select(
+            "rank", "step", "busy_ns")
+        work = work.join(busy, on=["rank", "step"], how="left").with_columns(
+            p2p_wait_ns=pl.when(pl.col("busy_ns").is_not_null()).then(pl.lit(0, pl.Int64)).otherwise("p2p_wait_ns"),
+            work_ns=pl.coalesce("busy_ns", "work_ns"),
+        ).drop("busy_ns")
     # micro-batches: disjoint forward (backward) ranges of the step; nested ranges count once
     nf = merge_intervals(ann.filter("is_fwd"), ["rank", "step"]).group_by("rank", "step").agg(forwards=pl.len())
     nb = merge_intervals(ann.filter("is_bwd"), ["rank", "step"]).group_by("rank", "step").agg(backwards=pl.len())

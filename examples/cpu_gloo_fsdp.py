@@ -36,19 +36,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--profile-start", type=int, default=3)
     p.add_argument("--profile-length", type=int, default=4)
     p.add_argument("--backend", default="aot_eager", help="torch.compile backend")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="cuda: NCCL, one GPU per rank")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    if args.device == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    mesh = init_device_mesh("cpu", (world,))
+    mesh = init_device_mesh(device.type, (world,))
     torch.manual_seed(0)
     d = args.hidden
     blocks = [torch.nn.Sequential(torch.nn.Linear(d, d), torch.nn.GELU()) for _ in range(args.layers)]
-    model = torch.nn.Sequential(*blocks, torch.nn.Linear(d, 1))
+    model = torch.nn.Sequential(*blocks, torch.nn.Linear(d, 1)).to(device)
     for block in blocks:
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
@@ -62,7 +69,8 @@ def main(argv: list[str] | None = None) -> None:
     gen = torch.Generator().manual_seed(rank)
     with collector:
         for _ in range(args.steps):
-            x, y = torch.randn(args.batch, d, generator=gen), torch.randn(args.batch, 1, generator=gen)
+            x = torch.randn(args.batch, d, generator=gen).to(device)
+            y = torch.randn(args.batch, 1, generator=gen).to(device)
             with collector.step():
                 loss = torch.nn.functional.mse_loss(compiled(x), y)
                 loss.backward()

@@ -49,6 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--layers", type=int, default=32, help="Linear(d, d) blocks per stage")
     p.add_argument("--in-features", type=int, default=16)
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="cuda: NCCL, one GPU per stage")
     p.add_argument("--profile-start", type=int, default=3)
     p.add_argument("--profile-length", type=int, default=5)
     return p.parse_args(argv)
@@ -80,18 +81,24 @@ def with_range(collector: Collector, fn, prefix: str):
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    if args.device == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     if world != 2:
         raise SystemExit("this example has exactly 2 stages: run it with 2 ranks")
     torch.manual_seed(rank)
-    module = build_stage(rank, args)
+    module = build_stage(rank, args).to(device)
     collector = Collector(args.out, profile_start=args.profile_start, profile_length=args.profile_length,
                           extra={"example": "cpu_gloo_pipeline", "schedule": args.schedule, "stages": world,
                                  "microbatches": args.microbatches, "mb_size": args.mb_size,
                                  "hidden": args.hidden, "layers_per_stage": args.layers,
                                  "theoretical_bubble": (world - 1) / (args.microbatches + world - 1)})
-    stage = PipelineStage(module, rank, world, torch.device("cpu"))
+    stage = PipelineStage(module, rank, world, device)
     stage.forward_one_chunk = with_range(collector, stage.forward_one_chunk, "forward_mb")
     stage.backward_one_chunk = with_range(collector, stage.backward_one_chunk, "backward_mb")
     schedule = SCHEDULES[args.schedule](stage, args.microbatches,
@@ -102,7 +109,8 @@ def main(argv: list[str] | None = None) -> None:
     with collector:
         for step in range(args.steps):
             gen = torch.Generator().manual_seed(step)
-            x, y = torch.randn(n, args.in_features, generator=gen), torch.randn(n, 1, generator=gen)
+            x = torch.randn(n, args.in_features, generator=gen).to(device)
+            y = torch.randn(n, 1, generator=gen).to(device)
             with collector.step():
                 if rank == 0:
                     schedule.step(x)
