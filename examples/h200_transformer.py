@@ -19,7 +19,9 @@ On a machine without CUDA, ``--device cpu`` runs the same loop with gloo (a smok
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -38,6 +40,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--comm-mb", type=float, default=16.0, help="side-stream all-reduce size per step (MB)")
     p.add_argument("--backend", default=None, help="torch.compile backend (default inductor; cpu: aot_eager)")
+    p.add_argument("--mode", default="collector", choices=("collector", "always-on", "bare"),
+                   help="always-on: collector without a profiler window; bare: no collector (overhead baseline)")
     p.add_argument("--profile-start", type=int, default=5)
     p.add_argument("--profile-length", type=int, default=3)
     return p.parse_args(argv)
@@ -90,7 +94,11 @@ def main(argv: list[str] | None = None) -> None:
 
     label = ("time-shared GPU: two NCCL ranks on one GPU (NCCL_HOSTID per rank); collective times and skew "
              "are not meaningful" if args.shared_gpu else None)
-    collector = Collector(args.out, profile_start=args.profile_start, profile_length=args.profile_length,
+    if args.mode == "bare":
+        collector = _NoCollector()
+    else:
+      collector = Collector(args.out, profile_start=args.profile_start, profile_length=args.profile_length,
+                          profile_repeat=0 if args.mode == "always-on" else 1,
                           extra={"example": "h200_transformer", "label": label, "d_model": args.d_model,
                                  "layers": args.layers, "seq": args.seq, "batch": args.batch,
                                  "dtype": "bfloat16", "comm_mb": args.comm_mb})
@@ -104,8 +112,13 @@ def main(argv: list[str] | None = None) -> None:
     op = dist.ReduceOp.AVG if cuda else dist.ReduceOp.SUM
     side = torch.cuda.Stream(device) if cuda else None
 
+    timed_from = max(0, args.steps - 20)     # the overhead bench times the last 20 steps
     with collector:
-        for _ in range(args.steps):
+        for i in range(args.steps):
+            if i == timed_from:
+                if cuda:
+                    torch.cuda.synchronize(device)
+                t_start = time.perf_counter()
             x, y = batch(args.batch, args.seq, device)
             with collector.step():
                 with torch.autocast(device.type, dtype=torch.bfloat16):
@@ -121,12 +134,41 @@ def main(argv: list[str] | None = None) -> None:
                         dist.all_reduce(comm, op=op)
                 opt.step()
                 opt.zero_grad(set_to_none=True)
+    if cuda:
+        torch.cuda.synchronize(device)
+    mean_ms = (time.perf_counter() - t_start) * 1e3 / (args.steps - timed_from)
+    print(f"rank {rank} mode {args.mode}: mean step {mean_ms:.3f} ms over the last {args.steps - timed_from} steps",
+          flush=True)
     if collector.errors:
         print(f"rank {rank}: collector errors: {collector.errors}", flush=True)
     dist.barrier()
     dist.destroy_process_group()
     if rank == 0:
         print(f"wrote {os.path.abspath(args.out)}", flush=True)
+
+
+class _NoCollector:
+    """The same loop without the workbench (``--mode bare``): the overhead baseline."""
+
+    errors: list[str] = []
+
+    def compile(self, model, **kwargs):
+        return torch.compile(model, **kwargs)
+
+    def range(self, name):
+        return contextlib.nullcontext()
+
+    def step(self):
+        return contextlib.nullcontext()
+
+    def instrument(self, *args):
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
 
 
 if __name__ == "__main__":
