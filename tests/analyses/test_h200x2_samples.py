@@ -83,3 +83,46 @@ def test_gpu_fsdp2_collectives(tmp_path: Path) -> None:
     assert counts == {"_allgather_base": steps * (2 * units - 1), "_reduce_scatter_base": steps * units}
     summary = analyze(run)["collectives"]
     assert summary["mismatched"] == 0 and summary["incomplete"] == 0 and summary["median_busbw_gbps"] > 50
+
+
+def _union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out
+
+
+def _intersection_ns(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
+    i = j = total = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        total += max(0, hi - lo)
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+@pytest.mark.parametrize("name", ["h200x2-ddp-nccl", "h200x2-fsdp2"])
+def test_overlap_equals_a_hand_computation(name: str, tmp_path: Path) -> None:
+    """Comm–compute overlap (HTA's: time communication kernels run under compute kernels / communication time)
+    and exposed communication, recomputed here with plain interval sweeps on the same steady-state kernels."""
+    from workbench.analyses.window import window_kernels
+
+    run = _open(name, tmp_path)
+    summary = analyze(run)["ranks"]
+    kernels = window_kernels(run.kernels, run.steps)
+    for rank in (0, 1):
+        k = kernels.filter(pl.col("rank") == rank)
+        rows = lambda cls: [(s, e) for s, e in k.filter(pl.col("kernel_class") == cls).select("start", "end").iter_rows()]
+        comm, comp = _union(rows("communication")), _union(rows("compute"))
+        comm_ns = sum(e - s for s, e in comm)
+        overlapped = _intersection_ns(comm, comp)
+        window = k["end"].max() - k["start"].min()
+        mine = summary[str(rank)]
+        assert mine["comm_compute_overlap_pct"] == pytest.approx(100 * overlapped / comm_ns, abs=0.01)
+        assert mine["exposed_comm_pct"] == pytest.approx(100 * (comm_ns - overlapped) / window, abs=0.01)
