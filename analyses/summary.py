@@ -34,17 +34,19 @@ def _table(run: Any, name: str, schema: dict) -> pl.DataFrame:
     return frame if isinstance(frame, pl.DataFrame) else empty(schema)
 
 
-def _recompile_findings(run: Any) -> pl.DataFrame:
+def _recompile_findings(run: Any, timeout_s: float | None) -> pl.DataFrame:
     """Findings of the recompile analysis, with steps, collectives and fingerprints so waits are measured."""
     return recompile_findings(
         _table(run, "compiles", COMPILES),
         steps=_table(run, "steps", STEPS),
         collectives=_table(run, "collectives", COLLECTIVES),
         fingerprints=_table(run, "fingerprints", FINGERPRINTS),
+        timeout_s=timeout_s,
     )
 
 
-def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = KERNEL_WAIT_NS) -> dict[str, pl.DataFrame]:
+def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = KERNEL_WAIT_NS, *,
+                    timeout_s: float | None = None) -> dict[str, pl.DataFrame]:
     """Every analysis frame for ``run`` (anything with ``kernels``, ``steps``, ``collectives``, ``events``,
     ``ranks`` polars attributes, e.g. :class:`workbench.Run`).
 
@@ -95,7 +97,7 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
                             aligned=spans_hosts(ranks)),
         straggler_findings(out["stragglers"]),
         bubble_findings(out["bubbles"]),
-        _recompile_findings(run),
+        _recompile_findings(run, timeout_s),
     ])
     return out
 
@@ -185,7 +187,8 @@ def summarize_tables(tables: dict[str, pl.DataFrame], rank_ids: list[int], windo
     }
 
 
-def analyze(run: Any, window: Window = "steady", kernel_wait_ns: int = KERNEL_WAIT_NS) -> dict[str, Any]:
+def analyze(run: Any, window: Window = "steady", kernel_wait_ns: int = KERNEL_WAIT_NS, *,
+            timeout_s: float | None = None) -> dict[str, Any]:
     """Summary of every analysis on ``run``'s tables as a JSON-ready dict.
 
     Keys: ``window``; ``ranks`` (``"<rank>"`` → ``compute_pct``, ``idle_pct``, ``comm_compute_overlap_pct``
@@ -195,7 +198,7 @@ def analyze(run: Any, window: Window = "steady", kernel_wait_ns: int = KERNEL_WA
     ``collectives`` (instances, mismatched, incomplete, skew, bus bandwidth); ``findings`` (FINDINGS rows as dicts,
     most costly first).
     """
-    tables = analysis_tables(run, window, kernel_wait_ns)
+    tables = analysis_tables(run, window, kernel_wait_ns, timeout_s=timeout_s)
     ranks = _table(run, "ranks", RANKS)
     rank_ids = ranks["rank"].to_list() if not ranks.is_empty() else []
     return summarize_tables(tables, rank_ids, window)

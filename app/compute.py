@@ -133,12 +133,6 @@ def findings(store: RunStore, rid: str) -> pl.DataFrame:
     return table(store, rid, "findings")
 
 
-def _get(obj: Any, name: str) -> Any:
-    if isinstance(obj, dict):
-        return obj.get(name)
-    return getattr(obj, name, None)
-
-
 # ---------------------------------------------------------------------------------------------- recompiles
 
 
@@ -160,28 +154,10 @@ def divergent(store: RunStore, rid: str) -> pl.DataFrame:
     return _cached(store, rid, "divergent", go)
 
 
-def recompile_findings(store: RunStore, rid: str) -> pl.DataFrame:
-    def go():
-        run = store.run(rid)
-        return analysis_fn("recompiles", "recompile_findings")(
-            run.compiles, steps=run.steps, collectives=run.collectives, fingerprints=run.fingerprints)
-    return _cached(store, rid, "recompile_findings", go)
-
-
 def recommendation_findings(store: RunStore, rid: str) -> pl.DataFrame:
-    """The findings recommendations answer, as ``workbench recommend`` builds them
-    (:func:`workbench.commands.recommend.run_findings`): the compile findings computed with steps, collectives and
-    fingerprints, plus the other analyses' findings — here from the cached :func:`tables`, not recomputed."""
-    def go():
-        run = store.run(rid)
-        rf = analysis_fn("recompiles", "recompile_findings")(
-            run.compiles, steps=run.steps, collectives=run.collectives, fingerprints=run.fingerprints)
-        try:
-            other = findings(store, rid).filter(pl.col("source") != "recompiles")
-        except Exception:  # noqa: BLE001 - as run_findings: other analyses failing must not hide the compile fixes
-            other = None
-        return analysis_fn("findings", "rank_findings")([rf, other])
-    return _cached(store, rid, "recommendation_findings", go)
+    """The findings recommendations answer: every finding of the run, the same rows as ``workbench recommend``
+    (:func:`workbench.commands.recommend.run_findings`), from the cached :func:`tables`."""
+    return findings(store, rid)
 
 
 def prefetch(store: RunStore, rid: str) -> None:

@@ -15,22 +15,11 @@ PATH_ARG = typer.Argument(..., help="Run directory, Kineto traces and/or TORCH_T
 
 
 def run_findings(run: Any, timeout_s: float | None = None) -> pl.DataFrame:
-    """Every finding of ``run``: the compile findings (with steps, collectives, fingerprints) plus the other
-    analyses' findings when they can run."""
-    from workbench.analyses.findings import rank_findings
-    from workbench.analyses.recompiles import recompile_findings
+    """Every finding of ``run``, ranked by cost: the same rows ``workbench analyze``, the app and the report show
+    (``timeout_s``: the job's collective timeout, for the NCCL-timeout risk of a divergent recompile)."""
+    from workbench.analyses.summary import analysis_tables
 
-    parts = [recompile_findings(run.compiles, steps=run.steps, collectives=run.collectives,
-                                fingerprints=getattr(run, "fingerprints", None), timeout_s=timeout_s)]
-    try:
-        from workbench.analyses.summary import analysis_tables
-
-        other = analysis_tables(run)["findings"]
-        parts.append(other.filter(pl.col("source") != "recompiles"))
-    except Exception as exc:  # noqa: BLE001 - another analysis failing must not hide the compile fixes
-        typer.echo(f"warning: only compile findings are ranked: the other analyses failed "
-                   f"({type(exc).__name__}: {exc}); rerun with --debug for the traceback", err=True)
-    return rank_findings(parts)
+    return analysis_tables(run, timeout_s=timeout_s)["findings"]
 
 
 def register(app: typer.Typer) -> None:
