@@ -92,36 +92,6 @@ def overlap(store: RunStore, rid: str, per: str = "rank") -> pl.DataFrame:
                    lambda: analysis_fn("overlap", "comm_compute_overlap")(breakdown_ranks(store, rid)))
 
 
-def idle_causes(store: RunStore, rid: str) -> pl.DataFrame:
-    """Idle time per rank and stream by cause (:func:`workbench.analyses.breakdown.idle_causes`)."""
-    return table(store, rid, "idle_by_stream")
-
-
-def matched_collectives(store: RunStore, rid: str) -> pl.DataFrame:
-    return table(store, rid, "collectives")
-
-
-def collective_instances(store: RunStore, rid: str) -> pl.DataFrame:
-    return table(store, rid, "collective_instances")
-
-
-def collective_wait(store: RunStore, rid: str) -> pl.DataFrame:
-    return table(store, rid, "collective_wait")
-
-
-def collective_drift(store: RunStore, rid: str) -> pl.DataFrame:
-    return table(store, rid, "collective_drift")
-
-
-def step_times(store: RunStore, rid: str) -> pl.DataFrame:
-    return table(store, rid, "step_times")
-
-
-def stragglers(store: RunStore, rid: str) -> pl.DataFrame:
-    """:func:`workbench.analyses.stragglers.straggler_ranks` from steps and matched collectives."""
-    return table(store, rid, "stragglers")
-
-
 def straggler_findings(store: RunStore, rid: str) -> pl.DataFrame:
     """The straggler rows of the run's findings (kind contains ``straggler``)."""
     f = findings(store, rid)

@@ -82,7 +82,7 @@ def _per_step(store: RunStore, rid: str, rank: int) -> Any:
 
 
 def _idle(store: RunStore, rid: str) -> Any:
-    ic = compute.idle_causes(store, rid)
+    ic = compute.table(store, rid, "idle_by_stream")
     if ic.is_empty():
         return html.Div("No idle gaps.", className="muted")
     show = ic.select(

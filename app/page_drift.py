@@ -49,7 +49,7 @@ def _layout(store: RunStore, rid: str) -> Any:
 
 
 def _stragglers(store: RunStore, rid: str) -> Any:
-    s = compute.stragglers(store, rid)
+    s = compute.table(store, rid, "stragglers")
     f = compute.straggler_findings(store, rid)
     msgs = [html.Div(m, className="rec straggler-finding") for m in f["message"].to_list()] if not f.is_empty() else [
         html.Div("No rank holds the others back enough to be called a straggler.", className="muted")]
@@ -59,11 +59,11 @@ def _stragglers(store: RunStore, rid: str) -> Any:
 
 
 def _skew(store: RunStore, rid: str) -> Any:
-    matched = compute.matched_collectives(store, rid)
+    matched = compute.table(store, rid, "collectives")
     if figures.skew_cells(matched).is_empty():
         return html.Div("No collective seen on more than one rank.", className="muted")
     fig = figures.collective_skew_figure(matched)
-    inst = compute.collective_instances(store, rid)
+    inst = compute.table(store, rid, "collective_instances")
     top = inst.filter(pl.col("skew_ns").is_not_null()).sort("skew_ns", descending=True).head(20).select(
         "pg_name", "step", "order", "collective", "last_rank",
         pl.col("skew_ns").map_elements(fmt_ms, return_dtype=pl.String).alias("skew_ms"),
@@ -74,7 +74,7 @@ def _skew(store: RunStore, rid: str) -> Any:
 
 
 def _drift(store: RunStore, rid: str) -> Any:
-    d = compute.collective_drift(store, rid)
+    d = compute.table(store, rid, "collective_drift")
     if d.is_empty():
         return html.Div("No matched collectives.", className="muted")
     return grid(d.select(
