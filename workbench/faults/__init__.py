@@ -1,0 +1,1 @@
+"""The fault zoo: small planted-fault training scripts with their ground truth."""
