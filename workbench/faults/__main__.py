@@ -1,0 +1,49 @@
+"""``python -m workbench.faults list | run NAME --out DIR [--compile-config FILE]``: the same as ``workbench faults``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m workbench.faults", description="The fault zoo: planted-fault runs.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    ls = sub.add_parser("list", help="list the faults")
+    ls.add_argument("--json", action="store_true")
+    run = sub.add_parser("run", help="record one fault into a run directory")
+    run.add_argument("name")
+    run.add_argument("--out", required=True, help="run directory to write (emptied first)")
+    run.add_argument("--compile-config", default=None, help="compile config the ranks' collectors apply")
+    run.add_argument("--timeout-s", type=float, default=None)
+    args = p.parse_args(argv)
+    from workbench.faults.registry import faults
+
+    if args.cmd == "list":
+        zoo = faults()
+        if args.json:
+            print(json.dumps([f.to_dict() for f in zoo.values()], indent=1))
+        else:
+            for f in zoo.values():
+                where = f"ranks {','.join(map(str, f.ranks)) or '-'} steps {','.join(map(str, f.steps)) or 'all'}"
+                print(f"{f.name:32s} {f.device:4s} {f.world_size} ranks  fix={f.fix:6s} {where:22s} {f.description}")
+        return 0
+    from workbench.faults.runner import failed_ranks, run_fault, tail_log
+
+    try:
+        truth = run_fault(args.name, args.out, compile_config=args.compile_config, timeout_s=args.timeout_s)
+    except KeyError as exc:
+        print(f"error: {exc.args[0]}", file=sys.stderr)
+        return 2
+    bad = failed_ranks(truth)
+    cost = truth.get("cost_ns")
+    print(f"{args.name}: wrote {args.out} (ground truth: ranks {truth['ranks']}, steps {truth['steps']}, "
+          f"cost {'n/a' if cost is None else f'{cost / 1e6:.1f} ms'}, {truth['wall_s']:.1f} s)")
+    for r in bad:
+        print(f"rank {r} exited {truth['returncodes'][str(r)]}:\n{tail_log(args.out, r, 1500)}", file=sys.stderr)
+    return 1 if bad and truth.get("fault_spec", {}).get("finding") not in ("hang",) and not args.name.startswith("hang") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

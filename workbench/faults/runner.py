@@ -1,0 +1,144 @@
+"""Run a fault: one process per rank (gloo on CPU, NCCL with one GPU per rank), then write its ground truth.
+
+:func:`run_fault` starts ``world_size`` worker processes (``python -m workbench.faults.runner``) with the
+``torchrun`` environment (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``PORT``, plus the fault's ``rank_env``),
+waits for them (killing the rest at the timeout, so a planted hang ends), and writes ``ground_truth.json``
+beside ``run.json`` from the ranks' own measurements (``fault/rank<R>.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from workbench.faults.registry import GROUND_TRUTH, LOG_FILE, RECORD_FILE, Fault, RankRecord, load_module
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_fault(name: str, out: str | Path, *, compile_config: str | Path | None = None,
+              timeout_s: float | None = None, env: dict[str, str] | None = None,
+              clean: bool = True) -> dict[str, Any]:
+    """Record fault ``name`` into run directory ``out`` (emptied first when ``clean``); returns the ground truth.
+
+    ``compile_config``: a compile-config TOML the ranks' collectors apply (the rerun with a fix).
+    """
+    module = load_module(name)
+    fault: Fault = module.FAULT
+    out = Path(out)
+    if clean and out.exists():
+        shutil.rmtree(out)
+    (out / "fault").mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    base = {**os.environ, **(env or {})}
+    base["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), base.get("PYTHONPATH")]))
+    base.setdefault("OMP_NUM_THREADS", "1")
+    procs: list[subprocess.Popen] = []
+    logs = []
+    t0 = time.monotonic()
+    for rank in range(fault.world_size):
+        renv = {**base, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(fault.world_size),
+                "LOCAL_WORLD_SIZE": str(fault.world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                **fault.rank_env.get(rank, {})}
+        log = open(out / LOG_FILE.format(rank=rank), "w")  # noqa: SIM115 - closed below
+        logs.append(log)
+        cmd = [sys.executable, "-m", "workbench.faults.runner", name, "--out", str(out)]
+        if compile_config:
+            cmd += ["--compile-config", str(Path(compile_config).resolve())]
+        procs.append(subprocess.Popen(cmd, env=renv, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO),
+                                      start_new_session=True))
+    limit = timeout_s if timeout_s is not None else fault.timeout_s
+    codes: dict[int, int | None] = {}
+    for rank, p in enumerate(procs):
+        left = max(0.1, limit - (time.monotonic() - t0))
+        try:
+            codes[rank] = p.wait(timeout=left)
+        except subprocess.TimeoutExpired:
+            codes[rank] = None
+    for rank, p in enumerate(procs):
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            codes[rank] = codes.get(rank) if codes.get(rank) is not None else -9
+    for log in logs:
+        log.close()
+    wall = time.monotonic() - t0
+    records = {}
+    for rank in range(fault.world_size):
+        path = out / RECORD_FILE.format(rank=rank)
+        if path.is_file():
+            records[rank] = RankRecord.from_dict(json.loads(path.read_text()))
+    from workbench.faults.truth import default_ground_truth
+
+    make = getattr(module, "ground_truth", None) or default_ground_truth
+    truth = make(records, fault)
+    truth.update({"description": fault.description, "fix": fault.fix, "device": fault.device,
+                  "world_size": fault.world_size, "returncodes": {str(k): v for k, v in codes.items()},
+                  "wall_s": round(wall, 3), "compile_config": str(compile_config) if compile_config else None,
+                  "fault_spec": fault.to_dict()})
+    (out / GROUND_TRUTH).write_text(json.dumps(truth, indent=1, default=str) + "\n")
+    return truth
+
+
+def failed_ranks(truth: dict[str, Any]) -> list[int]:
+    """Ranks whose process did not exit 0."""
+    return [int(r) for r, c in truth.get("returncodes", {}).items() if c != 0]
+
+
+def tail_log(out: str | Path, rank: int, n: int = 3000) -> str:
+    path = Path(out) / LOG_FILE.format(rank=rank)
+    return path.read_text(errors="replace")[-n:] if path.is_file() else ""
+
+
+# ---------------------------------------------------------------------- worker (one rank)
+def _worker(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description="one rank of a fault run (started by run_fault)")
+    p.add_argument("name")
+    p.add_argument("--out", required=True)
+    p.add_argument("--compile-config", default=None)
+    args = p.parse_args(argv)
+    import torch
+    import torch.distributed as dist
+
+    from workbench.faults.registry import FaultContext
+
+    module = load_module(args.name)
+    fault: Fault = module.FAULT
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(1)
+    device = "cpu"
+    if fault.device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+        device = f"cuda:{torch.cuda.current_device()}"
+    if world > 1:
+        import datetime
+
+        dist.init_process_group("nccl" if fault.device == "cuda" else "gloo",
+                                timeout=datetime.timedelta(seconds=getattr(module, "PG_TIMEOUT_S", 120)))
+    ctx = FaultContext(fault, rank, world, Path(args.out), args.compile_config, device)
+    try:
+        module.main(ctx)
+    finally:
+        ctx.save()
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    _worker()
