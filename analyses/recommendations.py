@@ -438,8 +438,10 @@ def to_compile_config(recommendations: pl.DataFrame, *, header: str | None = Non
             for part in (what, code):
                 if part:
                     tail.append(f"#      {_one_line(part, 200)}")
-    text = dump_compile_config(data, comments, header="\n".join(lines))
-    return text + ("\n".join(tail) + "\n" if tail else "")
+    # every text from a trace or log goes through dump_compile_config's comment writer (no line of it can
+    # become a setting), and the file must read back as exactly ``data``
+    footer = "\n".join(t[1:] if t.startswith("#") else t for t in tail)
+    return dump_compile_config(data, comments, header="\n".join(lines), footer=footer or None)
 
 
 def _one_line(s: str | None, n: int = 240) -> str:

@@ -33,6 +33,10 @@ checked against the installed torch only when torch is importable (``validate="a
 unknown key raises :class:`~workbench.errors.InputError` naming the file, the key and the closest valid key.
 torch is imported lazily, never at module import.
 
+Every config passes the safety policy of :mod:`workbench.config_policy` (no code, commands, libraries or
+paths from a config unless the user allows unsafe settings), and :func:`dump_compile_config` writes TOML with a
+TOML library and checks that the text reads back as exactly the settings it was given.
+
 Example:
     >>> cfg = CompileConfig.from_dict({"compile": {"dynamic": True}, "env": {"A": 1}}, validate=False)
     >>> cfg.compile_kwargs, cfg.env
@@ -54,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
 
+from workbench import config_policy as policy
 from workbench.errors import InputError
 
 SECTIONS: tuple[str, ...] = (
@@ -78,6 +83,10 @@ DISTRIBUTED_KEYS: dict[str, type | tuple[type, ...]] = {
 }
 CACHE_KEYS: dict[str, type | tuple[type, ...]] = {"load": str, "save": str, "save_after_step": int}
 MARK_DYNAMIC_KEYS: tuple[str, ...] = ("dim", "dims", "min", "max")
+#: Top-level (section-less) keys a config may hold.
+TOP_LEVEL_KEYS: tuple[str, ...] = ("allow_unsafe",)
+#: Largest compile-config file read (bytes).
+MAX_CONFIG_BYTES = 1 << 20
 
 #: section → torch config module (validated and applied per thread)
 CONFIG_MODULES: dict[str, str] = {
@@ -122,14 +131,16 @@ class CompileConfig:
     cache: dict[str, Any] = field(default_factory=dict)
     source: str = "<dict>"
     validated_against: str | None = None  # torch version the keys were checked against, None if not checked
+    base_dir: str | None = None  # folder that relative [cache] paths are inside (the config file's folder)
+    unsafe_allowed: bool = False  # loaded with allow_unsafe (by the caller or the file's own allow_unsafe = true)
     _stance_applied: bool = field(default=False, repr=False)
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_dict(cls, data: dict[str, Any], *, source: str = "<dict>",
-                  validate: ValidateMode = "auto") -> CompileConfig:
+    def from_dict(cls, data: dict[str, Any], *, source: str = "<dict>", validate: ValidateMode = "auto",
+                  allow_unsafe: bool = False, base_dir: str | Path | None = None) -> CompileConfig:
         """Check ``data`` (the TOML document as a dict) and build the config; see the module doc."""
-        return _build(data, source, validate)
+        return _build(data, source, validate, allow_unsafe=allow_unsafe, base_dir=base_dir)
 
     # ------------------------------------------------------------------ views
     @property
@@ -258,10 +269,18 @@ class CompileConfig:
         torch.compiler.set_stance(self.stance.get("stance", "default"), **kwargs)
         self._stance_applied = True
 
+    def cache_path(self, key: str) -> Path | None:
+        """The ``[cache] load``/``save`` file, relative paths taken inside :attr:`base_dir`."""
+        value = self.cache.get(key)
+        if not value:
+            return None
+        p = Path(value)
+        return p if p.is_absolute() or self.base_dir is None else Path(self.base_dir) / p
+
     def load_cache_artifacts(self) -> bool:
         """``torch.compiler.load_cache_artifacts`` from ``[cache] load`` when that file exists."""
-        path = self.cache.get("load")
-        if not path or not Path(path).is_file():
+        path = self.cache_path("load")
+        if path is None or not path.is_file():
             return False
         import torch.compiler
 
@@ -270,8 +289,8 @@ class CompileConfig:
 
     def save_cache_artifacts(self) -> bool:
         """``torch.compiler.save_cache_artifacts`` written to ``[cache] save`` (atomically)."""
-        path = self.cache.get("save")
-        if not path:
+        path = self.cache_path("save")
+        if path is None:
             return False
         import torch.compiler
 
@@ -341,22 +360,31 @@ class CompileConfig:
 
 
 # ---------------------------------------------------------------------- loading
-def load_compile_config(path: str | Path, *, validate: ValidateMode = "auto") -> CompileConfig:
+def load_compile_config(path: str | Path, *, validate: ValidateMode = "auto",
+                        allow_unsafe: bool = False) -> CompileConfig:
     """Read and check a compile-config TOML file.
 
     ``validate="auto"`` checks torch config keys against the installed torch when torch is importable;
-    ``True`` requires torch; ``False`` only checks the structure. Raises :class:`InputError` on any problem.
+    ``True`` requires torch; ``False`` only checks the structure. Settings the safety policy refuses
+    (:mod:`workbench.config_policy`) raise unless ``allow_unsafe`` (or the file's top-level
+    ``allow_unsafe = true``). Raises :class:`InputError` on any problem, naming the file and the key.
     """
     p = Path(path)
     try:
+        if p.is_file() and p.stat().st_size > MAX_CONFIG_BYTES:
+            raise InputError(f"{p}: a compile config is at most {MAX_CONFIG_BYTES} bytes")
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(f"{p}: compile config not found") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{p}: not UTF-8 text (byte {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{p}: not valid TOML ({exc})") from None
+        raise InputError(f"{p}: not valid TOML ({' '.join(str(exc).split())})") from None
+    except RecursionError:
+        raise InputError(f"{p}: not valid TOML (nested too deeply)") from None
     except OSError as exc:
         raise InputError(f"{p}: cannot read compile config ({exc.strerror})") from None
-    return _build(data, str(p), validate)
+    return _build(data, str(p), validate, allow_unsafe=allow_unsafe, base_dir=p.resolve().parent)
 
 
 def _closest(key: str, valid: list[str] | tuple[str, ...]) -> str:
@@ -420,9 +448,20 @@ def _check_config_value(source: str, section: str, key: str, value: Any, vtype: 
         _check_type(source, section, key, value, str)
 
 
-def _build(data: dict[str, Any], source: str, validate: ValidateMode) -> CompileConfig:
+def _build(data: dict[str, Any], source: str, validate: ValidateMode, *, allow_unsafe: bool = False,
+           base_dir: str | Path | None = None) -> CompileConfig:
     if not isinstance(data, dict):
         raise InputError(f"{source}: a compile config is a TOML table")
+    data = dict(data)
+    file_unsafe = data.pop("allow_unsafe", False)
+    if not isinstance(file_unsafe, bool):
+        raise InputError(f"{source}: allow_unsafe must be true or false, got {type(file_unsafe).__name__}")
+    unsafe_ok = allow_unsafe or file_unsafe
+
+    def refuse(problem: str | None) -> None:
+        if problem and not unsafe_ok:
+            raise InputError(f"{source}: {problem}; refused by the safety policy (docs/compile-config.md)")
+
     for section, body in data.items():
         if section not in SECTIONS:
             raise InputError(f"{source}: unknown section [{section}]{_closest(section, SECTIONS)}"
@@ -430,7 +469,8 @@ def _build(data: dict[str, Any], source: str, validate: ValidateMode) -> Compile
         if not isinstance(body, dict):
             raise InputError(f"{source}: [{section}] must be a table, got {type(body).__name__}")
     use_torch = _torch_available(validate, source)
-    cfg = CompileConfig(source=source)
+    cfg = CompileConfig(source=source, base_dir=str(base_dir) if base_dir is not None else None,
+                        unsafe_allowed=bool(unsafe_ok))
 
     # torch config modules
     for section, modname in CONFIG_MODULES.items():
@@ -444,24 +484,27 @@ def _build(data: dict[str, Any], source: str, validate: ValidateMode) -> Compile
         for k, v in body.items():
             _flatten(k, v, set(keys) if keys is not None else None, flat)
         for key, value in flat.items():
+            vtype = None
             if keys is not None:
                 if key not in keys:
                     raise _unknown(source, section, key, keys, modname)
-                _check_config_value(source, section, key, value, _entry_type(module, key))
+                vtype = _entry_type(module, key)
+                _check_config_value(source, section, key, value, vtype)
+            refuse(policy.torch_key_problem(section, key, value, vtype, typed=keys is not None))
         setattr(cfg, section, flat)
 
     # torch.compile kwargs
     comp = dict(data.get("compile") or {})
     if comp:
         valid = list(COMPILE_KWARGS_FALLBACK)
-        ind_keys: list[str] | None = None
+        ind_module = ind_keys = None
         if use_torch:
             import inspect
 
             import torch
 
             valid = [p for p in inspect.signature(torch.compile).parameters if p != "model"]
-            _, ind_keys = _config_keys("torch._inductor.config")
+            ind_module, ind_keys = _config_keys("torch._inductor.config")
         for key, value in comp.items():
             if key not in valid:
                 raise _unknown(source, "compile", key, valid, "torch.compile keyword arguments")
@@ -477,11 +520,17 @@ def _build(data: dict[str, Any], source: str, validate: ValidateMode) -> Compile
             opts: dict[str, Any] = {}
             for k, v in comp["options"].items():
                 _flatten(k, v, set(ind_keys) if ind_keys is not None else None, opts)
-            if ind_keys is not None:
-                for key in opts:
+            for key, value in opts.items():
+                vtype = None
+                if ind_keys is not None:
                     if key not in ind_keys:
                         raise _unknown(source, "compile.options", key, ind_keys, "torch._inductor.config")
+                    vtype = _entry_type(ind_module, key)
+                    _check_config_value(source, "compile.options", key, value, vtype)
+                refuse(policy.torch_key_problem("compile.options", key, value, vtype, typed=ind_keys is not None))
             comp["options"] = opts
+        if "backend" in comp:
+            refuse(policy.backend_problem("compile", "backend", comp["backend"], _backends(use_torch)))
         cfg.compile = comp
 
     # stance
@@ -495,6 +544,8 @@ def _build(data: dict[str, Any], source: str, validate: ValidateMode) -> Compile
                          f"{_closest(stance['stance'], STANCES)}")
     if stance and "stance" not in stance:
         raise InputError(f"{source}: [stance] needs stance = \"...\" (one of {', '.join(STANCES)})")
+    if "force_backend" in stance:
+        refuse(policy.backend_problem("stance", "force_backend", stance["force_backend"], _backends(use_torch)))
     cfg.stance = stance
 
     # env
@@ -506,6 +557,9 @@ def _build(data: dict[str, Any], source: str, validate: ValidateMode) -> Compile
             env[key] = str(value)
         else:
             raise InputError(f"{source}: [env] {key} must be a string or number, got {type(value).__name__}")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) or "\x00" in env[key]:
+            raise InputError(f"{source}: [env] {key!r} is not a valid environment variable name or value")
+        refuse(policy.env_problem(key, env[key]))
     cfg.env = env
 
     # mark_dynamic
@@ -517,6 +571,8 @@ def _build(data: dict[str, Any], source: str, validate: ValidateMode) -> Compile
             if key not in spec:
                 raise _unknown(source, section, key, tuple(spec), f"workbench [{section}] keys")
             _check_type(source, section, key, value, spec[key])
+            if section == "cache" and key in ("load", "save"):
+                refuse(policy.cache_path_problem(key, value))
         setattr(cfg, section, body)
 
     if use_torch:
@@ -524,6 +580,18 @@ def _build(data: dict[str, Any], source: str, validate: ValidateMode) -> Compile
 
         cfg.validated_against = str(torch.__version__)
     return cfg
+
+
+def _backends(use_torch: bool) -> list[str] | None:
+    """The backend names the installed torch registers (None without torch)."""
+    if not use_torch:
+        return None
+    try:
+        import torch._dynamo
+
+        return list(torch._dynamo.list_backends(exclude_tags=())) + ["inductor"]
+    except Exception:  # noqa: BLE001 - an odd torch build: fall back to the fixed list
+        return None
 
 
 def _parse_mark_dynamic(source: str, body: dict[str, Any]) -> list[MarkDynamic]:
@@ -605,61 +673,104 @@ def _to_torch_value(module: Any, key: str, value: Any) -> Any:
 
 
 # ---------------------------------------------------------------------- writing
-_BARE = re.compile(r"^[A-Za-z0-9_-]+$")
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def _key(k: str) -> str:
-    return k if _BARE.match(k) else json.dumps(k)
-
-
-def _value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)
-    if isinstance(v, (list, tuple, set, frozenset)):
-        items = sorted(v, key=str) if isinstance(v, (set, frozenset)) else v
-        return "[" + ", ".join(_value(x) for x in items) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{_key(str(k))} = {_value(x)}" for k, x in v.items()) + " }"
-    if v is None:
-        raise ValueError("TOML has no null: leave the key out")
-    if callable(v) and hasattr(v, "__name__"):
-        mod = getattr(v, "__module__", "builtins")
-        return json.dumps(v.__name__ if mod == "builtins" else f"{mod}.{v.__name__}")
-    raise ValueError(f"cannot write {type(v).__name__} {v!r} as TOML")
-
-
-def _comment_lines(text: str | None) -> list[str]:
+def comment_lines(text: str | None) -> list[str]:
+    """``text`` as TOML comment lines: every line break, control character and Unicode line separator becomes a
+    line of its own or a space, so no text can end a comment and start a setting."""
     if not text:
         return []
-    return [f"# {line}".rstrip() for line in str(text).splitlines()]
+    lines = re.split(r"[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]+", str(text))
+    return ["# " + _CONTROL_CHARS.sub(" ", line).rstrip() for line in lines if line.strip()]
+
+
+def _plain(v: Any) -> Any:
+    """A value as TOML can hold it (sets sorted into lists, callables by name); None stays None (left out)."""
+    if isinstance(v, (set, frozenset)):
+        return sorted((_plain(x) for x in v), key=str)
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items() if x is not None}
+    if callable(v) and not isinstance(v, type) and hasattr(v, "__name__"):
+        mod = getattr(v, "__module__", "builtins")
+        return v.__name__ if mod == "builtins" else f"{mod}.{v.__name__}"
+    return v
+
+
+def _toml_key(key: str) -> str:
+    """``key`` as TOML writes it (bare or quoted), by ``tomli_w``."""
+    import tomli_w
+
+    return tomli_w.dumps({key: 0})[: -len(" = 0\n")]
+
+
+def _scalar(value: Any) -> str | None:
+    """A bool/int/float/str as TOML text by ``tomli_w``, or None for anything else."""
+    import tomli_w
+
+    if isinstance(value, (bool, int, float, str)):
+        return tomli_w.dumps({"v": value})[len("v = "):].rstrip("\n")
+    return None
+
+
+def _inline(table: dict[str, Any]) -> str | None:
+    """A one-line inline table for a dict of scalars and lists of scalars, else None."""
+    parts = []
+    for k, v in table.items():
+        text = _scalar(v)
+        if text is None and isinstance(v, list):
+            items = [_scalar(x) for x in v]
+            text = None if None in items else "[" + ", ".join(items) + "]"  # type: ignore[arg-type]
+        if text is None:
+            return None
+        parts.append(f"{_toml_key(k)} = {text}")
+    return "{ " + ", ".join(parts) + " }" if parts else None
 
 
 def dump_compile_config(config: dict[str, Any], comments: dict[str, str] | None = None,
-                        header: str | None = None) -> str:
-    """Write TOML-shaped ``config`` (as :meth:`CompileConfig.to_dict` returns) with comments.
+                        header: str | None = None, footer: str | None = None) -> str:
+    """TOML text of ``config`` (sections → keys → values, as :meth:`CompileConfig.to_dict` returns) with comments.
 
-    ``comments`` maps ``"section.key"`` (a comment above that setting) or ``"section"`` (above the section
-    header) to text; multi-line text becomes several comment lines. ``header`` goes at the top. Sections are
-    written in :data:`SECTIONS` order; keys with a value of ``None`` are left out.
+    ``comments`` maps ``"section.key"`` (above that setting) or ``"section"`` (above the section) to text;
+    ``header`` and ``footer`` become comment lines at the top and the end. Values are written by ``tomli_w``;
+    comment text is cut at every line break (:func:`comment_lines`). Only keys the recommender may write
+    (:data:`workbench.config_policy.RECOMMENDER_KEYS`) that pass the safety policy are accepted, and the text
+    is read back and must equal ``config`` exactly; otherwise ``ValueError``.
     """
+    import tomli_w
+
     comments = comments or {}
-    lines: list[str] = _comment_lines(header)
-    order = [s for s in SECTIONS if s in config] + [s for s in config if s not in SECTIONS]
+    data = {s: _plain(b) for s, b in config.items() if b}
+    data = {s: b for s, b in data.items() if b}
+    policy.check_writable(data)
+    try:
+        CompileConfig.from_dict(data, source="<written config>", validate=False)
+    except InputError as exc:
+        raise ValueError(str(exc)) from None
+    lines: list[str] = comment_lines(header)
+    order = [s for s in SECTIONS if s in data] + [s for s in data if s not in SECTIONS]
     for section in order:
-        body = config[section]
-        if not body:
-            continue
+        body = data[section]
         if lines:
             lines.append("")
-        lines.extend(_comment_lines(comments.get(section)))
-        lines.append(f"[{section}]")
+        lines.extend(comment_lines(comments.get(section)))
+        lines.append(tomli_w.dumps({section: {}}).rstrip("\n"))
+        tables = {k: v for k, v in body.items() if isinstance(v, dict) and _inline(v) is None}
         for key, value in body.items():
-            if value is None:
-                continue
-            lines.extend(_comment_lines(comments.get(f"{section}.{key}")))
-            lines.append(f"{_key(str(key))} = {_value(value)}")
-    return "\n".join(lines) + "\n"
+            if key not in tables:
+                lines.extend(comment_lines(comments.get(f"{section}.{key}")))
+                inline = _inline(value) if isinstance(value, dict) else None
+                lines.append(f"{_toml_key(key)} = {inline}" if inline else tomli_w.dumps({key: value}).rstrip("\n"))
+        for key, value in tables.items():
+            lines.append("")
+            lines.extend(comment_lines(comments.get(f"{section}.{key}")))
+            lines.append(tomli_w.dumps({section: {key: value}}).rstrip("\n"))
+    if footer:
+        lines.append("")
+        lines.extend(comment_lines(footer))
+    text = "\n".join(lines) + "\n"
+    if tomllib.loads(text) != data:
+        raise ValueError("the written compile config does not read back as the settings given")
+    return text

@@ -28,7 +28,7 @@ stance = "eager_on_recompile"
 after_step = 2
 [env]
 TORCH_COMPILE_DYNAMIC_SOURCES = "L['x']"
-FLAG = true
+TORCH_WB_FLAG = true
 [mark_dynamic]
 x = { dim = 0, min = 2, max = 64 }
 "1" = [0, 1]
@@ -52,7 +52,7 @@ def test_load_full(tmp_path):
     assert cfg.dynamo["recompile_limit"] == 16
     assert cfg.inductor == {"fx_graph_cache": True, "triton.cudagraphs": False}
     assert cfg.compile_kwargs == {"dynamic": True, "backend": "aot_eager", "options": {"triton.cudagraphs": False}}
-    assert cfg.env == {"TORCH_COMPILE_DYNAMIC_SOURCES": "L['x']", "FLAG": "1"}
+    assert cfg.env == {"TORCH_COMPILE_DYNAMIC_SOURCES": "L['x']", "TORCH_WB_FLAG": "1"}
     assert cfg.mark_dynamic == [MarkDynamic("x", 0, 2, 64), MarkDynamic("1", 0), MarkDynamic("1", 1)]
     assert cfg.validated_against is not None
     assert cfg.dynamic_sources() == "L['x']"
@@ -106,10 +106,10 @@ def test_missing_file(tmp_path):
 
 
 def test_apply_env():
-    cfg = CompileConfig.from_dict({"env": {"WB_TEST_VAR": "1"}})
+    cfg = CompileConfig.from_dict({"env": {"TORCH_WB_TEST_VAR": "1"}})
     env: dict[str, str] = {}
     prev = cfg.apply_env(env)
-    assert env == {"WB_TEST_VAR": "1"} and prev == {"WB_TEST_VAR": None}
+    assert env == {"TORCH_WB_TEST_VAR": "1"} and prev == {"TORCH_WB_TEST_VAR": None}
 
 
 def test_apply_in_thread_is_per_thread():
