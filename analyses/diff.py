@@ -1,94 +1,813 @@
-"""Diff of two runs: did the change work?
+"""Diff of two runs: did the change work — or did it do nothing, or are the runs not comparable at all?
 
-Compares two :func:`workbench.analyses.summary.analyze` summaries metric by metric, per rank and for the job
-(the mean over ranks; step times, collective wait and recompiles take the worst rank, which sets the pace).
+:func:`diff_runs` takes what two runs recorded (:class:`RunData`: their tables and findings) and returns one typed
+:class:`RunDiff`, the single definition the CLI (``workbench diff``), the HTML report and the app's Compare page
+show:
+
+1. :class:`Comparability` first: script, parameter count, compiled frames, world size, device, torch/CUDA/NCCL
+   versions, backend, compile config and step counts. A different script, parameter count or set of compiled
+   frames makes the runs *different jobs* (every verdict becomes ``"not comparable"``); a different environment is
+   a warning carried by every verdict; a different compile config is expected (it is usually the fix under test).
+2. A :class:`FindingVerdict` per root finding of BEFORE (``fixed`` / ``smaller`` / ``unchanged`` / ``worse`` /
+   ``cannot tell`` / ``not comparable``), matched by kind + ranks (+ compiled frame for recompile kinds), never by
+   message text; the findings AFTER has and BEFORE had not.
+3. The step-time change with its uncertainty (:class:`Change`: bootstrap CI of the median change and a
+   Mann–Whitney rank-sum test on the per-step times of each side; too few steps or a CI that is neither clearly
+   away from zero nor clearly within ±5 % gives ``"cannot tell"``).
+4. Per-step metrics (never raw window totals) and the kernels and CPU ops per step that changed most
+   (:class:`OpChange`, names normalised so ``triton_poi_fused_add_12`` variants group).
+
+Pure: no I/O; :meth:`RunData.from_run` only reads attributes of an opened run.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import PurePath
+from typing import Any, Literal
 
+import numpy as np
+import orjson
 import polars as pl
 
-#: metric → True when lower is better.
-METRICS: dict[str, bool] = {
-    "step_time_ns": True,
-    "max_step_time_ns": True,
-    "recompiles": True,
-    "compile_time_ns": True,
-    "compute_pct": False,
-    "idle_pct": True,
-    "comm_compute_overlap_pct": False,
-    "exposed_comm_pct": True,
-    "exposed_memory_pct": True,
-    "collective_wait_ns": True,
-    "window_ns": True,
-    "compute_ns": True,
-    "comm_ns": True,
-    "comm_exposed_ns": True,
-    "idle_ns": True,
-}
+from workbench.analyses.window import window_kernels, window_steps
 
-_WORST_RANK = {"step_time_ns", "max_step_time_ns", "collective_wait_ns", "window_ns", "recompiles", "compile_time_ns"}
+Verdict = Literal["fixed", "smaller", "unchanged", "worse", "cannot tell", "not comparable"]
+#: ``info``: shown, not judged (a single statistic without an uncertainty of its own).
+Direction = Literal["better", "worse", "unchanged", "cannot tell", "not comparable", "n/a", "info"]
+Effect = Literal["different job", "warning", "expected", "note"]
 
+#: Fewer steps than this on either side: the step-time verdict is "cannot tell".
+MIN_STEPS = 8
+#: A change whose 95 % CI lies within ±EQUIVALENT_PCT is "unchanged"; a significant change below SAME_PCT too.
+EQUIVALENT_PCT = 5.0
+SAME_PCT = 2.0
+#: A matched finding's per-step cost must change by more than this share to be "smaller" or "worse".
+FINDING_TOLERANCE = 0.25
+#: Significance level of the rank-sum test; bootstrap resamples (fixed seed: the same input gives the same CI).
+ALPHA = 0.05
+BOOTSTRAP = 2000
+TOP_N = 10
 
-def _rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    rows = []
-    for rank, entry in summary.get("ranks", {}).items():
-        for metric in METRICS:
-            rows.append({"scope": f"rank {rank}", "metric": metric, "value": entry.get(metric)})
-        for cls, ns in (entry.get("kernel_time_ns") or {}).items():
-            rows.append({"scope": f"rank {rank}", "metric": f"kernel_time_ns.{cls}", "value": ns})
-    frame = pl.DataFrame(rows, schema={"scope": pl.String, "metric": pl.String, "value": pl.Float64})
-    if frame.is_empty():
-        return rows
-    job = frame.group_by("metric").agg(
-        value=pl.when(pl.col("metric").first().is_in(list(_WORST_RANK))).then(pl.col("value").max())
-        .otherwise(pl.col("value").mean())
-    ).with_columns(scope=pl.lit("job"))
-    return job.select("scope", "metric", "value").to_dicts() + rows
+#: Finding sources whose cost is a total over the profiler window (normalised by its step count), over the
+#: collector steps, or a count of events (compared by occurrence).
+_WINDOW_SOURCES = {"breakdown", "collectives", "bubbles", "overlap", "kernels"}
+_STEP_SOURCES = {"stragglers"}
+_EVENT_SOURCES = {"recompiles"}
+#: What the AFTER run must have recorded to see a finding of each source again (table, description).
+_NEEDS = {"breakdown": ("kernels", "device data"), "overlap": ("kernels", "device data"),
+          "kernels": ("kernels", "device data"), "collectives": ("collectives", "collectives"),
+          "bubbles": ("events", "trace events"), "stragglers": ("steps", "step times"),
+          "recompiles": ("compiles", "compile logs")}
 
 
-def diff_summaries(before: dict[str, Any], after: dict[str, Any], same_pct: float = 1.0) -> pl.DataFrame:
-    """Metric by metric comparison of two summaries.
+# ----------------------------------------------------------------------------------------------- input
+@dataclass(frozen=True)
+class RunData:
+    """What the diff reads of one run: its tables (polars frames, all ranks), its findings (the FINDINGS view)
+    and ``run.json`` (``meta``)."""
 
-    Columns: ``scope`` (``"job"`` or ``"rank <r>"``), ``metric``, ``before``, ``after``, ``delta`` (after - before),
-    ``delta_pct`` (relative to before; for ``*_pct`` metrics the change in percentage points), ``direction``
-    (``"better"``, ``"worse"``, ``"same"`` when the change is below ``same_pct`` % (points), ``"n/a"`` when a side
-    is missing). Rows with a change come first, the biggest relative change first.
+    name: str
+    steps: pl.DataFrame
+    kernels: pl.DataFrame
+    events: pl.DataFrame
+    compiles: pl.DataFrame
+    fingerprints: pl.DataFrame
+    ranks: pl.DataFrame
+    breakdown: pl.DataFrame
+    findings: pl.DataFrame
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_run(cls, run: Any, tables: Any, name: str | None = None) -> RunData:
+        """From an opened :class:`workbench.Run` and its ``analysis_tables(run)`` result (a mapping or an object
+        with ``breakdown`` / ``findings`` attributes)."""
+        def table(obj: Any, key: str) -> pl.DataFrame:
+            v = obj.get(key) if isinstance(obj, Mapping) else getattr(obj, key, None)
+            return v if isinstance(v, pl.DataFrame) else pl.DataFrame()
+        return cls(name=name or str(getattr(run, "name", "run")),
+                   **{k: table(run, k) for k in ("steps", "kernels", "events", "compiles", "fingerprints",
+                                                 "ranks")},
+                   breakdown=table(tables, "breakdown"), findings=table(tables, "findings"),
+                   meta=dict(getattr(run, "meta", None) or {}))
+
+
+# ----------------------------------------------------------------------------------------------- results
+@dataclass(frozen=True)
+class Difference:
+    """One way the runs differ: ``what`` (e.g. ``"device"``), both values, and its ``effect`` on the verdicts."""
+
+    what: str
+    before: str
+    after: str
+    effect: Effect
+
+
+@dataclass(frozen=True)
+class Comparability:
+    """``level``: ``comparable`` / ``warnings`` / ``not comparable``, with every difference found."""
+
+    level: Literal["comparable", "warnings", "not comparable"]
+    differences: tuple[Difference, ...]
+
+    @property
+    def comparable(self) -> bool:
+        return self.level != "not comparable"
+
+    def caveat(self) -> str:
+        """What differs in the environment (empty when nothing does): attached to every verdict."""
+        return ", ".join(d.what for d in self.differences if d.effect == "warning")
+
+    def reason(self) -> str:
+        return "; ".join(f"{d.what}: {d.before} vs {d.after}" for d in self.differences
+                         if d.effect == "different job")
+
+
+@dataclass(frozen=True)
+class Change:
+    """A per-step quantity on both sides and what can be said about its change.
+
+    ``verdict`` is ``better`` / ``worse`` only when the 95 % bootstrap CI of the median change excludes zero and
+    the rank-sum test agrees (p < 0.05); ``unchanged`` when the CI lies within ±5 % (or the significant change is
+    below 2 %); else ``cannot tell``. ``reason`` says which, with the numbers.
     """
-    schema = {"scope": pl.String, "metric": pl.String, "value": pl.Float64}
-    b = pl.DataFrame(_rows(before), schema=schema).rename({"value": "before"})
-    a = pl.DataFrame(_rows(after), schema=schema).rename({"value": "after"})
-    d = b.join(a, on=["scope", "metric"], how="full", coalesce=True)
-    lower = pl.col("metric").str.split(".").list.first().replace_strict(
-        {k: v for k, v in METRICS.items()} | {"kernel_time_ns": True}, default=True, return_dtype=pl.Boolean)
-    is_pct = pl.col("metric").str.ends_with("_pct")
-    change = pl.when(is_pct).then(pl.col("delta")).otherwise(
-        pl.when(pl.col("before").abs() > 0).then(100.0 * pl.col("delta") / pl.col("before").abs()))
-    out = d.with_columns(delta=pl.col("after") - pl.col("before")).with_columns(delta_pct=change).with_columns(
-        direction=pl.when(pl.col("before").is_null() | pl.col("after").is_null()).then(pl.lit("n/a"))
-        .when(pl.col("delta_pct").fill_null(0).abs() < same_pct).then(pl.lit("same"))
-        .when((pl.col("delta") < 0) == lower).then(pl.lit("better"))
-        .otherwise(pl.lit("worse"))
+
+    n_before: int
+    n_after: int
+    median_before: float | None
+    median_after: float | None
+    change_pct: float | None
+    ci_low_pct: float | None
+    ci_high_pct: float | None
+    p_value: float | None
+    verdict: Direction
+    reason: str
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """One side's step times (ns): where they came from, how many, median, p90, spread (p75 − p25), mean, max."""
+
+    source: str | None
+    n: int
+    median_ns: float | None
+    p90_ns: float | None
+    spread_ns: float | None
+    mean_ns: float | None
+    max_ns: float | None
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One row of the per-step table: ``name``, ``unit`` (``ns`` per step, ``count``, ``ns``), both values, the
+    relative change, its ``direction`` and the ``basis`` it was judged on."""
+
+    name: str
+    unit: str
+    before: float | None
+    after: float | None
+    change_pct: float | None
+    direction: Direction
+    basis: str
+
+
+@dataclass(frozen=True)
+class FindingVerdict:
+    """The verdict on one root finding of BEFORE, with the matched AFTER finding's cost and the evidence."""
+
+    kind: str
+    ranks: tuple[int, ...]
+    steps: tuple[int, ...]
+    frame: str | None
+    severity: str
+    message: str
+    before_cost_ns: int | None
+    after_cost_ns: int | None
+    before_per_step_ns: float | None
+    after_per_step_ns: float | None
+    verdict: Verdict
+    evidence: str
+    after_id: str | None = None
+    caveat: str = ""
+
+
+@dataclass(frozen=True)
+class NewFinding:
+    """A root finding of AFTER that matches none of BEFORE (``per_step_ns``: its cost per step where it is a
+    window or step total; a new finding costing less per step than AFTER's step spread is noise-level, not a
+    regression)."""
+
+    kind: str
+    ranks: tuple[int, ...]
+    steps: tuple[int, ...]
+    frame: str | None
+    severity: str
+    cost_ns: int | None
+    message: str
+    per_step_ns: float | None = None
+
+
+@dataclass(frozen=True)
+class OpChange:
+    """A kernel or CPU op (by normalised name) per step, mean over ranks: ``added`` / ``removed`` / ``changed``."""
+
+    kind: Literal["kernel", "cpu_op"]
+    name: str
+    status: Literal["added", "removed", "changed", "same"]
+    before_count: float
+    after_count: float
+    before_ns: float
+    after_ns: float
+    delta_ns: float
+
+
+@dataclass(frozen=True)
+class RunDiff:
+    """Everything ``workbench diff`` shows, in the order it shows it."""
+
+    before: str
+    after: str
+    comparability: Comparability
+    findings: tuple[FindingVerdict, ...]
+    new_findings: tuple[NewFinding, ...]
+    step_time: Change
+    steps_before: StepStats
+    steps_after: StepStats
+    metrics: tuple[Metric, ...]
+    kernels: tuple[OpChange, ...]
+    cpu_ops: tuple[OpChange, ...]
+
+    def regressions(self) -> list[str]:
+        """Why this diff is a regression (empty: it is not): slower steps, a finding worse, a new high finding, or
+        runs that cannot be compared at all."""
+        out = []
+        if not self.comparability.comparable:
+            out.append(f"runs are not comparable ({self.comparability.reason()})")
+        if self.step_time.verdict == "worse":
+            out.append(f"step time {self.step_time.reason}")
+        out += [f"{f.kind} on ranks {_ranks(f.ranks)} is worse: {f.evidence}" for f in self.findings
+                if f.verdict == "worse"]
+        spread = self.steps_after.spread_ns
+        out += [f"new {f.kind} on ranks {_ranks(f.ranks)} ({f.severity}): {f.message}" for f in self.new_findings
+                if f.severity == "high" and not (f.per_step_ns is not None and spread and f.per_step_ns < spread)]
+        return out
+
+    def headline(self) -> str:
+        """One line: how many findings are fixed, the step-time verdict, comparability."""
+        if not self.comparability.comparable:
+            return f"Not comparable: {self.comparability.reason()}."
+        counts: dict[str, int] = {}
+        for f in self.findings:
+            counts[f.verdict] = counts.get(f.verdict, 0) + 1
+        parts = [", ".join(f"{n} {v}" for v, n in counts.items()) or "no findings before"]
+        if self.new_findings:
+            parts.append(f"{len(self.new_findings)} new")
+        st = self.step_time
+        parts.append(f"step time {st.verdict}" + (f" ({st.change_pct:+.1f} %)" if st.change_pct is not None else ""))
+        text = "; ".join(parts)
+        return text + (f" (differs: {self.comparability.caveat()})" if self.comparability.caveat() else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (what ``workbench diff --json`` prints)."""
+        d = asdict(self)
+        d["comparability"]["comparable"] = self.comparability.comparable
+        d["headline"] = self.headline()
+        d["regressions"] = self.regressions()
+        return d
+
+    def findings_frame(self) -> pl.DataFrame:
+        """One row per BEFORE finding (verdicts), then the new ones (``verdict`` ``"new"``)."""
+        rows = [{"verdict": f.verdict, "kind": f.kind, "ranks": _ranks(f.ranks), "steps": _ranks(f.steps),
+                 "before_cost_ns": f.before_cost_ns, "after_cost_ns": f.after_cost_ns, "evidence": f.evidence,
+                 "caveat": f.caveat} for f in self.findings]
+        rows += [{"verdict": "new", "kind": f.kind, "ranks": _ranks(f.ranks), "steps": _ranks(f.steps),
+                  "before_cost_ns": None, "after_cost_ns": f.cost_ns, "evidence": f.message, "caveat": ""}
+                 for f in self.new_findings]
+        return pl.DataFrame(rows, schema={"verdict": pl.String, "kind": pl.String, "ranks": pl.String,
+                                          "steps": pl.String, "before_cost_ns": pl.Int64, "after_cost_ns": pl.Int64,
+                                          "evidence": pl.String, "caveat": pl.String})
+
+    def metrics_frame(self) -> pl.DataFrame:
+        return pl.DataFrame([asdict(m) for m in self.metrics],
+                            schema={"name": pl.String, "unit": pl.String, "before": pl.Float64, "after": pl.Float64,
+                                    "change_pct": pl.Float64, "direction": pl.String, "basis": pl.String})
+
+    def ops_frame(self) -> pl.DataFrame:
+        """Kernels then CPU ops, each most changed first."""
+        return pl.DataFrame([asdict(o) for o in self.kernels + self.cpu_ops],
+                            schema={"kind": pl.String, "name": pl.String, "status": pl.String,
+                                    "before_count": pl.Float64, "after_count": pl.Float64, "before_ns": pl.Float64,
+                                    "after_ns": pl.Float64, "delta_ns": pl.Float64})
+
+
+def _ranks(r: Sequence[int]) -> str:
+    return ",".join(map(str, r)) or "-"
+
+
+# ----------------------------------------------------------------------------------------------- statistics
+def rank_sum_p(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided p-value of the Mann–Whitney U (Wilcoxon rank-sum) test, normal approximation with tie and
+    continuity correction. 1.0 when either side is empty or every value is equal."""
+    n1, n2 = len(a), len(b)
+    if not n1 or not n2:
+        return 1.0
+    both = pl.Series(list(a) + list(b), dtype=pl.Float64)
+    ranks = both.rank("average").to_numpy()
+    u1 = float(ranks[:n1].sum()) - n1 * (n1 + 1) / 2
+    n = n1 + n2
+    ties = both.value_counts()["count"].to_numpy().astype(float)
+    var = n1 * n2 / 12.0 * ((n + 1) - float(((ties ** 3) - ties).sum()) / (n * (n - 1)))
+    if var <= 0:
+        return 1.0
+    z = (abs(u1 - n1 * n2 / 2.0) - 0.5) / math.sqrt(var)
+    return float(min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2.0))))
+
+
+def median_change_ci(a: Sequence[float], b: Sequence[float], *, resamples: int = BOOTSTRAP,
+                     seed: int = 0) -> tuple[float, float]:
+    """95 % bootstrap CI (percent) of ``median(b) / median(a) − 1``, each side resampled on its own."""
+    rng = np.random.default_rng(seed)
+    x, y = np.asarray(a, float), np.asarray(b, float)
+    mx = np.median(rng.choice(x, (resamples, x.size)), axis=1)
+    my = np.median(rng.choice(y, (resamples, y.size)), axis=1)
+    ratio = 100.0 * (my / np.where(mx == 0, np.nan, mx) - 1.0)
+    lo, hi = np.nanpercentile(ratio, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def compare(before: Sequence[float], after: Sequence[float], *, lower_is_better: bool = True,
+            min_n: int = MIN_STEPS, what: str = "steps", floor: float = 0.0) -> Change:
+    """Judge the change of a per-step quantity from its values on each side (see :class:`Change`); a change of
+    the median below ``floor`` (e.g. 1 % of the step time, for a part of it) is ``unchanged`` whatever the test."""
+    a = [float(v) for v in before if v is not None]
+    b = [float(v) for v in after if v is not None]
+    med_a = float(np.median(a)) if a else None
+    med_b = float(np.median(b)) if b else None
+    pct = 100.0 * (med_b / med_a - 1.0) if med_a and med_b is not None else None
+    if len(a) < min_n or len(b) < min_n:
+        return Change(len(a), len(b), med_a, med_b, pct, None, None, None, "cannot tell",
+                      f"only {len(a)} and {len(b)} {what}; need at least {min_n} a side")
+    if not med_a:
+        return Change(len(a), len(b), med_a, med_b, pct, None, None, None, "cannot tell",
+                      f"the median before is 0 ({len(a)} vs {len(b)} {what})")
+    if med_b is not None and abs(med_b - med_a) < floor:
+        return Change(len(a), len(b), med_a, med_b, pct, None, None, None, "unchanged",
+                      f"unchanged: the median moved {abs(med_b - med_a) / 1e6:.3f} ms, below the "
+                      f"{floor / 1e6:.3f} ms that matters (1 % of the step time)")
+    lo, hi = median_change_ci(a, b)
+    p = rank_sum_p(a, b)
+    nums = f"{pct:+.1f} % [95 % CI {lo:+.1f} %, {hi:+.1f} %], rank-sum p={p:.3g}, {len(a)} vs {len(b)} {what}"
+    if (lo > 0 or hi < 0) and p < ALPHA and abs(pct) >= SAME_PCT:
+        up = pct > 0
+        verdict: Direction = "worse" if up == lower_is_better else "better"
+        return Change(len(a), len(b), med_a, med_b, pct, lo, hi, p, verdict, f"{'up' if up else 'down'} {nums}")
+    if max(abs(lo), abs(hi)) <= EQUIVALENT_PCT or ((lo > 0 or hi < 0) and p < ALPHA):
+        return Change(len(a), len(b), med_a, med_b, pct, lo, hi, p, "unchanged", f"unchanged: {nums}")
+    return Change(len(a), len(b), med_a, med_b, pct, lo, hi, p, "cannot tell", f"spreads overlap: {nums}")
+
+
+# ----------------------------------------------------------------------------------------------- steps
+def job_step_times(steps: pl.DataFrame) -> tuple[str | None, list[float]]:
+    """The job's step times (ns), one per step: the slowest rank's duration (it sets the pace). Collector steps
+    when there are any (the first step, which holds the first compile, left out), else profiler steps."""
+    if steps.is_empty():
+        return None, []
+    s = steps.with_columns(pl.col("source").cast(pl.String))
+    for source in ("collector", "profiler"):
+        mine = s.filter(pl.col("source") == source)
+        if mine.height:
+            if source == "collector" and mine["step"].n_unique() > 1:
+                mine = mine.filter(pl.col("step") > mine["step"].min())
+            per = mine.group_by("step").agg(pl.col("dur").max()).sort("step")
+            return source, [float(v) for v in per["dur"].to_list() if v is not None]
+    return None, []
+
+
+def step_stats(source: str | None, values: Sequence[float]) -> StepStats:
+    if not values:
+        return StepStats(source, 0, None, None, None, None, None)
+    v = np.asarray(values, float)
+    q25, q50, q75, q90 = np.percentile(v, [25, 50, 75, 90])
+    return StepStats(source, int(v.size), float(q50), float(q90), float(q75 - q25), float(v.mean()), float(v.max()))
+
+
+def _per_step_series(bd: pl.DataFrame, column: str) -> list[float]:
+    """One value per profiler step of ``breakdown`` (mean over ranks)."""
+    if bd.is_empty() or column not in bd.columns:
+        return []
+    per = bd.group_by("step").agg(pl.col(column).mean()).sort("step")
+    return [float(v) for v in per[column].to_list() if v is not None]
+
+
+def _data_wait(steps: pl.DataFrame) -> list[float]:
+    if steps.is_empty() or "data_wait_ns" not in steps.columns:
+        return []
+    s = steps.filter((pl.col("source").cast(pl.String) == "collector") & pl.col("data_wait_ns").is_not_null())
+    return [float(v) for v in s.group_by("step").agg(pl.col("data_wait_ns").max())["data_wait_ns"].to_list()]
+
+
+# ----------------------------------------------------------------------------------------------- comparability
+def _fp_values(d: RunData, column: str) -> str:
+    vals: set[str] = set()
+    for frame, col in ((d.fingerprints, column), (d.ranks, {"torch": "torch_version", "nccl": "nccl_version"}
+                                                   .get(column, column))):
+        if col in frame.columns:
+            vals |= {str(v) for v in frame[col].drop_nulls().unique().to_list()}
+    return ", ".join(sorted(vals))
+
+
+def _device(d: RunData) -> str:
+    """Device models of the run; ``"none (CPU)"`` when its fingerprints name none (unknown without them)."""
+    names = _fp_values(d, "device_name")
+    return names or ("none (CPU)" if d.fingerprints.height else "")
+
+
+def _world_size(d: RunData) -> str:
+    if d.meta.get("world_size"):
+        return str(d.meta["world_size"])
+    if "world_size" in d.ranks.columns and d.ranks["world_size"].drop_nulls().len():
+        return str(d.ranks["world_size"].drop_nulls().max())
+    return str(d.ranks.height) if d.ranks.height else ""
+
+
+def compiled_frames(compiles: pl.DataFrame) -> set[str]:
+    """``"co_name file:line"`` of every frame a run compiled (file by its base name: paths differ by host)."""
+    if compiles.is_empty() or "co_name" not in compiles.columns:
+        return set()
+    out = set()
+    for r in compiles.select("co_name", "co_filename", "co_firstlineno").unique().iter_rows(named=True):
+        if r["co_name"]:
+            out.add(f"{r['co_name']} {PurePath(r['co_filename'] or '').name}:{r['co_firstlineno']}")
+    return out
+
+
+def _parameters(d: RunData) -> str:
+    """The model's parameter count when the run recorded one (run.json ``extra`` or a fingerprint)."""
+    keys = ("parameters", "param_count", "model_parameters")
+    extra = d.meta.get("extra") or {}
+    for k in keys:
+        if isinstance(extra, Mapping) and extra.get(k) is not None:
+            return str(extra[k])
+    if "raw" in d.fingerprints.columns:
+        for raw in d.fingerprints["raw"].drop_nulls().to_list():
+            try:
+                fp = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue
+            for k in keys:
+                if isinstance(fp, dict) and fp.get(k) is not None:
+                    return str(fp[k])
+    return ""
+
+
+def _script(d: RunData) -> str:
+    argv = d.meta.get("argv")
+    return PurePath(str(argv[0])).name if isinstance(argv, list) and argv else ""
+
+
+def _compile_config(d: RunData) -> str:
+    cfg = d.meta.get("compile_config")
+    hashes = set(d.compiles["config_hash"].drop_nulls().unique().to_list()) if "config_hash" in d.compiles.columns \
+        else set()
+    text = orjson.dumps(cfg, option=orjson.OPT_SORT_KEYS).decode() if cfg else "none"
+    return text + (f" (config hash {', '.join(sorted(hashes))})" if hashes else "")
+
+
+def _collector_steps(d: RunData) -> int:
+    if d.steps.is_empty():
+        return 0
+    s = d.steps.filter(pl.col("source").cast(pl.String) == "collector")
+    return int(s["step"].n_unique()) if s.height else 0
+
+
+def comparability(b: RunData, a: RunData) -> Comparability:
+    """What differs between the runs, and whether they are the same job at all (see the module docstring)."""
+    diffs: list[Difference] = []
+
+    def check(what: str, vb: str, va: str, effect: Effect) -> None:
+        if vb and va and vb != va:
+            diffs.append(Difference(what, vb, va, effect))
+
+    check("script", _script(b), _script(a), "different job")
+    check("parameter count", _parameters(b), _parameters(a), "different job")
+    fb, fa = compiled_frames(b.compiles), compiled_frames(a.compiles)
+    if fb and fa and fb != fa:
+        diffs.append(Difference("compiled frames", ", ".join(sorted(fb - fa)) or "-", ", ".join(sorted(fa - fb)) or "-",
+                                "different job" if not fb & fa else "warning"))
+    check("world size", _world_size(b), _world_size(a), "warning")
+    check("device", _device(b), _device(a), "warning")
+    for col in ("torch", "cuda", "nccl", "backend"):
+        check(col, _fp_values(b, col), _fp_values(a, col), "warning")
+    if (b.kernels.height > 0) != (a.kernels.height > 0):
+        diffs.append(Difference("device data", "yes" if b.kernels.height else "none",
+                                "yes" if a.kernels.height else "none", "warning"))
+    check("compile config", _compile_config(b), _compile_config(a), "expected")
+    check("collector steps", str(_collector_steps(b) or ""), str(_collector_steps(a) or ""), "note")
+    effects = {d.effect for d in diffs}
+    level = "not comparable" if "different job" in effects else "warnings" if "warning" in effects else "comparable"
+    return Comparability(level, tuple(diffs))  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------------------------- findings
+@dataclass(frozen=True)
+class _F:
+    id: str | None
+    kind: str
+    ranks: tuple[int, ...]
+    steps: tuple[int, ...]
+    frame: str | None
+    severity: str
+    cost_ns: int | None
+    message: str
+    source: str
+
+
+def _frame_of(evidence: Any) -> str | None:
+    """The compiled frame a recompile finding is about (``co_name file:line``), from its evidence."""
+    if isinstance(evidence, str):
+        try:
+            evidence = orjson.loads(evidence) if evidence else {}
+        except orjson.JSONDecodeError:
+            return None
+    if not isinstance(evidence, Mapping) or not evidence.get("co_name"):
+        return None
+    loc = evidence.get("location")
+    if not loc and evidence.get("co_filename"):
+        loc = f"{evidence['co_filename']}:{evidence.get('co_firstlineno')}"
+    if loc:
+        path, _, line = str(loc).rpartition(":")
+        loc = f"{PurePath(path).name}:{line}"
+    return f"{evidence['co_name']} {loc}" if loc else str(evidence["co_name"])
+
+
+def root_findings(findings: pl.DataFrame) -> list[_F]:
+    """The root findings of a FINDINGS view (symptoms are judged through their cause)."""
+    if findings.is_empty():
+        return []
+    f = findings.filter(pl.col("is_root")) if "is_root" in findings.columns else findings
+    out = []
+    for r in f.iter_rows(named=True):
+        out.append(_F(r.get("id"), r["kind"], tuple(sorted(r.get("ranks") or ())), tuple(sorted(r.get("steps") or ())),
+                      _frame_of(r.get("evidence")) if r.get("source") in _EVENT_SOURCES else None,
+                      r.get("severity") or "", r.get("cost_ns"), r.get("message") or "", r.get("source") or ""))
+    return out
+
+
+def _window_steps(d: RunData) -> int:
+    """Complete profiler steps in the analysed window (the most any rank has)."""
+    ws = window_steps(d.steps) if not d.steps.is_empty() else pl.DataFrame()
+    if ws.is_empty():
+        return 0
+    return int(ws.filter(pl.col("in_window")).group_by("rank").len()["len"].max() or 0)
+
+
+def _per_step(f: _F, d: RunData) -> float | None:
+    """The finding's cost per step of what it was measured over (window steps or collector steps)."""
+    if f.cost_ns is None:
+        return None
+    n = _window_steps(d) if f.source in _WINDOW_SOURCES else _collector_steps(d) if f.source in _STEP_SOURCES \
+        else 0
+    return f.cost_ns / n if n else None
+
+
+def _covers(d: RunData, f: _F) -> tuple[bool, str]:
+    """Whether ``d`` recorded what it takes to see ``f`` again on its ranks."""
+    table, what = _NEEDS.get(f.source, ("events", "trace events"))
+    frame = getattr(d, table)
+    if frame.is_empty():
+        return False, f"AFTER has no {what}"
+    if f.ranks and "rank" in frame.columns:
+        missing = sorted(set(f.ranks) - set(frame["rank"].unique().to_list()))
+        if missing:
+            return False, f"AFTER has no {what} for ranks {_ranks(missing)}"
+    return True, ""
+
+
+def _match(f: _F, after: list[_F], used: set[int]) -> int | None:
+    """Index of the AFTER finding that is ``f`` again: same kind (and frame), same ranks, else overlapping ranks."""
+    cands = [i for i, g in enumerate(after) if i not in used and g.kind == f.kind
+             and (f.frame is None or g.frame is None or g.frame == f.frame)]
+    for i in cands:
+        if after[i].ranks == f.ranks:
+            return i
+    for i in cands:
+        if set(after[i].ranks) & set(f.ranks) or not f.ranks:
+            return i
+    return None
+
+
+def _ms(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:,.1f} ms"
+
+
+def _judge(f: _F, g: _F | None, b: RunData, a: RunData, comp: Comparability) -> FindingVerdict:
+    caveat = comp.caveat()
+    base = dict(kind=f.kind, ranks=f.ranks, steps=f.steps, frame=f.frame, severity=f.severity, message=f.message,
+                before_cost_ns=f.cost_ns, before_per_step_ns=_per_step(f, b), caveat=caveat)
+    if not comp.comparable:
+        return FindingVerdict(**base, after_cost_ns=None, after_per_step_ns=None, verdict="not comparable",
+                              evidence=f"different jobs ({comp.reason()})")
+    if g is None:
+        ok, why = _covers(a, f)
+        if ok and f.source in _STEP_SOURCES and _collector_steps(a) < MIN_STEPS:
+            ok, why = False, f"AFTER has only {_collector_steps(a)} collector steps"
+        if not ok:
+            return FindingVerdict(**base, after_cost_ns=None, after_per_step_ns=None, verdict="cannot tell",
+                                  evidence=f"{why}: its absence proves nothing")
+        seen = {"recompiles": f"AFTER's compile logs ({a.compiles['rank'].n_unique()} ranks, "
+                              f"{int((a.compiles['frame_compile_id'] > 0).sum()) if 'frame_compile_id' in a.compiles.columns else 0} recompiles)"
+                              if not a.compiles.is_empty() else "",
+                "stragglers": f"AFTER's {_collector_steps(a)} collector steps"}.get(f.source, "AFTER's trace")
+        return FindingVerdict(**base, after_cost_ns=0, after_per_step_ns=0.0, verdict="fixed",
+                              evidence=f"no {f.kind} on ranks {_ranks(f.ranks)} in {seen or 'AFTER'} "
+                                       f"(was {_ms(f.cost_ns)})")
+    after = dict(after_cost_ns=g.cost_ns, after_per_step_ns=_per_step(g, a), after_id=g.id)
+    if f.source in _EVENT_SOURCES:  # a recompile happens or not: judge by how often
+        nb, na = max(len(f.steps), 1), max(len(g.steps), 1)
+        verdict: Verdict = "smaller" if na < nb else "worse" if na > nb else "unchanged"
+        return FindingVerdict(**base, **after, verdict=verdict,
+                              evidence=f"still there: steps {_ranks(f.steps)} → {_ranks(g.steps)}, ranks "
+                                       f"{_ranks(f.ranks)} → {_ranks(g.ranks)}, cost {_ms(f.cost_ns)} → "
+                                       f"{_ms(g.cost_ns)}")
+    pb, pa = base["before_per_step_ns"], after["after_per_step_ns"]
+    if f.source in _STEP_SOURCES and min(_collector_steps(b), _collector_steps(a)) < MIN_STEPS:
+        return FindingVerdict(**base, **after, verdict="cannot tell",
+                              evidence=f"still there, but only {_collector_steps(b)} and {_collector_steps(a)} "
+                                       f"steps: too few to tell a change of its cost from noise")
+    if pb is None or pa is None or pb <= 0:
+        return FindingVerdict(**base, **after, verdict="cannot tell",
+                              evidence=f"still there (cost {_ms(f.cost_ns)} → {_ms(g.cost_ns)}), but the cost "
+                                       f"cannot be put per step on both sides")
+    ratio = pa / pb
+    verdict = "smaller" if ratio < 1 - FINDING_TOLERANCE else "worse" if ratio > 1 + FINDING_TOLERANCE \
+        else "unchanged"
+    return FindingVerdict(**base, **after, verdict=verdict,
+                          evidence=f"still there: {_ms(pb)} → {_ms(pa)} per step ({100 * (ratio - 1):+.0f} %; "
+                                   f"±{100 * FINDING_TOLERANCE:.0f} % counts as unchanged)")
+
+
+def judge_findings(b: RunData, a: RunData, comp: Comparability) -> tuple[list[FindingVerdict], list[NewFinding]]:
+    """A verdict per root finding of BEFORE, and AFTER's root findings that match none."""
+    fb, fa = root_findings(b.findings), root_findings(a.findings)
+    used: set[int] = set()
+    verdicts = []
+    for f in fb:
+        i = _match(f, fa, used)
+        if i is not None:
+            used.add(i)
+        verdicts.append(_judge(f, None if i is None else fa[i], b, a, comp))
+    new = [NewFinding(g.kind, g.ranks, g.steps, g.frame, g.severity, g.cost_ns, g.message, _per_step(g, a))
+           for i, g in enumerate(fa) if i not in used]
+    return verdicts, new
+
+
+# ----------------------------------------------------------------------------------------------- ops
+_TRAILING_ID = re.compile(r"(_\d+)+$")
+
+
+def normalise_name(name: str) -> str:
+    """Kernel / op name with generated suffixes dropped: ``triton_poi_fused_add_12`` → ``triton_poi_fused_add``."""
+    return _TRAILING_ID.sub("", name) if name else name
+
+
+def ops_per_step(d: RunData, kind: Literal["kernel", "cpu_op"]) -> pl.DataFrame:
+    """Per normalised name: ``count`` and ``ns`` per profiler step in the window, mean over ranks."""
+    empty = pl.DataFrame(schema={"name": pl.String, "count": pl.Float64, "ns": pl.Float64})
+    ws = window_steps(d.steps) if not d.steps.is_empty() else pl.DataFrame()
+    if kind == "kernel":
+        rows = window_kernels(d.kernels, d.steps) if not d.kernels.is_empty() else d.kernels
+    elif d.events.is_empty():
+        return empty
+    else:
+        rows = d.events.filter(pl.col("kind").cast(pl.String) == "cpu_op")
+        if not ws.is_empty():
+            rows = rows.join(ws.filter(pl.col("in_window")).select("rank", "step"), on=["rank", "step"], how="semi")
+    if rows.is_empty():
+        return empty
+    nsteps = (ws.filter(pl.col("in_window")).group_by("rank").agg(n=pl.len()) if not ws.is_empty()
+              else rows.group_by("rank").agg(n=pl.lit(1)))
+    nranks = rows["rank"].n_unique()
+    per = (rows.with_columns(name=pl.col("name").cast(pl.String).map_elements(normalise_name, return_dtype=pl.String))
+           .group_by("rank", "name").agg(count=pl.len(), ns=pl.col("dur").sum())
+           .join(nsteps, on="rank", how="left")
+           .with_columns(n=pl.col("n").fill_null(1).clip(lower_bound=1)))
+    return per.group_by("name").agg(count=(pl.col("count") / pl.col("n")).sum() / nranks,
+                                    ns=(pl.col("ns") / pl.col("n")).sum() / nranks)
+
+
+def op_changes(b: RunData, a: RunData, kind: Literal["kernel", "cpu_op"], top: int = TOP_N) -> list[OpChange]:
+    """The ``top`` names by absolute change of time per step (HTA TraceDiff style): added, removed, changed."""
+    j = ops_per_step(b, kind).join(ops_per_step(a, kind), on="name", how="full", coalesce=True, suffix="_a")
+    if j.is_empty():
+        return []
+    j = j.with_columns([pl.col(c).fill_null(0.0) for c in ("count", "ns", "count_a", "ns_a")]).with_columns(
+        delta=pl.col("ns_a") - pl.col("ns")).sort(pl.col("delta").abs(), descending=True).head(top)
+    out = []
+    for r in j.iter_rows(named=True):
+        status = "added" if r["count"] == 0 else "removed" if r["count_a"] == 0 else \
+            "changed" if abs(r["delta"]) > 0.05 * max(r["ns"], 1.0) or abs(r["count_a"] - r["count"]) >= 0.5 \
+            else "same"
+        out.append(OpChange(kind, r["name"], status, r["count"], r["count_a"], r["ns"], r["ns_a"], r["delta"]))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- metrics
+def _metric_of(name: str, unit: str, c: Change, comparable: bool) -> Metric:
+    direction: Direction = c.verdict if comparable else "not comparable"
+    if c.median_before is None and c.median_after is None:
+        direction = "n/a"
+    return Metric(name, unit, c.median_before, c.median_after, c.change_pct, direction, c.reason)
+
+
+def _count_metric(name: str, unit: str, vb: float | None, va: float | None, comparable: bool, basis: str) -> Metric:
+    """A whole-run count (recompiles): any increase is worse, 0 → 1 included; any decrease better."""
+    pct = 100.0 * (va / vb - 1.0) if vb and va is not None else None
+    if vb is None or va is None:
+        direction: Direction = "n/a"
+    elif not comparable:
+        direction = "not comparable"
+    elif va == vb:
+        direction = "unchanged"
+    else:
+        direction = "worse" if va > vb else "better"
+    return Metric(name, unit, vb, va, pct, direction, basis)
+
+
+def _recompiles(c: pl.DataFrame) -> float | None:
+    if c.is_empty() or "frame_compile_id" not in c.columns:
+        return None
+    return float((c["frame_compile_id"] > 0).sum())
+
+
+def _compile_time(c: pl.DataFrame) -> float | None:
+    """Compile time of the slowest-compiling rank (ns): it holds every other rank."""
+    if c.is_empty() or c["duration_ns"].drop_nulls().is_empty():
+        return None
+    return float(c.group_by("rank").agg(pl.col("duration_ns").sum())["duration_ns"].max())
+
+
+def per_step_metrics(b: RunData, a: RunData, step_time: Change, sb: StepStats, sa: StepStats,
+                     comparable: bool) -> list[Metric]:
+    """The per-step table: step time (median, p90, spread, mean, worst), device time per step, data wait,
+    recompiles and compile time."""
+    steps_basis = f"{sb.n} vs {sa.n} {sb.source or '-'}/{sa.source or '-'} steps"
+    out = [_metric_of("step time (median)", "ns/step", step_time, comparable)]
+    floor = 0.01 * (sb.median_ns or 0.0)
+    for label, attr in (("step time (p90)", "p90_ns"), ("step spread (p75 − p25)", "spread_ns"),
+                        ("step time (mean, stalls included)", "mean_ns"), ("worst step", "max_ns")):
+        vb, va = getattr(sb, attr), getattr(sa, attr)
+        pct = 100.0 * (va / vb - 1.0) if vb and va is not None else None
+        out.append(Metric(label, "ns/step", vb, va, pct, "n/a" if vb is None or va is None else "info",
+                          f"single statistic of {steps_basis}: shown, not judged"))
+    for label, col in (("compute per step", "compute_ns"), ("communication per step", "comm_ns"),
+                       ("exposed communication per step", "comm_exposed_ns"), ("idle per step", "idle_ns")):
+        c = compare(_per_step_series(b.breakdown, col), _per_step_series(a.breakdown, col),
+                    what="profiler steps", floor=floor)
+        out.append(_metric_of(label, "ns/step", c, comparable))
+    out.append(_metric_of("data wait per step", "ns/step",
+                          compare(_data_wait(b.steps), _data_wait(a.steps), floor=floor), comparable))
+    out.append(_count_metric("recompiles", "count", _recompiles(b.compiles), _recompiles(a.compiles), comparable,
+                             f"whole run, all ranks ({_collector_steps(b)} vs {_collector_steps(a)} steps); "
+                             f"any increase is worse"))
+    cb, ca = _compile_time(b.compiles), _compile_time(a.compiles)
+    out.append(Metric("compile time (slowest rank)", "ns", cb, ca,
+                      100.0 * (ca / cb - 1.0) if cb and ca is not None else None,
+                      "n/a" if cb is None or ca is None else "info",
+                      "whole run, one value a side (host load moves it): shown, not judged; the recompile "
+                      "findings carry the verdict"))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- the diff
+def diff_runs(before: RunData, after: RunData, *, top: int = TOP_N) -> RunDiff:
+    """Compare two runs (see the module docstring): the one diff every view shows."""
+    comp = comparability(before, after)
+    verdicts, new = judge_findings(before, after, comp)
+    src_b, vb = job_step_times(before.steps)
+    src_a, va = job_step_times(after.steps)
+    st = compare(vb, va)
+    if not comp.comparable:
+        st = Change(st.n_before, st.n_after, st.median_before, st.median_after, st.change_pct, st.ci_low_pct,
+                    st.ci_high_pct, st.p_value, "not comparable", f"different jobs: {st.reason}")
+    sb, sa = step_stats(src_b, vb), step_stats(src_a, va)
+    return RunDiff(
+        before=before.name, after=after.name, comparability=comp, findings=tuple(verdicts), new_findings=tuple(new),
+        step_time=st, steps_before=sb, steps_after=sa,
+        metrics=tuple(per_step_metrics(before, after, st, sb, sa, comp.comparable)),
+        kernels=tuple(op_changes(before, after, "kernel", top)), cpu_ops=tuple(op_changes(before, after, "cpu_op", top)),
     )
-    return out.with_columns(_o=pl.col("direction").is_in(["better", "worse"]).not_(),
-                            _m=pl.col("delta_pct").abs().fill_null(0)).sort(
-        ["_o", "scope", "_m"], descending=[False, False, True]).drop("_o", "_m").select(
-        "scope", "metric", "before", "after", "delta", "delta_pct", "direction")
 
 
-def diff_findings(before: dict[str, Any], after: dict[str, Any]) -> pl.DataFrame:
-    """Findings by kind in both runs. Columns: ``kind``, ``before_cost_ns``, ``after_cost_ns``, ``status``
-    (``"fixed"``, ``"new"``, ``"better"``, ``"worse"``, ``"same"``)."""
-    def costs(s: dict[str, Any]) -> pl.DataFrame:
-        rows = [{"kind": f["kind"], "cost": f.get("cost_ns") or 0} for f in s.get("findings", [])]
-        f = pl.DataFrame(rows, schema={"kind": pl.String, "cost": pl.Int64})
-        return f.group_by("kind").agg(pl.col("cost").sum())
-    d = costs(before).rename({"cost": "before_cost_ns"}).join(
-        costs(after).rename({"cost": "after_cost_ns"}), on="kind", how="full", coalesce=True)
-    b, a = pl.col("before_cost_ns"), pl.col("after_cost_ns")
-    return d.with_columns(
-        status=pl.when(a.is_null()).then(pl.lit("fixed")).when(b.is_null()).then(pl.lit("new"))
-        .when(a < 0.95 * b).then(pl.lit("better")).when(a > 1.05 * b).then(pl.lit("worse")).otherwise(pl.lit("same"))
-    ).sort("kind")
+def same_job(before: RunData, after: RunData) -> bool:
+    """True when the two runs are the same job (nothing that makes them different jobs differs)."""
+    return comparability(before, after).comparable
+
+
+def verdict_counts(diffs: Iterable[FindingVerdict]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for f in diffs:
+        out[f.verdict] = out.get(f.verdict, 0) + 1
+    return out

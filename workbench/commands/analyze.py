@@ -1,4 +1,4 @@
-"""``workbench analyze PATH`` and ``workbench diff BEFORE AFTER``."""
+"""``workbench analyze PATH`` (``workbench diff`` lives in ``diff.py``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from workbench.analyses.diff import diff_findings, diff_summaries
 from workbench.analyses.summary import analyze
 from workbench.analyses.window import WINDOWS
 
@@ -54,7 +53,7 @@ def print_summary(summary: dict[str, Any], path: Path) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``analyze`` and ``diff`` to the ``workbench`` command."""
+    """Add ``analyze`` to the ``workbench`` command."""
 
     @app.command("analyze")
     def analyze_cmd(
@@ -76,57 +75,3 @@ def register(app: typer.Typer) -> None:
             typer.echo(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
         else:
             print_summary(summary, path)
-
-    @app.command("diff")
-    def diff_cmd(
-        before: Path = typer.Argument(..., help="The run before the change."),
-        after: Path = typer.Argument(..., help="The run after the change."),
-        json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
-        window: str = WINDOW_OPT,
-    ) -> None:
-        """Compare two runs: step time, breakdown, overlap, collective wait, kernel classes, findings."""
-        if window not in WINDOWS:
-            raise typer.BadParameter(f"--window must be one of {', '.join(WINDOWS)}")
-        sb = analyze(_open(before, None, False, json_out), window=window)  # type: ignore[arg-type]
-        sa = analyze(_open(after, None, False, json_out), window=window)  # type: ignore[arg-type]
-        metrics = diff_summaries(sb, sa)
-        kinds = diff_findings(sb, sa)
-        if json_out:
-            out = {"before": str(before), "after": str(after), "window": window,
-                   "metrics": metrics.to_dicts(), "findings": kinds.to_dicts()}
-            typer.echo(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode())
-            return
-        console = Console()
-        t = Table(title=f"workbench diff — {before} → {after}", title_justify="left")
-        for col in ("scope", "metric", "before", "after", "change", "direction"):
-            t.add_column(col, justify="right" if col in ("before", "after", "change") else "left")
-        for r in metrics.filter(pl_scope_job_or_changed(metrics)).iter_rows(named=True):
-            ch = "-" if r["delta_pct"] is None else (
-                f"{r['delta_pct']:+.1f} pt" if r["metric"].endswith("_pct") else f"{r['delta_pct']:+.1f}%")
-            t.add_row(r["scope"], r["metric"], _fmt(r["metric"], r["before"]), _fmt(r["metric"], r["after"]), ch,
-                      r["direction"])
-        console.print(t)
-        if not kinds.is_empty():
-            k = Table(title="Findings", title_justify="left")
-            for col in ("kind", "before", "after", "status"):
-                k.add_column(col)
-            for r in kinds.iter_rows(named=True):
-                k.add_row(r["kind"], _ms(r["before_cost_ns"]), _ms(r["after_cost_ns"]), r["status"])
-            console.print(k)
-
-
-def pl_scope_job_or_changed(metrics: Any) -> Any:
-    """Rows worth printing: every job-level row, and rank rows that changed."""
-    import polars as pl
-
-    return (pl.col("scope") == "job") | pl.col("direction").is_in(["better", "worse"])
-
-
-def _fmt(metric: str, v: Any) -> str:
-    if v is None:
-        return "-"
-    if metric.endswith("_pct"):
-        return f"{v:.1f}%"
-    if metric.endswith("_ns") or "_ns." in metric:
-        return _ms(v)
-    return f"{v:g}"
