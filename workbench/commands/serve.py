@@ -15,6 +15,9 @@ def register(app: typer.Typer) -> None:
         host: str = typer.Option("127.0.0.1", "--host", help="Interface to bind; localhost unless told otherwise."),
         port: int = typer.Option(8050, "--port", help="TCP port."),
         debug: bool = typer.Option(False, "--dev", help="Dash dev tools and reloading (development only)."),
+        allow_host: list[str] = typer.Option(None, "--allow-host",
+                                             help="Another host name the app may be reached by (repeatable); "
+                                                  "requests naming any other Host are refused."),
     ) -> None:
         """Explore runs in the browser: timeline, breakdown, drift, recompiles, recommendations, compare."""
         try:
@@ -22,7 +25,7 @@ def register(app: typer.Typer) -> None:
         except ModuleNotFoundError as exc:  # dash is the app extra
             raise typer.BadParameter(f"the app needs dash: pip install 'workbench[app]' ({exc})") from exc
         roots = list(paths) if paths else default_roots()
-        dash_app = create_app(roots)
+        dash_app = create_app(roots, bind=host, allow_hosts=allow_host or ())
         store = dash_app.workbench_store
         if store.default_id():  # open and analyse the first run while the browser starts
             import threading
