@@ -599,6 +599,11 @@ def _match(f: _F, after: list[_F], used: set[int]) -> int | None:
     return None
 
 
+def _spread(d: RunData) -> float:
+    """The step-to-step spread (p75 − p25 of the job's step times, ns): changes below it are noise-level."""
+    return step_stats(*job_step_times(d.steps)).spread_ns or 0.0
+
+
 def _ms(ns: float | None) -> str:
     return "-" if ns is None else f"{ns / 1e6:,.1f} ms"
 
@@ -642,8 +647,13 @@ def _judge(f: _F, g: _F | None, b: RunData, a: RunData, comp: Comparability) -> 
                               evidence=f"still there (cost {_ms(f.cost_ns)} → {_ms(g.cost_ns)}), but the cost "
                                        f"cannot be put per step on both sides")
     ratio = pa / pb
+    noise = max(_spread(b), _spread(a))
     verdict = "smaller" if ratio < 1 - FINDING_TOLERANCE else "worse" if ratio > 1 + FINDING_TOLERANCE \
         else "unchanged"
+    if verdict != "unchanged" and abs(pa - pb) < noise:
+        return FindingVerdict(**base, **after, verdict="unchanged",
+                              evidence=f"still there: {_ms(pb)} → {_ms(pa)} per step, a change within the "
+                                       f"step-to-step spread ({_ms(noise)}): noise-level")
     return FindingVerdict(**base, **after, verdict=verdict,
                           evidence=f"still there: {_ms(pb)} → {_ms(pa)} per step ({100 * (ratio - 1):+.0f} %; "
                                    f"±{100 * FINDING_TOLERANCE:.0f} % counts as unchanged)")

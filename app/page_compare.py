@@ -1,96 +1,154 @@
-"""Compare: two runs side by side — the diff the analyses compute, and the same figures for both runs."""
+"""Compare: did the change work? The one diff (:func:`workbench.analyses.diff.diff_runs`, as ``workbench diff``):
+comparability first, a verdict per finding, step time with its uncertainty, per-step metrics, changed ops."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 from dash import Input, Output, dcc, html, no_update
 
 from workbench import figures
+from workbench.analyses.diff import RunDiff
 from workbench.app import compute
-from workbench.app.components import error_panel, fmt_ms, graph, grid, safe, section
+from workbench.app.components import error_panel, fmt_ms, graph, grid, info_panel, safe, section
 from workbench.app.store import RunStore
 
 PATH = "/compare"
 NAME = "Compare"
 KEY = "compare"
+NONE = "__none__"
 
 
-def _fmt_metric(metric: str, v: float | None) -> str:
+def _value(v: float | None, unit: str) -> str:
     if v is None:
         return "–"
-    if metric.endswith("_pct"):
-        return f"{v:.1f} %"
-    if metric.endswith("_ns") or "_ns." in metric:
-        return f"{v / 1e6:,.3f} ms"
-    return f"{v:,.3f}"
+    return f"{v:g}" if unit == "count" else f"{v / 1e6:,.3f} ms"
 
 
-def metrics_table(m: pl.DataFrame) -> pl.DataFrame:
-    """The diff grid as shown (tests compare it with :func:`workbench.analyses.diff.diff_summaries`)."""
-    rows = []
-    for r in m.iter_rows(named=True):
-        pct = r["delta_pct"]
-        rows.append({
-            "scope": r["scope"], "metric": r["metric"],
-            "before": _fmt_metric(r["metric"], r["before"]), "after": _fmt_metric(r["metric"], r["after"]),
-            "delta": _fmt_metric(r["metric"], r["delta"]),
-            "change": "–" if pct is None else f"{pct:+.1f}{' pts' if r['metric'].endswith('_pct') else ' %'}",
-            "direction": r["direction"],
-        })
-    return pl.DataFrame(rows, schema={k: pl.String for k in
-                                      ("scope", "metric", "before", "after", "delta", "change", "direction")})
+def metrics_table(d: RunDiff) -> pl.DataFrame:
+    """The per-step grid as shown (the browser test compares it with :func:`~workbench.analyses.diff.diff_runs`)."""
+    rows = [{"metric": m.name, "before": _value(m.before, m.unit), "after": _value(m.after, m.unit),
+             "change": "–" if m.change_pct is None else f"{m.change_pct:+.1f} %", "direction": m.direction,
+             "basis": m.basis} for m in d.metrics if m.direction != "n/a"]
+    return pl.DataFrame(rows, schema={k: pl.String for k in ("metric", "before", "after", "change", "direction",
+                                                             "basis")})
+
+
+def findings_table(d: RunDiff) -> pl.DataFrame:
+    """Verdicts on BEFORE's findings, then AFTER's new ones, as shown."""
+    f = d.findings_frame()
+    return f.with_columns(
+        pl.col("before_cost_ns").map_elements(fmt_ms, return_dtype=pl.String, skip_nulls=False).alias("before_ms"),
+        pl.col("after_cost_ns").map_elements(fmt_ms, return_dtype=pl.String, skip_nulls=False).alias("after_ms"),
+    ).select("verdict", "kind", "ranks", "steps", "before_ms", "after_ms", "evidence", "caveat")
+
+
+def _run_json(store: RunStore, rid: str) -> dict[str, Any]:
+    from workbench import rundir
+
+    e = store.entry(rid)
+    if e is None or not e.is_run_dir:
+        return {}
+    try:
+        return rundir.read_json(Path(e.path) / rundir.RUN_JSON)
+    except Exception:  # noqa: BLE001 - no run.json: no cheap identity, no default
+        return {}
+
+
+def same_job_default(store: RunStore, rid: str) -> str | None:
+    """A run of the same job as ``rid`` (same script and world size in ``run.json``, then confirmed by the diff's
+    comparability check), newest first; None when there is none."""
+    me = _run_json(store, rid)
+    if not me.get("argv"):
+        return None
+    key = (Path(str(me["argv"][0])).name, me.get("world_size"))
+    cands = []
+    for e in store.entries:
+        if e.id == rid:
+            continue
+        other = _run_json(store, e.id)
+        if other.get("argv") and (Path(str(other["argv"][0])).name, other.get("world_size")) == key:
+            cands.append((str(other.get("created") or ""), e.id))
+    for _, cid in sorted(cands, reverse=True):
+        try:
+            if compute.diff(store, rid, cid).comparability.comparable:
+                return cid
+        except Exception:  # noqa: BLE001 - a broken candidate is no default
+            continue
+    return None
 
 
 def layout(pctx) -> Any:
     store, rid, q = pctx.store, pctx.run_id, pctx.query
     if len(store.entries) < 2:
         return error_panel("Compare needs two runs", "Start the app with at least two runs.")
-    others = [e.id for e in store.entries if e.id != rid]
-    other = q.get("other") if q.get("other") in store.ids() else others[0]
+    other = q.get("other") if q.get("other") in store.ids() else same_job_default(store, rid)
     opts = [{"label": e.label, "value": e.id} for e in store.entries]
     return html.Div([
         html.Div([
             html.Div([html.Label("Before"), dcc.Dropdown(id="compare-before", options=opts, value=rid,
                                                          clearable=False)]),
-            html.Div([html.Label("After"), dcc.Dropdown(id="compare-after", options=opts, value=other,
-                                                        clearable=False)]),
+            html.Div([html.Label("After"), dcc.Dropdown(
+                id="compare-after", options=[{"label": "– choose a run –", "value": NONE}] + opts,
+                value=other or NONE, clearable=False)]),
         ], className="controls"),
         html.Div(_body(store, rid, other), id="compare-body"),
     ])
 
 
-def _body(store: RunStore, before: str, after: str) -> Any:
+def _body(store: RunStore, before: str, after: str | None) -> Any:
+    if not after or after == NONE:
+        return info_panel(["No run of the same job (same script, world size and compiled model) was found. "
+                           "Choose the AFTER run above; runs of other jobs are marked not comparable."],
+                          id="compare-no-default")
     return html.Div([
         section(f"Diff: {before} → {after}", safe("Diff", _diff, store, before, after), id="diff-section"),
         html.Div([_side(store, before, "before"), _side(store, after, "after")], className="two-col"),
     ])
 
 
+def comparability_panel(d: RunDiff) -> Any:
+    c = d.comparability
+    items = [html.Li(f"{x.what}: {x.before} → {x.after} ({x.effect})") for x in c.differences]
+    cls = {"not comparable": "panel panel-error"}.get(c.level, "panel panel-info")
+    style = {"background": "#fff8e1", "border": "1px solid #f3d37a"} if c.level == "warnings" else {}
+    text = {"not comparable": "Not comparable: these are different jobs, so no verdict below is a verdict.",
+            "warnings": "Comparable with warnings: the environment differs, so verdicts may reflect it.",
+            "comparable": "Comparable: same job, same environment."}[c.level]
+    return html.Div([html.Strong(text), html.Ul(items) if items else None], className=cls, style=style,
+                    id="compare-comparability", **{"data-level": c.level})
+
+
 def _diff(store: RunStore, before: str, after: str) -> Any:
     d = compute.diff(store, before, after)
-    m, f = d["metrics"], d["findings"]
-    job = m.filter((pl.col("scope") == "job") & pl.col("metric").str.ends_with("_ns")
-                   & pl.col("before").is_not_null() & pl.col("after").is_not_null())
-    parts: list[Any] = []
-    changed = m.filter(pl.col("direction").is_in(["better", "worse"]))
-    headline = ", ".join(f"{r['metric']} {r['direction']} ({r['delta_pct']:+.1f}{' pts' if r['metric'].endswith('_pct') else ' %'})"
-                         for r in changed.filter(pl.col("scope") == "job").head(4).iter_rows(named=True)
-                         if r["delta_pct"] is not None)
-    parts.append(html.Div(headline or "No job-level change above the noise threshold.", id="diff-headline",
-                          className="muted"))
-    if not job.is_empty():
-        parts.append(graph(figures.diff_figure(job, metric="metric", before="before", after="after", scale=1e6,
-                                               unit="ms", title="Job-level times, before vs after"),
+    st, sb, sa = d.step_time, d.steps_before, d.steps_after
+    parts: list[Any] = [
+        comparability_panel(d),
+        html.Div(d.headline(), id="diff-headline", className="headline"),
+        html.H4("Findings of BEFORE: verdicts"),
+        grid(findings_table(d), id="diff-findings-grid") if d.findings or d.new_findings
+        else html.Div("BEFORE has no findings.", className="muted"),
+        html.Div(f"Step time (median): {fmt_ms(sb.median_ns)} ms over {sb.n} {sb.source or '-'} steps → "
+                 f"{fmt_ms(sa.median_ns)} ms over {sa.n}: {st.verdict} ({st.reason})", id="diff-step-time",
+                 className="muted", **{"data-verdict": st.verdict}),
+    ]
+    per_step = d.metrics_frame().filter((pl.col("unit") == "ns/step") & pl.col("before").is_not_null()
+                                        & pl.col("after").is_not_null() & (pl.col("name") != "worst step"))
+    if not per_step.is_empty():
+        parts.append(graph(figures.diff_figure(per_step, metric="name", before="before", after="after", scale=1e6,
+                                               unit="ms per step", title="Per step, before vs after"),
                            id="diff-figure"))
-    shown = m.filter(pl.col("before").is_not_null() | pl.col("after").is_not_null())  # drop metrics neither run has
-    parts.append(grid(metrics_table(shown), id="diff-grid", page_size=25))
-    if not f.is_empty():
-        parts += [html.H4("Findings"), grid(f.with_columns(
-            pl.col("before_cost_ns").map_elements(fmt_ms, return_dtype=pl.String, skip_nulls=False).alias("before_ms"),
-            pl.col("after_cost_ns").map_elements(fmt_ms, return_dtype=pl.String, skip_nulls=False).alias("after_ms"),
-        ).select("kind", "before_ms", "after_ms", "status"), id="diff-findings-grid")]
+    parts += [html.H4("Per step"), grid(metrics_table(d), id="diff-grid", page_size=25)]
+    ops = d.ops_frame()
+    if not ops.is_empty():
+        parts += [html.H4("Kernels and CPU ops per step (most changed)"),
+                  grid(ops.with_columns([pl.col(c).round(1) for c in ("before_count", "after_count")] +
+                                        [(pl.col(c) / 1e6).round(4).alias(c.replace("_ns", "_ms"))
+                                         for c in ("before_ns", "after_ns", "delta_ns")])
+                       .select("kind", "status", "name", "before_count", "after_count", "before_ms", "after_ms",
+                               "delta_ms"), id="diff-ops-grid", page_size=20)]
     return html.Div(parts)
 
 
@@ -112,4 +170,3 @@ def register(app, store: RunStore) -> None:
         if not before or not after:
             return no_update
         return _body(store, before, after)
-

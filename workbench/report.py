@@ -34,6 +34,7 @@ class Report:
     recommendations: pl.DataFrame | None = None
     compile_config: str | None = None
     problems: list[str] = field(default_factory=list)
+    diff: dict[str, Any] | None = None  # a before/after report: ``RunDiff.to_dict()`` (what ``diff --json`` prints)
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready: ``run`` (info), ``summary`` (what ``workbench analyze --json`` prints), ``recommendations``,
@@ -45,6 +46,7 @@ class Report:
             "recommendations": self.recommendations.to_dicts() if self.recommendations is not None else [],
             "compile_config": self.compile_config,
             "problems": self.problems,
+            **({"diff": self.diff} if self.diff is not None else {}),
         }
 
 
@@ -158,6 +160,48 @@ def build_report(run: Any, *, title: str | None = None, timeline: bool = True) -
             ("toml", rep.compile_config),
         ]))
     return rep
+
+
+def build_diff_report(before: Any, after: Any, *, title: str | None = None) -> Report:
+    """A before/after report: the diff ``workbench diff`` prints (:func:`workbench.analyses.diff.diff_runs`), laid
+    out as sections — comparability first, finding verdicts, step time, per-step metrics, changed ops."""
+    from workbench.analyses.diff import RunData, diff_runs
+    from workbench.analyses.summary import analysis_tables
+
+    rep = Report(title=title or f"workbench diff — {before.name} → {after.name}",
+                 info={"before": before.info(), "after": after.info()}, summary=None,
+                 problems=[f"{which}: {p}" for which, r in (("before", before), ("after", after)) for p in r.problems])
+    d = diff_runs(RunData.from_run(before, analysis_tables(before), name=str(before.path)),
+                  RunData.from_run(after, analysis_tables(after), name=str(after.path)))
+    rep.diff = d.to_dict()
+    comp = d.comparability
+    rep.sections.append((f"Comparability: {comp.level}", [d.headline(), pl.DataFrame(
+        [{"differs": x.what, "before": x.before, "after": x.after, "effect": x.effect} for x in comp.differences],
+        schema={k: pl.String for k in ("differs", "before", "after", "effect")})]))
+    rep.sections.append(("Findings of BEFORE: verdicts, then new in AFTER",
+                         [_ms_cols(d.findings_frame(), ["before_cost_ns", "after_cost_ns"])]))
+    sb, sa, st = d.steps_before, d.steps_after, d.step_time
+    step_fig = go.Figure([go.Box(y=[v / 1e6 for v in vals], name=name, boxpoints="all")
+                          for name, vals in (("before", _step_values(before)), ("after", _step_values(after)))])
+    step_fig.update_layout(title="Step time per step (ms)", height=360)
+    rep.sections.append(("Step time", [
+        f"median {(sb.median_ns or 0) / 1e6:.2f} ms over {sb.n} {sb.source or '-'} steps → "
+        f"{(sa.median_ns or 0) / 1e6:.2f} ms over {sa.n}: {st.verdict} ({st.reason})", step_fig]))
+    m = d.metrics_frame().filter(pl.col("direction") != "n/a")
+    in_ms = [pl.when(pl.col("unit") == "count").then(pl.col(c)).otherwise(pl.col(c) / 1e6).round(3).alias(c)
+             for c in ("before", "after")]
+    rep.sections.append(("Per step (ms, counts as counts)", [m.with_columns(*in_ms, pl.col("change_pct").round(1))]))
+    ops = d.ops_frame()
+    if not ops.is_empty():
+        rep.sections.append(("Kernels and CPU ops per step (most changed)",
+                             [_ms_cols(ops, ["before_ns", "after_ns", "delta_ns"])]))
+    return rep
+
+
+def _step_values(run: Any) -> list[float]:
+    from workbench.analyses.diff import job_step_times
+
+    return job_step_times(run.steps)[1]
 
 
 _CSS = """

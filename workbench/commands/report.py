@@ -13,21 +13,26 @@ def register(app: typer.Typer) -> None:
     @app.command("report")
     def report_cmd(
         path: Path = typer.Argument(..., help="Run directory, Kineto traces and/or TORCH_TRACE logs."),
+        after: Path = typer.Argument(None, help="A second run: report the diff PATH → AFTER (workbench diff)."),
         output: Path = typer.Option(None, "-o", "--output", help="Write the HTML (or, with --json, the JSON) here."),
         as_json: bool = typer.Option(False, "--json", help="JSON instead of HTML (stdout unless -o)."),
         rank: int = typer.Option(None, "--rank", help="Rank of a lone trace file that names none."),
         plotlyjs: str = typer.Option("inline", "--plotlyjs", help="inline: works offline; cdn: smaller file."),
         no_timeline: bool = typer.Option(False, "--no-timeline", help="Leave the timeline figure out."),
     ) -> None:
-        """Every analysis of one run in one page: findings, timeline, breakdown, drift, recompiles, fixes."""
+        """Every analysis of one run in one page: findings, timeline, breakdown, drift, recompiles, fixes.
+        With two runs (BEFORE AFTER): the diff ``workbench diff`` prints, as a page."""
         import workbench
         from workbench.rundir import write_atomic
-        from workbench.report import build_report, render_html
+        from workbench.report import build_diff_report, build_report, render_html
 
         if plotlyjs not in ("inline", "cdn"):
             raise typer.BadParameter("--plotlyjs must be inline or cdn")
         run = workbench.open(path, rank=rank, on_error="skip")
-        rep = build_report(run, timeline=not no_timeline)
+        if after is not None:
+            rep = build_diff_report(run, workbench.open(after, on_error="skip"))
+        else:
+            rep = build_report(run, timeline=not no_timeline)
         if as_json:
             text = json.dumps(rep.to_json(), default=str, indent=2) + "\n"
             if output is None:
