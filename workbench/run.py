@@ -9,9 +9,8 @@ Example:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,27 +21,78 @@ from workbench import cache as table_cache
 from workbench import rundir, schema
 from workbench.discover import Sources, TraceSource, discover
 from workbench.errors import InputError, TraceError
-from workbench.kineto import TraceTables, read_trace
+from workbench.kineto import read_trace
+from workbench.lazy import BIG, BigTables, RankPart
 
 OnError = Literal["raise", "skip"]
 ProgressCallback = Callable[[str, int, int], None]
 
 
-@dataclass(slots=True)
 class Run:
-    """All tables of one run, all ranks stacked with a ``rank`` column (schemas in :mod:`workbench.schema`)."""
+    """All tables of one run, all ranks stacked with a ``rank`` column (schemas in :mod:`workbench.schema`).
 
-    path: Path
-    ranks: pl.DataFrame
-    events: pl.DataFrame
-    kernels: pl.DataFrame
-    collectives: pl.DataFrame
-    steps: pl.DataFrame
-    compiles: pl.DataFrame
-    fingerprints: pl.DataFrame
-    skipped: pl.DataFrame
-    problems: list[str] = field(default_factory=list)
-    meta: dict[str, Any] = field(default_factory=dict)
+    ``events`` and ``kernels`` are read from the per-rank parquet cache on first access; analyses that go
+    rank by rank use :meth:`per_rank` (one rank's rows in memory at a time) or :meth:`scan` (a LazyFrame).
+    """
+
+    def __init__(self, path: Path, ranks: pl.DataFrame, events: pl.DataFrame | None = None,
+                 kernels: pl.DataFrame | None = None, collectives: pl.DataFrame | None = None,
+                 steps: pl.DataFrame | None = None, compiles: pl.DataFrame | None = None,
+                 fingerprints: pl.DataFrame | None = None, skipped: pl.DataFrame | None = None,
+                 problems: list[str] | None = None, meta: dict[str, Any] | None = None, *,
+                 big: BigTables | None = None) -> None:
+        self.path = path
+        self.ranks = ranks
+        self._big = big if big is not None else BigTables()
+        if events is not None:
+            self._big.set("events", events)
+        if kernels is not None:
+            self._big.set("kernels", kernels)
+        self.collectives = collectives if collectives is not None else schema.empty(schema.COLLECTIVES)
+        self.steps = steps if steps is not None else schema.empty(schema.STEPS)
+        self.compiles = compiles if compiles is not None else schema.empty(schema.COMPILES)
+        self.fingerprints = fingerprints if fingerprints is not None else schema.empty(schema.FINGERPRINTS)
+        self.skipped = skipped if skipped is not None else schema.empty(schema.SKIPPED)
+        self.problems: list[str] = problems if problems is not None else []
+        self.meta: dict[str, Any] = meta if meta is not None else {}
+
+    @property
+    def events(self) -> pl.DataFrame:
+        """EVENTS of every rank (read whole on first access; prefer :meth:`per_rank` on large runs)."""
+        return self._big.frame("events")
+
+    @events.setter
+    def events(self, frame: pl.DataFrame) -> None:
+        self._big.set("events", frame)
+
+    @property
+    def kernels(self) -> pl.DataFrame:
+        """KERNELS of every rank (read whole on first access; prefer :meth:`per_rank` on large runs)."""
+        return self._big.frame("kernels")
+
+    @kernels.setter
+    def kernels(self, frame: pl.DataFrame) -> None:
+        self._big.set("kernels", frame)
+
+    def per_rank(self, *tables: str) -> Iterator[tuple[int, dict[str, pl.DataFrame]]]:
+        """``(rank, {"events": ..., "kernels": ...})`` for every rank, ascending, one rank in memory at a time."""
+        return self._big.per_rank(tables or BIG)
+
+    def scan(self, table: str) -> pl.LazyFrame:
+        """A polars LazyFrame over ``events`` or ``kernels`` (parquet scans of the cache), or any table."""
+        if table in BIG:
+            return self._big.scan(table)
+        return self.table(table).lazy()
+
+    def loaded(self, table: str) -> bool:
+        """Whether ``events`` / ``kernels`` is held whole in memory (the small tables always are)."""
+        return table not in BIG or self._big.loaded(table)
+
+    def count(self, table: str) -> int:
+        """Rows of a table, without reading ``events`` / ``kernels`` when they are not loaded."""
+        if table in BIG and not self._big.loaded(table) and self._big.parts:
+            return sum(int(p.stats.get(table, 0)) for p in self._big.parts)
+        return self.table(table).height
 
     @property
     def name(self) -> str:
@@ -61,6 +111,13 @@ class Run:
             ws = self.ranks.get_column("world_size").max()
         return int(ws) if ws is not None else None
 
+    def findings(self, window: str = "steady") -> list:
+        """Typed findings (``workbench.analyses.findings.Finding``): root causes, most costly first, symptoms under
+        them. The polars view: ``workbench.analyses.findings_frame(run.findings())``."""
+        from workbench.analyses.summary import run_findings
+
+        return run_findings(self, window)  # type: ignore[arg-type]
+
     def table(self, name: str) -> pl.DataFrame:
         """A table by name (``events``, ``kernels``, ...)."""
         if name not in schema.TABLES or name == "findings":
@@ -74,19 +131,17 @@ class Run:
 
 def summarize(run: Run) -> dict[str, Any]:
     """The summary ``workbench info`` prints."""
-    ev = run.events
+    n_events, by_kind, by_class, ev_start, ev_end = _event_counts(run)
     span = 0
-    if ev.height:
-        span = int(ev.get_column("end").max() - ev.get_column("start").min())
+    if n_events and ev_start is not None and ev_end is not None:
+        span = int(ev_end - ev_start)
     elif run.steps.height:
         span = int(run.steps.get_column("end").max() - run.steps.get_column("start").min())
     elif run.compiles.height and run.compiles.get_column("start").is_not_null().any():
         span = int((run.compiles.get_column("end").max() or 0) - (run.compiles.get_column("start").min() or 0))
     kernels = {k: 0 for k in schema.KERNEL_CLASSES}
-    for k, n in run.kernels.group_by("kernel_class").len().iter_rows():
-        if k is not None:
-            kernels[k] = int(n)
-    by_kind = {str(k): int(n) for k, n in ev.group_by("kind").len().sort("kind").iter_rows()}
+    for k, n in by_class.items():
+        kernels[k] = int(n)
     coll = run.collectives
     collectives_by_name = {str(k): int(n) for k, n in coll.group_by("collective").len().sort("collective").iter_rows()}
     steps = sorted(set(run.steps.get_column("step").drop_nulls().to_list()))
@@ -105,7 +160,7 @@ def summarize(run: Run) -> dict[str, Any]:
         "steps": len(steps),
         "step_ids": steps,
         "span_ns": span,
-        "events": ev.height,
+        "events": n_events,
         "events_by_kind": by_kind,
         "kernels": kernels,
         "collectives": coll.height,
@@ -114,6 +169,32 @@ def summarize(run: Run) -> dict[str, Any]:
         "skipped": {str(k): int(n) for k, n in run.skipped.group_by("reason").agg(pl.col("count").sum()).sort("reason").iter_rows()},
         "problems": run.problems,
     }
+
+
+def _event_counts(run: Run) -> tuple[int, dict[str, int], dict[str, int], int | None, int | None]:
+    """Events, events by kind (in kind order), kernels by class, first start and last end: from the per-file
+    counts taken at ingestion when the events are not loaded, else from the tables."""
+    parts = run._big.parts
+    if parts and not (run.loaded("events") or run.loaded("kernels")):
+        by_kind: dict[str, int] = {}
+        by_class: dict[str, int] = {}
+        for p in parts:
+            for k, n in p.stats.get("events_by_kind", {}).items():
+                by_kind[k] = by_kind.get(k, 0) + int(n)
+            for k, n in p.stats.get("kernels_by_class", {}).items():
+                by_class[k] = by_class.get(k, 0) + int(n)
+        starts = [p.stats["start"] for p in parts if p.stats.get("start") is not None]
+        ends = [p.stats["end"] for p in parts if p.stats.get("end") is not None]
+        order = {k: i for i, k in enumerate(schema.EVENT_KINDS)}
+        by_kind = dict(sorted(by_kind.items(), key=lambda kv: order.get(kv[0], len(order))))
+        return (sum(int(p.stats.get("events", 0)) for p in parts), by_kind, by_class,
+                min(starts) if starts else None, max(ends) if ends else None)
+    ev = run.events
+    by_kind = {str(k): int(n) for k, n in ev.group_by("kind").len().sort("kind").iter_rows()}
+    by_class = {str(k): int(n) for k, n in run.kernels.group_by("kernel_class").len().iter_rows() if k is not None}
+    if not ev.height:
+        return 0, by_kind, by_class, None, None
+    return ev.height, by_kind, by_class, int(ev.get_column("start").min()), int(ev.get_column("end").max())
 
 
 # --- opening -------------------------------------------------------------------------------------
@@ -127,12 +208,16 @@ def open(  # noqa: A001 - the notebook entry point is deliberately ``workbench.o
     cache: bool = True,
     progress: ProgressCallback | None = None,
     workers: int | None = None,
+    cluster: str | None = None,
 ) -> Run:
     """Open a run directory, a folder of Kineto traces, one trace file, or TORCH_TRACE logs.
 
     ``rank`` names the rank of a lone trace that carries none. ``on_error="skip"`` loads the good
     ranks and lists the bad files in ``Run.problems``; ``"raise"`` raises the first
     :class:`~workbench.errors.TraceError`. ``progress(stage, done, total)`` is called as files finish.
+    ``cluster`` (or ``$WORKBENCH_DASK_SCHEDULER``) is the address of a Dask scheduler that parses the files
+    on its workers (:mod:`workbench.parallel`); else they are parsed here on ``workers`` threads (all cores).
+    Events and kernels stay in the per-rank cache until used (see :class:`Run`).
     """
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
@@ -141,8 +226,18 @@ def open(  # noqa: A001 - the notebook entry point is deliberately ``workbench.o
     if rank is not None and len(sources.traces) != 1:
         raise InputError(f"{root}: --rank applies to a single trace file, but {len(sources.traces)} were found")
     problems: list[str] = []
-    cache_dir = table_cache.cache_root(root) if cache and sources.traces else None
-    parts = _read_traces(sources.traces, rank, on_error, problems, cache_dir, progress, workers)
+    cache_dir = None
+    if cache and sources.traces:
+        cache_dir, why = table_cache.find_cache_root(root)
+        if why:
+            problems.append(why)
+    cluster = cluster or os.environ.get("WORKBENCH_DASK_SCHEDULER") or None
+    if cluster:
+        from workbench.parallel import read_on_cluster
+
+        parts = read_on_cluster(cluster, sources.traces, rank, on_error, problems, cache_dir, progress)
+    else:
+        parts = _read_traces(sources.traces, rank, on_error, problems, cache_dir, progress, workers)
     if not sources.is_run_dir:
         _check_unique_ranks(parts)
     meta = rundir.read_json(sources.run_json) if sources.run_json else {}
@@ -153,8 +248,6 @@ def open(  # noqa: A001 - the notebook entry point is deliberately ``workbench.o
     run = Run(
         path=root,
         ranks=ranks,
-        events=_concat([p.events for p in parts], schema.EVENTS),
-        kernels=_concat([p.kernels for p in parts], schema.KERNELS),
         collectives=_concat([p.collectives for p in parts], schema.COLLECTIVES),
         steps=_merge_steps(_concat([p.steps for p in parts], schema.STEPS), steps_collector),
         compiles=compiles,
@@ -162,6 +255,7 @@ def open(  # noqa: A001 - the notebook entry point is deliberately ``workbench.o
         skipped=_concat([p.skipped for p in parts] + [compile_skipped, steps_skipped], schema.SKIPPED),
         problems=problems,
         meta=dict(meta),
+        big=BigTables(parts),
     )
     ws = run._stated_world_size()
     if ws and ranks.height:
@@ -176,38 +270,49 @@ def _short_list(xs: list[int]) -> str:
     return ", ".join(map(str, xs[:16])) + (f", … ({len(xs)} in all)" if len(xs) > 16 else "")
 
 
-def _read_one(src: TraceSource, rank: int | None, cache_dir: Path | None, threads: int = 1) -> TraceTables:
+def read_part(src: TraceSource, rank: int | None, cache_dir: Path | None, threads: int = 1) -> tuple[RankPart, str]:
+    """One trace file as a :class:`RankPart` (from its cache entry, else parsed and cached), and a line
+    saying why it could not be cached (``""`` when it was)."""
     override = src.rank if src.rank is not None else rank
     key = table_cache.entry_key(src.path, override) if cache_dir else ""
     if cache_dir:
-        hit = table_cache.load(cache_dir, key)
+        hit = table_cache.load_meta(cache_dir, key)
         if hit is not None:
-            return hit
+            return RankPart(path=hit["path"], rank=hit["rank"], rank_source=hit["rank_source"], meta=hit["meta"],
+                            big=hit["files"], stats=hit.get("stats") or {}, **hit["frames"]), ""
     tables = read_trace(src.path, rank=override, threads=threads)
     if src.rank is not None:
         tables.meta["rank_source"] = "run directory"
         tables.rank_source = "run directory"
-    if cache_dir:
-        table_cache.store(cache_dir, key, tables)
-    return tables
+    part = RankPart.from_tables(tables)
+    if not cache_dir:
+        return part, ""
+    tables.kernels = part.big["kernels"]  # type: ignore[assignment]  # conformed, as every entry holds it
+    why = table_cache.store(cache_dir, key, tables, part.stats)
+    if why:
+        return part, why
+    part.big = {t: table_cache.entry_dir(cache_dir, key) / f"{t}.parquet" for t in BIG}
+    return part, ""
 
 
 def _read_traces(
     traces: list[TraceSource], rank: int | None, on_error: OnError, problems: list[str],
     cache_dir: Path | None, progress: ProgressCallback | None, workers: int | None,
-) -> list[TraceTables]:
-    """Read every trace, several at once (polars and zlib release the GIL)."""
+) -> list[RankPart]:
+    """Read every trace, several at once on threads (polars and zlib release the GIL); each one's events
+    go to its cache entry as soon as it is parsed, so only a few ranks' events are in memory at once."""
     if not traces:
         return []
     threads = max(1, workers or os.cpu_count() or 1)
     n_workers = min(threads, len(traces))
     per_file = max(1, threads // n_workers)  # spare threads parse pieces of one large file at once
-    results: list[TraceTables | None] = [None] * len(traces)
+    results: list[RankPart | None] = [None] * len(traces)
     errors: list[TraceError | None] = [None] * len(traces)
+    uncached: list[str] = [""] * len(traces)
 
     def work(i: int) -> None:
         try:
-            results[i] = _read_one(traces[i], rank, cache_dir, per_file)
+            results[i], uncached[i] = read_part(traces[i], rank, cache_dir, per_file)
         except TraceError as exc:
             errors[i] = exc
         except Exception as exc:  # an unforeseen problem in one file must not take the other ranks down
@@ -219,16 +324,26 @@ def _read_traces(
             done += 1
             if progress:
                 progress("traces", done, len(traces))
+    return collect_parts(results, errors, uncached, on_error, problems)
+
+
+def collect_parts(results: list[RankPart | None], errors: list[TraceError | None], uncached: list[str],
+                  on_error: OnError, problems: list[str]) -> list[RankPart]:
+    """The parts read, in trace order; bad files raised or listed, cache write failures in one line."""
     for exc in errors:
         if exc is None:
             continue
         if on_error == "raise":
             raise exc
         problems.append(str(exc))
+    failed = [u for u in uncached if u]
+    if failed:
+        more = f" (and {len(failed) - 1} more file(s) read uncached)" if len(failed) > 1 else ""
+        problems.append(failed[0] + more)
     return [r for r in results if r is not None]
 
 
-def _check_unique_ranks(parts: list[TraceTables]) -> None:
+def _check_unique_ranks(parts: list[RankPart]) -> None:
     seen: dict[int, str] = {}
     for p in parts:
         if p.rank in seen:
@@ -325,7 +440,7 @@ def _read_fingerprints(files: dict[int, Path], on_error: OnError, problems: list
     return pl.DataFrame(rows, schema=schema.FINGERPRINTS) if rows else schema.empty(schema.FINGERPRINTS)
 
 
-def _ranks_table(parts: list[TraceTables], sources: Sources, meta: dict[str, Any],
+def _ranks_table(parts: list[RankPart], sources: Sources, meta: dict[str, Any],
                  fingerprints: pl.DataFrame, compiles: pl.DataFrame) -> pl.DataFrame:
     rows: dict[int, dict[str, Any]] = {}
     for p in parts:
@@ -341,7 +456,7 @@ def _ranks_table(parts: list[TraceTables], sources: Sources, meta: dict[str, Any
             "clock": m.get("clock"), "trace_files": [], "events": 0, "skipped": 0,
         })
         row["trace_files"].append(p.path)
-        row["events"] += p.events.height
+        row["events"] += int(p.stats.get("events", 0))
         row["skipped"] += int(p.skipped.get_column("count").sum() or 0)
     fp_by_rank = {r["rank"]: r for r in fingerprints.iter_rows(named=True)}
     in_run_dir = set(sources.steps_files) | set(fp_by_rank) | {r for _, r in sources.compile_logs if r is not None}

@@ -1,0 +1,138 @@
+"""Per-rank tables that stay out of memory until asked for: what keeps a 1024-rank run in bounded memory.
+
+Ingestion turns every trace file into a :class:`RankPart`: its small tables (collectives, steps, skipped) and
+counts in memory, its ``events`` and ``kernels`` either as the parquet files of its cache entry or, for a run
+read uncached, as frames. :class:`BigTables` stacks the parts of a run: a whole table on first access
+(``frame``), a polars ``LazyFrame`` over the parquet files (``scan``), or one rank at a time (``per_rank``).
+
+Example:
+    >>> run = workbench.open("runs/exp1")                         # doctest: +SKIP
+    >>> for rank, t in run.per_rank("kernels"):                   # doctest: +SKIP
+    ...     print(rank, t["kernels"].height)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from workbench import schema
+from workbench.kineto import TraceTables
+
+BIG = ("events", "kernels")
+_SCHEMAS = {"events": schema.EVENTS, "kernels": schema.KERNELS}
+
+
+@dataclass(slots=True)
+class RankPart:
+    """One trace file as ingested: small tables in memory, ``big`` tables as parquet files or frames."""
+
+    path: str
+    rank: int
+    rank_source: str
+    meta: dict[str, Any]
+    collectives: pl.DataFrame
+    steps: pl.DataFrame
+    skipped: pl.DataFrame
+    big: dict[str, Path | pl.DataFrame]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_tables(cls, tables: TraceTables, files: dict[str, Path] | None = None) -> RankPart:
+        """A part from freshly read tables; with ``files`` (its cache entry) the big frames are dropped."""
+        big: dict[str, Path | pl.DataFrame] = (
+            dict(files) if files else {t: schema.conform(getattr(tables, t), _SCHEMAS[t]) for t in BIG})
+        return cls(path=tables.path, rank=tables.rank, rank_source=tables.rank_source, meta=tables.meta,
+                   collectives=tables.collectives, steps=tables.steps, skipped=tables.skipped, big=big,
+                   stats=part_stats(tables.events, tables.kernels))
+
+    def frame(self, table: str) -> pl.DataFrame:
+        """This part's ``events`` or ``kernels``, conformed to its schema (read from parquet when cached)."""
+        src = self.big[table]
+        if isinstance(src, pl.DataFrame):
+            return src
+        return schema.conform(pl.read_parquet(src), _SCHEMAS[table])
+
+    def cached(self) -> bool:
+        """Whether the big tables live in parquet files."""
+        return all(isinstance(v, Path) for v in self.big.values())
+
+
+def part_stats(events: pl.DataFrame, kernels: pl.DataFrame) -> dict[str, Any]:
+    """The per-file counts ``Run.info()`` needs, so a summary never reads the events again."""
+    by_kind = {str(k): int(n) for k, n in events.group_by("kind").len().iter_rows()} if events.height else {}
+    by_class = {str(k): int(n) for k, n in kernels.group_by("kernel_class").len().iter_rows()
+                if k is not None} if kernels.height else {}
+    return {
+        "events": events.height,
+        "kernels": kernels.height,
+        "events_by_kind": by_kind,
+        "kernels_by_class": by_class,
+        "start": int(events.get_column("start").min()) if events.height else None,
+        "end": int(events.get_column("end").max()) if events.height else None,
+    }
+
+
+class BigTables:
+    """``events`` and ``kernels`` of every part of a run, materialised only when asked for."""
+
+    def __init__(self, parts: list[RankPart] | None = None, frames: dict[str, pl.DataFrame] | None = None) -> None:
+        self.parts = parts or []
+        self._frames: dict[str, pl.DataFrame] = dict(frames or {})
+
+    def loaded(self, table: str) -> bool:
+        """Whether ``table`` is held whole in memory."""
+        return table in self._frames
+
+    def frame(self, table: str) -> pl.DataFrame:
+        """The whole table, every part stacked in ingestion order (read once, then kept)."""
+        if table not in self._frames:
+            frames = [f for f in (p.frame(table) for p in self.parts) if f.height]
+            self._frames[table] = (pl.concat(frames, how="vertical") if frames else schema.empty(_SCHEMAS[table]))
+        return self._frames[table]
+
+    def set(self, table: str, frame: pl.DataFrame) -> None:
+        """Replace a table by a frame (``Run.events = ...``)."""
+        self._frames[table] = frame
+
+    def scan(self, table: str) -> pl.LazyFrame:
+        """A LazyFrame over the whole table: parquet scans of the cached parts, in-memory frames of the others."""
+        if table in self._frames or not self.parts:
+            return self.frame(table).lazy()
+        cols = [pl.col(n).cast(t) for n, t in _SCHEMAS[table].items()]
+        lazies = [(pl.scan_parquet(src) if isinstance(src, Path) else src.lazy()).select(cols)
+                  for src in (p.big[table] for p in self.parts)]
+        return pl.concat(lazies, how="vertical") if len(lazies) > 1 else lazies[0]
+
+    def ranks(self) -> list[int]:
+        """The ranks with a part (or with rows, for tables set whole), ascending."""
+        if self.parts:
+            return sorted({p.rank for p in self.parts})
+        ranks: set[int] = set()
+        for f in self._frames.values():
+            if f.height:
+                ranks |= set(f.get_column("rank").unique().drop_nulls().to_list())
+        return sorted(ranks)
+
+    def per_rank(self, tables: tuple[str, ...] = BIG) -> Iterator[tuple[int, dict[str, pl.DataFrame]]]:
+        """``(rank, {table: frame})`` for every rank in ascending order, one rank's rows in memory at a time
+        (filtered from the whole table instead when that is already loaded)."""
+        by_rank: dict[int, list[RankPart]] = {}
+        for p in self.parts:
+            by_rank.setdefault(p.rank, []).append(p)
+        for rank in self.ranks():
+            out: dict[str, pl.DataFrame] = {}
+            for t in tables:
+                if t in self._frames or rank not in by_rank:
+                    out[t] = self.frame(t).filter(pl.col("rank") == rank)
+                else:
+                    frames = [f for f in (p.frame(t) for p in by_rank[rank]) if f.height]
+                    out[t] = pl.concat(frames, how="vertical") if frames else schema.empty(_SCHEMAS[t])
+            yield rank, out
+
+
+__all__ = ["BigTables", "RankPart", "part_stats"]
