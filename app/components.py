@@ -9,6 +9,8 @@ import dash_ag_grid as dag
 import polars as pl
 from dash import dcc, html
 
+from workbench.figures import fmt_duration
+
 
 def error_panel(title: str, detail: str, *, id: str | None = None) -> html.Div:
     """A red panel: something could not be shown (a broken run, a failed analysis); the rest of the page works."""
@@ -28,17 +30,72 @@ def info_panel(children: Any, *, id: str | None = None) -> html.Div:
     return html.Div(children, className="panel panel-info", **kw)
 
 
-def fmt_ms(ns: Any, digits: int = 3) -> str:
-    """ns → ``"12.345"`` (ms); the one formatting the pages and the tests share."""
-    if ns is None or (isinstance(ns, float) and math.isnan(ns)):
+def _missing(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and (math.isnan(v) or math.isinf(v)))
+
+
+def fmt_time(ns: Any) -> str:
+    """ns → a duration with its unit at a precision a person reads: ``"2.57 s"``, ``"276.7 ms"``, ``"6.12 ms"``,
+    ``"905 µs"`` (:func:`workbench.figures.fmt_duration`, the figures' own labels)."""
+    return "–" if _missing(ns) else fmt_duration(ns)
+
+
+def fmt_ms(ns: Any, digits: int = 2) -> str:
+    """ns → ``"12.35 ms"``: what grid cells of :func:`ms_column` show (the tests compare with this)."""
+    if _missing(ns):
         return "–"
-    return f"{ns / 1e6:,.{digits}f}"
+    return f"{ns / 1e6:,.{digits}f} ms"
 
 
 def fmt_pct(v: Any, digits: int = 1) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
+    """A percentage (0–100) → ``"12.3 %"``: what grid cells of :func:`pct_column` show."""
+    if _missing(v):
         return "–"
-    return f"{v:.{digits}f}"
+    return f"{v:,.{digits}f} %"
+
+
+def plural(n: int, one: str, many: str | None = None) -> str:
+    """``"1 rank"``, ``"3 ranks"``."""
+    return f"{n:,} {one if n == 1 else (many or one + 's')}"
+
+
+def ranks_phrase(ranks: Any) -> str:
+    """``[1]`` → ``"rank 1"``; ``[0, 2, 3]`` → ``"ranks 0, 2 and 3"``; none → ``"no rank"``."""
+    rs = [str(r) for r in (ranks or []) if r is not None]
+    if not rs:
+        return "no rank"
+    if len(rs) == 1:
+        return f"rank {rs[0]}"
+    return f"ranks {', '.join(rs[:-1])} and {rs[-1]}"
+
+
+def _number_js(digits: int, suffix: str) -> str:
+    return (f"params.value == null ? '–' : Number(params.value).toLocaleString('en-US', "
+            f"{{minimumFractionDigits: {digits}, maximumFractionDigits: {digits}}}) + '{suffix}'")
+
+
+def ms_column(field: str, header: str, *, digits: int = 2, **kw: Any) -> dict[str, Any]:
+    """A grid column of a number of ms (the row holds the float), shown as ``"1,234.57 ms"``, sorted as a number."""
+    return {"field": field, "headerName": header, "type": "rightAligned",
+            "valueFormatter": {"function": _number_js(digits, " ms")}, **kw}
+
+
+def pct_column(field: str, header: str, *, digits: int = 1, **kw: Any) -> dict[str, Any]:
+    """A grid column of a percentage (0–100), shown as ``"12.3 %"``."""
+    return {"field": field, "headerName": header, "type": "rightAligned",
+            "valueFormatter": {"function": _number_js(digits, " %")}, **kw}
+
+
+def col(field: str, header: str, **kw: Any) -> dict[str, Any]:
+    """A plain grid column with a full header."""
+    return {"field": field, "headerName": header, **kw}
+
+
+def ns_to_ms(frame: pl.DataFrame, *cols: str) -> pl.DataFrame:
+    """``frame`` with each ``<x>_ns`` column replaced by ``<x>_ms`` (float ms) for :func:`ms_column`."""
+    present = [c for c in cols if c in frame.columns]
+    return frame.with_columns([(pl.col(c).cast(pl.Float64) / 1e6).alias(c.removesuffix("_ns") + "_ms")
+                               for c in present]).drop(present)
 
 
 def stat_card(label: str, value: str, *, key: str) -> html.Div:
@@ -81,7 +138,8 @@ def grid(frame: pl.DataFrame, *, id: str, columns: list[dict] | None = None, hei
         id=id,
         rowData=rows,
         columnDefs=cols,
-        defaultColDef={"sortable": True, "filter": True, "resizable": True, "minWidth": 80},
+        defaultColDef={"sortable": True, "filter": True, "resizable": True, "minWidth": 70,
+                       "wrapHeaderText": True, "autoHeaderHeight": True},
         columnSize="responsiveSizeToFit",
         dashGridOptions=options,
         style=style,
@@ -101,16 +159,12 @@ def section(title: str, *children: Any, id: str | None = None) -> html.Section:
 def safe(what: str, build, *args, **kw):
     """``build(*args, **kw)``, or a panel saying why it could not be shown (never raises).
 
-    :class:`~workbench.app.compute.NotAvailable` → grey panel; a broken run
-    (:class:`~workbench.app.store.RunUnavailable`) or any other error → red panel.
+    A broken run (:class:`~workbench.app.store.RunUnavailable`) or any other error → red panel.
     """
-    from workbench.app.compute import NotAvailable
     from workbench.app.store import RunUnavailable
 
     try:
         return build(*args, **kw)
-    except NotAvailable as exc:
-        return unavailable_panel(what, str(exc))
     except RunUnavailable as exc:
         return error_panel("This run could not be opened", str(exc), id="run-error")
     except Exception as exc:  # noqa: BLE001 - one broken part must not take the page down

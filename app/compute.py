@@ -1,46 +1,32 @@
 """The one place the app calls analyses: thin, cached adapters from a run id to analysis frames.
 
 Every adapter caches its result in the :class:`~workbench.app.store.RunStore` (per run and key), so a page and its
-callbacks never compute twice. An analysis that is not installed (yet) raises :class:`NotAvailable`, which the
-pages show as a grey "not available" panel instead of failing.
+callbacks never compute twice. The analyses are imported plainly: the app, the CLI and the report run the same
+functions on the same tables, so the numbers agree.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
+from workbench.analyses import diff as diff_analysis
+from workbench.analyses import findings as findings_analysis
+from workbench.analyses import recommendations as recs_analysis
+from workbench.analyses import recompiles as recompiles_analysis
+from workbench.analyses import summary as summary_analysis
 from workbench.app.store import RunStore
 
-
-class NotAvailable(Exception):
-    """An analysis (module or function) that is not there, or that has nothing to work on."""
-
-
-def analysis_fn(module: str, name: str) -> Callable[..., Any]:
-    """``workbench.analyses.<module>.<name>``, or :class:`NotAvailable` naming what is missing."""
-    full = f"workbench.analyses.{module}"
-    try:
-        mod = importlib.import_module(full)
-    except ModuleNotFoundError as exc:
-        if exc.name and (exc.name == full or full.startswith(exc.name)):
-            raise NotAvailable(f"{full} is not available in this installation") from exc
-        raise
-    fn = getattr(mod, name, None)
-    if fn is None:
-        raise NotAvailable(f"{full}.{name} is not available in this installation")
-    return fn
-
-
-def has(module: str, name: str) -> bool:
-    try:
-        analysis_fn(module, name)
-    except NotAvailable:
-        return False
-    return True
+#: Columns of the findings frame the pages read (the typed findings' frame view). ``cause_id`` is null for a root
+#: cause; a symptom names the ``id`` of the root cause that explains it.
+FINDING_COLUMNS: dict[str, pl.DataType] = {
+    "id": pl.String, "kind": pl.String, "severity": pl.String, "ranks": pl.List(pl.Int32),
+    "steps": pl.List(pl.Int32), "cost_ns": pl.Int64, "cost_basis": pl.String, "cost_method": pl.String,
+    "cause_id": pl.String, "is_root": pl.Boolean, "message": pl.String, "source": pl.String,
+}
 
 
 def _cached(store: RunStore, rid: str, key: str, compute: Callable[[], Any]) -> Any:
@@ -50,27 +36,28 @@ def _cached(store: RunStore, rid: str, key: str, compute: Callable[[], Any]) -> 
 # --------------------------------------------------------------------------------------- the analysis tables
 
 
-def tables(store: RunStore, rid: str) -> dict[str, pl.DataFrame]:
-    """Every analysis frame of the run: :func:`workbench.analyses.summary.analysis_tables` (cached).
+def tables(store: RunStore, rid: str) -> Any:
+    """Every analysis output of the run: :func:`workbench.analyses.summary.analysis_tables` (cached).
 
     The pages read these frames, so what they show is exactly what ``workbench analyze`` computes.
     """
-    return _cached(store, rid, "tables", lambda: analysis_fn("summary", "analysis_tables")(store.run(rid)))
+    return _cached(store, rid, "tables", lambda: summary_analysis.analysis_tables(store.run(rid)))
 
 
 def table(store: RunStore, rid: str, key: str) -> pl.DataFrame:
+    """One analysis frame by name (works for a dict of frames and for a typed result with attributes)."""
     t = tables(store, rid)
-    if key not in t:
-        raise NotAvailable(f"analysis_tables() has no {key!r} table")
-    return t[key]
+    value = t.get(key) if isinstance(t, dict) else getattr(t, key, None)
+    if value is None:
+        raise KeyError(f"the analyses return no {key!r} table")
+    return value
 
 
 def summary(store: RunStore, rid: str) -> dict[str, Any]:
     """:func:`workbench.analyses.summary.summarize_tables` of :func:`tables` (what ``analyze --json`` prints)."""
     def go():
         run = store.run(rid)
-        fn = analysis_fn("summary", "summarize_tables")
-        return fn(tables(store, rid), run.ranks["rank"].to_list(), "steady")
+        return summary_analysis.summarize_tables(tables(store, rid), run.ranks["rank"].to_list(), "steady")
     return _cached(store, rid, "summary", go)
 
 
@@ -84,23 +71,89 @@ def breakdown_ranks(store: RunStore, rid: str) -> pl.DataFrame:
     return table(store, rid, "breakdown_by_rank")
 
 
-def overlap(store: RunStore, rid: str, per: str = "rank") -> pl.DataFrame:
-    """:func:`workbench.analyses.overlap.comm_compute_overlap` per rank (``per="rank"``) or per step."""
-    if per != "rank":
-        return table(store, rid, "overlap")
-    return _cached(store, rid, "overlap:rank",
-                   lambda: analysis_fn("overlap", "comm_compute_overlap")(breakdown_ranks(store, rid)))
+def overlap(store: RunStore, rid: str) -> pl.DataFrame:
+    """:func:`workbench.analyses.overlap.comm_compute_overlap` per rank and step."""
+    return table(store, rid, "overlap")
 
 
-def straggler_findings(store: RunStore, rid: str) -> pl.DataFrame:
-    """The straggler rows of the run's findings (kind contains ``straggler``)."""
-    f = findings(store, rid)
-    return f.filter(pl.col("kind").str.contains("straggler"))
+# ------------------------------------------------------------------------------------------------- findings
+
+
+def _finding_frame(raw: Any) -> pl.DataFrame:
+    """The findings as a frame with :data:`FINDING_COLUMNS` (a typed result's ``frame()`` view, or its rows).
+
+    Findings that carry no root-cause link yet (``cause_id``/``is_root`` absent) are each their own root cause.
+    """
+    if not isinstance(raw, pl.DataFrame):
+        raw = findings_analysis.findings_frame(raw)
+    f = raw
+    if "id" not in f.columns or f["id"].null_count() == f.height:
+        f = f.drop("id", strict=False).with_row_index("id").with_columns(pl.col("id").cast(pl.String))
+    if "is_root" not in f.columns:
+        f = f.with_columns(pl.col("cause_id").is_null().alias("is_root") if "cause_id" in f.columns
+                           else pl.lit(True).alias("is_root"))
+    cols = [(pl.col(c) if c in f.columns else pl.lit(None)).cast(t).alias(c) for c, t in FINDING_COLUMNS.items()]
+    extra = [c for c in f.columns if c not in FINDING_COLUMNS]
+    return f.select(*cols, *extra)
 
 
 def findings(store: RunStore, rid: str) -> pl.DataFrame:
-    """Every finding of the run ranked by cost (FINDINGS rows), as ``analysis_tables()["findings"]``."""
-    return table(store, rid, "findings")
+    """Every finding of the run (root causes and symptoms), most costly first, with :data:`FINDING_COLUMNS`."""
+    def go():
+        f = _finding_frame(table(store, rid, "findings"))
+        return f.sort("cost_ns", descending=True, nulls_last=True, maintain_order=True)
+    return _cached(store, rid, "findings", go)
+
+
+def root_causes(store: RunStore, rid: str) -> pl.DataFrame:
+    """The root causes, most costly first."""
+    return findings(store, rid).filter(pl.col("is_root"))
+
+
+def symptoms_of(f: pl.DataFrame, root_id: str) -> pl.DataFrame:
+    """The symptoms that root cause ``root_id`` explains (rows whose ``cause_id`` is it), most costly first."""
+    return f.filter(pl.col("cause_id") == root_id)
+
+
+def straggler_findings(store: RunStore, rid: str) -> pl.DataFrame:
+    """The straggler rows of the run's findings."""
+    return findings(store, rid).filter(pl.col("kind") == "straggler")
+
+
+@dataclass(frozen=True, slots=True)
+class Headline:
+    """What the run list says about a run: its top root cause and what it costs (or why there is none)."""
+
+    kind: str | None
+    cost_ns: int | None
+    cost_basis: str | None
+    message: str | None
+    roots: int
+    gpu: bool
+    wall_ns: int | None
+    error: str | None = None
+
+
+def is_gpu_run(run: Any) -> bool:
+    """True when the run recorded device (GPU) kernels."""
+    k = getattr(run, "kernels", None)
+    return isinstance(k, pl.DataFrame) and k.height > 0
+
+
+def headline(store: RunStore, rid: str) -> Headline:
+    """The run list's line for ``rid`` (cached in the store, kept when the run itself is closed)."""
+    def go():
+        try:
+            run = store.run(rid)
+            roots = root_causes(store, rid)
+        except Exception as exc:  # noqa: BLE001 - the run list says why
+            return Headline(None, None, None, None, 0, False, None, error=f"{type(exc).__name__}: {exc}")
+        info = store.cached(rid, "info", run.info)
+        top = roots.row(0, named=True) if roots.height else None
+        return Headline(top["kind"] if top else None, top["cost_ns"] if top else None,
+                        top["cost_basis"] if top else None, top["message"] if top else None, roots.height,
+                        is_gpu_run(run), info.get("span_ns"))
+    return store.headline(rid, go)
 
 
 # ---------------------------------------------------------------------------------------------- recompiles
@@ -108,8 +161,7 @@ def findings(store: RunStore, rid: str) -> pl.DataFrame:
 
 def compiles(store: RunStore, rid: str) -> pl.DataFrame:
     """COMPILES rows with ``cause``, ``cause_detail``, ``cause_source`` (:func:`~workbench.analyses.recompiles.classify_compiles`)."""
-    return _cached(store, rid, "compiles",
-                   lambda: analysis_fn("recompiles", "classify_compiles")(store.run(rid).compiles))
+    return _cached(store, rid, "compiles", lambda: recompiles_analysis.classify_compiles(store.run(rid).compiles))
 
 
 def divergent(store: RunStore, rid: str) -> pl.DataFrame:
@@ -117,51 +169,55 @@ def divergent(store: RunStore, rid: str) -> pl.DataFrame:
     def go():
         run = store.run(rid)
         c = compiles(store, rid)
-        div = analysis_fn("recompiles", "divergent_compiles")(c)
+        div = recompiles_analysis.divergent_compiles(c)
         if div.is_empty():
             return div
-        return analysis_fn("recompiles", "divergence_cost")(div, c, run.steps, run.collectives)
+        return recompiles_analysis.divergence_cost(div, c, run.steps, run.collectives)
     return _cached(store, rid, "divergent", go)
 
 
-def recommendation_findings(store: RunStore, rid: str) -> pl.DataFrame:
-    """The findings recommendations answer: every finding of the run, the same rows as ``workbench recommend``
-    (:func:`workbench.commands.recommend.run_findings`), from the cached :func:`tables`."""
-    return findings(store, rid)
+# ---------------------------------------------------------------------------------------- recommendations
 
 
-def prefetch(store: RunStore, rid: str) -> None:
-    """Open the run and compute what the pages need (call in a background thread); errors stay cached."""
-    for fn in (store.run, lambda r: tables(store, r), lambda r: recommendations(store, r)):
-        try:
-            fn(rid)
-        except Exception:  # noqa: BLE001 - the page shows it when it is visited
-            return
+def recommendation_findings(store: RunStore, rid: str) -> Any:
+    """The findings recommendations answer, exactly as the analyses return them (what ``workbench recommend``
+    passes to :func:`~workbench.analyses.recommendations.recommend`)."""
+    return table(store, rid, "findings")
 
 
 def recommendations(store: RunStore, rid: str) -> pl.DataFrame:
     """:func:`workbench.analyses.recommendations.recommend` (RECOMMENDATIONS rows), as ``workbench recommend``."""
     return _cached(store, rid, "recommendations",
-                   lambda: analysis_fn("recommendations", "recommend")(recommendation_findings(store, rid),
-                                                                      store.run(rid).compiles))
-
-
-def recommendation_rows(recs: pl.DataFrame) -> pl.DataFrame:
-    return recs
+                   lambda: recs_analysis.recommend(recommendation_findings(store, rid), store.run(rid).compiles))
 
 
 def recommendation_toml(recs: pl.DataFrame, header: str | None = None) -> str:
     """The compile-config TOML of the applied fixes (:func:`~workbench.analyses.recommendations.to_compile_config`)."""
-    return analysis_fn("recommendations", "to_compile_config")(recs, header=header)
+    return recs_analysis.to_compile_config(recs, header=header)
+
+
+def prefetch(store: RunStore, rid: str | None = None) -> None:
+    """Open and analyse ``rid`` first, then every other run's headline (call in a background thread)."""
+    order = ([rid] if rid else []) + [r for r in store.ids() if r != rid]
+    for r in order:
+        try:
+            headline(store, r)
+            if r == rid:
+                recommendations(store, r)
+        except Exception:  # noqa: BLE001 - the page shows it when it is visited
+            continue
 
 
 # ------------------------------------------------------------------------------------------------- compare
 
 
-def diff(store: RunStore, before: str, after: str) -> dict[str, pl.DataFrame]:
-    """``{"metrics": diff_summaries(...), "findings": diff_findings(...)}`` of two runs' summaries."""
-    def go():
-        a, b = summary(store, before), summary(store, after)
-        return {"metrics": analysis_fn("diff", "diff_summaries")(a, b),
-                "findings": analysis_fn("diff", "diff_findings")(a, b)}
-    return _cached(store, before, f"diff:{after}", go)
+def diff_input(store: RunStore, rid: str) -> Any:
+    """What the diff reads of a run (:class:`workbench.analyses.diff.RunData`), from the cached :func:`tables`."""
+    return _cached(store, rid, "diff_input",
+                   lambda: diff_analysis.RunData.from_run(store.run(rid), tables(store, rid), name=rid))
+
+
+def diff(store: RunStore, before: str, after: str) -> Any:
+    """:func:`workbench.analyses.diff.diff_runs` of two runs (a typed ``RunDiff``): what ``workbench diff`` shows."""
+    return _cached(store, before, f"diff:{after}",
+                   lambda: diff_analysis.diff_runs(diff_input(store, before), diff_input(store, after)))

@@ -1,16 +1,19 @@
-"""Overview: the runs the app serves, the selected run's ranks and steps, and its findings ranked by cost."""
+"""Overview: the runs the app serves (each with its top root cause), then the selected run's story — its root
+causes most costly first, each with the symptoms it explains folded under it — and its ranks and steps."""
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 import polars as pl
-from dash import dcc, html
+from dash import Input, Output, dcc, html
 
 from workbench import figures
 from workbench.app import compute
 from workbench.app.components import (
-    error_panel, fmt_ms, graph, grid, run_problems, safe, section, stats_row,
+    col, error_panel, fmt_time, graph, grid, ms_column, ns_to_ms, plural, ranks_phrase, run_problems, safe,
+    section, stats_row,
 )
 from workbench.app.store import RunStore
 
@@ -18,46 +21,128 @@ PATH = "/"
 NAME = "Overview"
 KEY = "overview"
 
+#: The page that explains each finding kind best (kinds not listed link to the Breakdown).
+KIND_PAGE: dict[str, tuple[str, str]] = {
+    "divergent_recompile": ("/recompiles", "Recompiles"), "recompile_shape": ("/recompiles", "Recompiles"),
+    "recompile": ("/recompiles", "Recompiles"), "graph_break": ("/recompiles", "Recompiles"),
+    "compiling": ("/recompiles", "Recompiles"), "different_programs": ("/recompiles", "Recompiles"),
+    "recompile_limit": ("/recompiles", "Recompiles"), "compile_failed": ("/recompiles", "Recompiles"),
+    "straggler": ("/drift", "Drift"), "collective_drift": ("/drift", "Drift"), "data_wait": ("/drift", "Drift"),
+    "collective_skew": ("/drift", "Drift"), "pipeline_bubble": ("/pipeline", "Pipeline"),
+}
+
+
+def kind_title(kind: str | None) -> str:
+    """``"divergent_recompile"`` → ``"Divergent recompile"``."""
+    return (kind or "finding").replace("_", " ").capitalize()
+
+
+def cost_label(cost_ns: Any, basis: str | None, method: str | None = None) -> str:
+    """``"2.57 s measured (collective wait in the same step)"``; the basis is left out when unknown."""
+    text = fmt_time(cost_ns)
+    if basis:
+        text += f" {basis}"
+    if method:
+        text += f" ({method})"
+    return text
+
 
 def findings_table(f: pl.DataFrame) -> pl.DataFrame:
-    """The findings as the page shows them: ranked, cost in ms (3 decimals), lists joined (tests compare this)."""
-    f = f.sort("cost_ns", descending=True, nulls_last=True)
+    """Every finding as the grid shows it: most costly first, the root cause a symptom belongs to, cost in ms
+    (tests compare this with the grid)."""
+    f = f.sort("cost_ns", descending=True, nulls_last=True, maintain_order=True)
+    kinds = dict(zip(f["id"].to_list(), f["kind"].to_list()))
     return f.select(
-        pl.int_range(1, f.height + 1).alias("#"),
-        pl.col("kind"),
+        pl.int_range(1, f.height + 1).alias("n"),
+        pl.col("kind").map_elements(kind_title, return_dtype=pl.String).alias("kind"),
+        pl.when(pl.col("is_root")).then(pl.lit("root cause")).otherwise(
+            pl.concat_str([pl.lit("symptom of "), pl.col("cause_id").replace_strict(
+                kinds, default=pl.col("cause_id")).map_elements(kind_title, return_dtype=pl.String)])
+        ).alias("role"),
         pl.col("severity"),
-        pl.col("cost_ns").map_elements(fmt_ms, return_dtype=pl.String).alias("cost_ms"),
+        (pl.col("cost_ns") / 1e6).alias("cost_ms"),
+        pl.col("cost_basis").fill_null("–").alias("basis"),
         pl.col("ranks").list.eval(pl.element().cast(pl.String)).list.join(", ").alias("ranks"),
         pl.col("steps").list.eval(pl.element().cast(pl.String)).list.join(", ").alias("steps"),
         pl.col("message"),
-        pl.col("source"),
     )
 
 
+FINDING_COLUMNS = [
+    col("n", "#", maxWidth=60), col("kind", "Finding", minWidth=150), col("role", "Role", minWidth=150),
+    col("severity", "Severity", maxWidth=100), ms_column("cost_ms", "Cost", minWidth=110, maxWidth=130),
+    col("basis", "Cost basis", maxWidth=120), col("ranks", "Ranks", maxWidth=90), col("steps", "Steps", maxWidth=110),
+    col("message", "What was seen", flex=3, minWidth=300, wrapText=True, autoHeight=True),
+]
+
+
 def step_stats(steps: pl.DataFrame) -> pl.DataFrame:
-    """Per rank: steps seen, median / max step time (collector steps when present, else profiler steps)."""
+    """Per rank: steps seen, median / max step time in ms (collector steps when present, else profiler steps)."""
     if steps.is_empty():
         return pl.DataFrame()
     src = steps["source"].cast(pl.String).unique().to_list()
     s = steps.filter(pl.col("source").cast(pl.String) == ("collector" if "collector" in src else "profiler"))
-    return s.group_by("rank").agg(
+    out = s.group_by("rank").agg(
         pl.len().alias("steps"),
         pl.col("step").min().alias("first"),
         pl.col("step").max().alias("last"),
         pl.col("dur").median().alias("median_ns"),
         pl.col("dur").max().alias("max_ns"),
-    ).sort("rank").with_columns(
-        pl.col("median_ns").map_elements(fmt_ms, return_dtype=pl.String).alias("median_ms"),
-        pl.col("max_ns").map_elements(fmt_ms, return_dtype=pl.String).alias("max_ms"),
-    ).drop("median_ns", "max_ns")
+    ).sort("rank")
+    return ns_to_ms(out, "median_ns", "max_ns")
+
+
+STEP_COLUMNS = [col("rank", "Rank"), col("steps", "Steps"), col("first", "First step"), col("last", "Last step"),
+                ms_column("median_ms", "Median step time"), ms_column("max_ms", "Longest step")]
+
+
+# ------------------------------------------------------------------------------------------------ run list
+
+
+def _run_row(store: RunStore, entry, current: str | None) -> html.Tr:
+    h = store.headline_ready(entry.id)
+    link = dcc.Link(entry.label, href=f"/?run={entry.id}", className="run-link", id=f"run-link-{entry.id}")
+    if h is None:
+        what, cause, cost = "…", html.Span("analysing…", className="muted"), ""
+    elif h.error:
+        what, cause, cost = "–", html.Span(h.error, className="run-error-text"), ""
+    else:
+        what = ("GPU" if h.gpu else "CPU") + (f" · {fmt_time(h.wall_ns)}" if h.wall_ns else "")
+        if h.kind is None:
+            cause, cost = html.Span("nothing found", className="muted"), ""
+        else:
+            cause = html.Span(kind_title(h.kind), title=h.message or "")
+            share = f" · {100 * h.cost_ns / h.wall_ns:.0f} % of the run" if h.wall_ns and h.cost_ns else ""
+            cost = cost_label(h.cost_ns, h.cost_basis) + share
+    return html.Tr([html.Td(link), html.Td(what), html.Td(cause, className="run-cause"),
+                    html.Td(cost, className="run-cost"), html.Td("◀ shown below" if entry.id == current else "",
+                                                                 className="muted")],
+                   className="run-row current" if entry.id == current else "run-row", id=f"run-row-{entry.id}")
+
+
+def runs_table(store: RunStore, current: str | None) -> html.Table:
+    head = html.Thead(html.Tr([html.Th("Run"), html.Th("Device · span"), html.Th("Top root cause"),
+                               html.Th("What it costs"), html.Th("")]))
+    return html.Table([head, html.Tbody([_run_row(store, e, current) for e in store.entries])],
+                      className="runs-table", id="runs-table")
+
+
+def _all_ready(store: RunStore) -> bool:
+    return all(store.headline_ready(e.id) is not None for e in store.entries)
 
 
 def runs_section(store: RunStore, current: str | None) -> Any:
-    rows = [{"run": e.id, "path": str(e.path), "kind": "run directory" if e.is_run_dir else "traces",
-             "status": store.status(e.id), "current": "◀" if e.id == current else ""} for e in store.entries]
-    links = html.Div([dcc.Link(e.label, href=f"/?run={e.id}", className="run-link", style={"marginRight": "14px"},
-                               id=f"run-link-{e.id}") for e in store.entries])
-    return section("Runs", links, grid(pl.DataFrame(rows) if rows else pl.DataFrame({"run": []}), id="runs-grid"))
+    return section(
+        "Runs: which one is worth looking at",
+        html.Div(runs_table(store, current), id="runs-list"),
+        html.Div("Each run's most costly root cause; click a run to read its story.", className="muted"),
+        dcc.Interval(id="runs-poll", interval=700, disabled=_all_ready(store), max_intervals=400),
+        dcc.Store(id="runs-current", data=current),
+        id="runs-section",
+    )
+
+
+# --------------------------------------------------------------------------------------------- the story
 
 
 def layout(pctx) -> Any:
@@ -76,41 +161,86 @@ def _run_part(store: RunStore, rid: str) -> Any:
         ("world_size", "world size", str(info.get("world_size") or "–")),
         ("ranks", "ranks loaded", str(len(info["ranks"]))),
         ("steps", "steps", str(info["steps"])),
-        ("span", "span (ms)", fmt_ms(info["span_ns"], 1)),
+        ("span", "span", fmt_time(info["span_ns"])),
         ("kernels", "device activities", f"{run.kernels.height:,}"),
         ("collectives", "collectives", f"{info['collectives']:,}"),
         ("compiles", "compiles", f"{info['compiles']:,}"),
     ])
-    ranks = run.ranks.select([c for c in ("rank", "world_size", "host", "device_name", "backend", "torch_version",
-                                          "nccl_version", "clock", "events") if c in run.ranks.columns])
+    ranks = run.ranks.select([c for c in ("rank", "host", "device_name", "backend", "torch_version", "nccl_version")
+                              if c in run.ranks.columns])
+    rank_cols = [col(c, h) for c, h in (("rank", "Rank"), ("host", "Host"), ("device_name", "Device"),
+                                        ("backend", "Backend"), ("torch_version", "torch"),
+                                        ("nccl_version", "NCCL")) if c in ranks.columns]
     return html.Div([
-        html.Div([html.Span("Run "), html.Code(rid), html.Span(f" · {run.path}", className="muted")]),
+        html.Div([html.Span("Run "), html.Code(rid), html.Span(f" · {run.path}", className="muted")],
+                 className="run-title"),
         run_problems(run),
         stats,
-        section("Findings, ranked by the step time they cost", safe("Findings", _findings, store, rid),
+        section("What is wrong: root causes, most costly first", safe("Findings", _root_causes, store, rid),
                 id="findings-section"),
-        html.Div([
-            section("Ranks", grid(ranks, id="ranks-grid")),
-            section("Steps per rank", grid(step_stats(run.steps), id="steps-grid")),
-        ], className="two-col"),
+        section("Every finding", safe("Findings", _findings_grid, store, rid), id="all-findings-section"),
+        section("Ranks", grid(ranks, id="ranks-grid", columns=rank_cols)),
+        section("Steps per rank", grid(step_stats(run.steps), id="steps-grid", columns=STEP_COLUMNS)),
     ])
 
 
-def _findings(store: RunStore, rid: str) -> Any:
+def timeline_href(rid: str, row: dict[str, Any]) -> str:
+    """The Timeline around a finding: its first step, every rank (the waiting ones are what the story is about)."""
+    q: dict[str, str] = {"run": rid}
+    if row.get("steps"):
+        q["step"] = str(row["steps"][0])
+    return "/timeline?" + urlencode(q)
+
+
+def _root_item(rid: str, i: int, row: dict[str, Any], symptoms: pl.DataFrame) -> html.Div:
+    page, page_name = KIND_PAGE.get(row["kind"], ("/breakdown", "Breakdown & overlap"))
+    where = [ranks_phrase(row["ranks"])]
+    if row.get("steps"):
+        where.append(("step " if len(row["steps"]) == 1 else "steps ") + ", ".join(map(str, row["steps"][:12])))
+    parts: list[Any] = [
+        html.Div([html.Span(f"{i}. ", className="root-n"), html.Strong(kind_title(row["kind"]), className="root-kind"),
+                  html.Span(f" · {row['severity']}", className=f"sev sev-{row['severity']}")], className="root-head"),
+        html.Div(cost_label(row["cost_ns"], row.get("cost_basis"), row.get("cost_method")), className="root-cost"),
+        html.Div(row["message"], className="root-message"),
+        html.Div([html.Span(" · ".join(where), className="muted"), " ",
+                  dcc.Link("Show on the timeline", href=timeline_href(rid, row), className="root-timeline-link"),
+                  " · ", dcc.Link(f"Why: {page_name}", href=f"{page}?run={rid}", className="root-page-link"),
+                  " · ", dcc.Link("What to do: Recommendations", href=f"/recommendations?run={rid}")],
+                 className="root-links"),
+    ]
+    if symptoms.height:
+        total = int(symptoms["cost_ns"].fill_null(0).sum())
+        parts.append(html.Details([
+            html.Summary(f"{plural(symptoms.height, 'symptom')} this explains ({fmt_time(total)} inside this cost, "
+                         "not counted again)"),
+            html.Ul([html.Li([html.Strong(kind_title(s["kind"])), f" · {fmt_time(s['cost_ns'])} · ",
+                              html.Span(s["message"])], className="symptom")
+                     for s in symptoms.iter_rows(named=True)]),
+        ], className="symptoms"))
+    return html.Div(parts, className="rec root-cause", id=f"root-{i}")
+
+
+def _root_causes(store: RunStore, rid: str) -> Any:
     f = compute.findings(store, rid)
     if f.is_empty():
         return html.Div("No findings: nothing the analyses consider a problem.", id="findings-empty")
-    table = findings_table(f)
-    return html.Div([
-        graph(figures.findings_figure(f), id="findings-figure"),
-        grid(table, id="findings-grid", columns=[
-            {"field": "#", "maxWidth": 60}, {"field": "kind"}, {"field": "severity", "maxWidth": 100},
-            {"field": "cost_ms", "headerName": "cost (ms)", "maxWidth": 120}, {"field": "ranks", "maxWidth": 120},
-            {"field": "steps", "maxWidth": 140}, {"field": "message", "flex": 3, "wrapText": True, "autoHeight": True},
-            {"field": "source", "maxWidth": 140},
-        ]),
-    ])
+    roots = f.filter(pl.col("is_root"))
+    items = [_root_item(rid, i, r, compute.symptoms_of(f, r["id"]))
+             for i, r in enumerate(roots.iter_rows(named=True), 1)]
+    return html.Div([*items, graph(figures.findings_figure(roots), id="findings-figure")])
+
+
+def _findings_grid(store: RunStore, rid: str) -> Any:
+    f = compute.findings(store, rid)
+    if f.is_empty():
+        return html.Div("None.", className="muted")
+    return grid(findings_table(f), id="findings-grid", columns=FINDING_COLUMNS)
 
 
 def register(app, store: RunStore) -> None:
-    """No callbacks: the overview is rebuilt when the run changes."""
+    """The run list refreshes while the runs are being analysed in the background."""
+
+    @app.callback(Output("runs-list", "children"), Output("runs-poll", "disabled"), Input("runs-poll", "n_intervals"),
+                  Input("runs-current", "data"), prevent_initial_call=True)
+    def poll(_n, current):
+        return runs_table(store, current), _all_ready(store)

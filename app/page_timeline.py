@@ -14,7 +14,7 @@ import polars as pl
 from dash import Input, Output, State, ctx, dcc, html, no_update
 
 from workbench import figures
-from workbench.app.components import error_panel, graph, run_problems, safe
+from workbench.app.components import error_panel, fmt_time, graph, run_problems, safe
 from workbench.app.store import RunStore
 
 PATH = "/timeline"
@@ -25,35 +25,99 @@ MAX_DEFAULT_RANKS = 8
 
 
 def origin(store: RunStore, rid: str) -> int:
-    """The run's time zero (ns): the earliest kernel or step start; the x axis is in ms since it."""
+    """The run's time zero (ns): its first recorded activity (kernel or collective, else drawn step); the x axis
+    is in ms since it."""
     def go():
         run = store.run(rid)
-        b = figures.time_bounds(run.kernels, run.steps, run.collectives)
+        b = figures.activity_bounds(index(store, rid), run.steps, run.collectives)
         return b[0] if b else 0
     return store.cached(rid, "timeline:origin", go)
 
 
+def index(store: RunStore, rid: str) -> figures.TimelineIndex:
+    return store.cached(rid, "timeline:index", lambda: figures.TimelineIndex(store.run(rid).kernels))
+
+
+def microbatches(store: RunStore, rid: str) -> pl.DataFrame:
+    """Forward/backward micro-batch ranges of a pipeline run (:func:`workbench.figures.microbatch_ranges`)."""
+    return store.cached(rid, "timeline:microbatches", lambda: figures.microbatch_ranges(store.run(rid).events))
+
+
+def _sel(ranks: list[int] | None):
+    return (lambda f: f.filter(pl.col("rank").is_in(ranks)) if not f.is_empty() else f) if ranks else (lambda f: f)
+
+
 def full_window(store: RunStore, rid: str, ranks: list[int] | None) -> tuple[int, int]:
+    """Where the selected ranks' activity is (kernels and collectives, else their drawn steps)."""
     def go():
         run = store.run(rid)
-        k, s = run.kernels, run.steps
-        if ranks:
-            k = k.filter(pl.col("rank").is_in(ranks))
-            s = s.filter(pl.col("rank").is_in(ranks))
-        b = figures.time_bounds(k) or figures.time_bounds(s) or (0, 1)
+        sel = _sel(ranks)
+        b = figures.activity_bounds(sel(run.kernels), sel(run.steps), sel(run.collectives)) or (0, 1)
         return b[0], max(b[1], b[0] + 1)
     return store.cached(rid, f"timeline:full:{sorted(ranks or [])}", go)
 
 
 def step_window(store: RunStore, rid: str, step: int, ranks: list[int] | None) -> tuple[int, int] | None:
-    """The time range of ``step`` over ``ranks`` (profiler steps preferred; kernels launched in it included)."""
+    """The time range of ``step`` over ``ranks`` (the drawn steps; kernels launched in it included)."""
     run = store.run(rid)
-    s = run.steps.filter(pl.col("step") == step)
+    s = figures.drawn_steps(run.steps)
+    s = s.filter(pl.col("step") == step) if not s.is_empty() else s
     k = run.kernels.filter(pl.col("step") == step)
     if ranks:
-        s = s.filter(pl.col("rank").is_in(ranks))
+        s = s.filter(pl.col("rank").is_in(ranks)) if not s.is_empty() else s
         k = k.filter(pl.col("rank").is_in(ranks))
     return figures.time_bounds(s, k)
+
+
+#: What a root cause of each kind makes the others wait for, in the timeline's annotations.
+_WAIT_REASON = {"divergent_recompile": "compile", "recompile_shape": "compile", "recompile": "compile",
+                "compiling": "compile", "straggler": "late arrival", "data_wait": "data loading",
+                "graph_break": "compile"}
+
+
+def wait_annotations(store: RunStore, rid: str) -> pl.DataFrame:
+    """Where a root cause made other ranks wait: per root cause with a known wait (compile, straggler, data
+    loading), the largest collective waits in its steps of the ranks that were not the last to arrive —
+    ``rank``, ``start``, ``end``, ``text`` ("rank 0 waits here 2.57 s for rank 1's compile")."""
+    from workbench.app import compute
+    from workbench.app.components import fmt_time
+
+    def go():
+        cols = {"rank": pl.Int32, "start": pl.Int64, "end": pl.Int64, "text": pl.String}
+        try:
+            roots = compute.root_causes(store, rid)
+            matched = compute.table(store, rid, "collectives")
+        except Exception:  # noqa: BLE001 - no annotations rather than no timeline
+            return pl.DataFrame(schema=cols)
+        if roots.is_empty() or matched.is_empty():
+            return pl.DataFrame(schema=cols)
+        rows: list[dict] = []
+        for r in roots.iter_rows(named=True):
+            reason = _WAIT_REASON.get(r["kind"])
+            if reason is None or not r["steps"]:
+                continue
+            m = matched.filter(pl.col("step").is_in(r["steps"]) & (pl.col("wait_ns") >= 1_000_000)
+                               & ~pl.col("p2p"))
+            if r["ranks"]:
+                m = m.filter(pl.col("last_rank").is_in(r["ranks"]) | (len(r["ranks"]) > 1))
+            for w in m.sort("wait_ns", descending=True).unique(["rank", "step"], keep="first").head(4).iter_rows(
+                    named=True):
+                rows.append({"rank": w["rank"], "start": w["arrival"], "end": w["arrival"] + w["wait_ns"],
+                             "text": f"rank {w['rank']} waits here {fmt_time(w['wait_ns'])} for rank "
+                                     f"{w['last_rank']}'s {reason} (step {w['step']})"})
+        return pl.DataFrame(rows, schema=cols) if rows else pl.DataFrame(schema=cols)
+    return store.cached(rid, "timeline:waits", go)
+
+
+def lanes(store: RunStore, rid: str, ranks: list[int] | None) -> list[str]:
+    """The lanes of ``ranks`` over the whole run: the same at every zoom."""
+    def go():
+        run = store.run(rid)
+        sel = _sel(ranks)
+        return figures.timeline_lanes(index(store, rid), ranks=ranks or None, steps=sel(figures.drawn_steps(run.steps)),
+                                      collectives=sel(run.collectives), compiles=sel(run.compiles),
+                                      microbatches=sel(microbatches(store, rid)))
+    return store.cached(rid, f"timeline:lanes:{sorted(ranks or [])}", go)
 
 
 def build_figure(store: RunStore, rid: str, window: tuple[int, int] | None, ranks: list[int] | None,
@@ -61,15 +125,27 @@ def build_figure(store: RunStore, rid: str, window: tuple[int, int] | None, rank
     """The timeline figure of ``window`` and its caption (the function the callback and the layout share)."""
     run = store.run(rid)
     lo, hi = window or full_window(store, rid, ranks)
-    index = store.cached(rid, "timeline:index", lambda: figures.TimelineIndex(run.kernels))
-    view = figures.timeline_view(index, start=lo, end=hi, ranks=ranks or None)
-    sel = (lambda f: f.filter(pl.col("rank").is_in(ranks))) if ranks else (lambda f: f)
+    view = figures.timeline_view(index(store, rid), start=lo, end=hi, ranks=ranks or None)
+    sel = _sel(ranks)
     fig = figures.timeline_figure(
-        view, origin=origin(store, rid), collectives=sel(run.collectives), compiles=sel(run.compiles),
-        steps=sel(run.steps), uirevision=revision,
+        view, origin=origin(store, rid), collectives=sel(run.collectives), compiles=sel(compute_compiles(store, rid)),
+        steps=sel(run.steps), microbatches=sel(microbatches(store, rid)), waits=sel(wait_annotations(store, rid)),
+        lanes=lanes(store, rid, ranks), uirevision=revision,
     )
-    span_ms = (hi - lo) / 1e6
-    return fig, f"{view.describe()} · window {span_ms:,.3f} ms"
+    o = origin(store, rid)
+    what = view.describe() if index(store, rid).frame.height else "No device kernels (a CPU run): steps, collectives and compiles"
+    return fig, (f"{what} · window {fmt_time(hi - lo)}, from {fmt_time(lo - o)} to {fmt_time(hi - o)} "
+                 "after the run's first recorded activity")
+
+
+def compute_compiles(store: RunStore, rid: str) -> pl.DataFrame:
+    """Compiles with their classified cause (for the hover text)."""
+    from workbench.app import compute
+
+    try:
+        return compute.compiles(store, rid)
+    except Exception:  # noqa: BLE001 - unclassified compiles still draw
+        return store.run(rid).compiles
 
 
 def _ranks(store: RunStore, rid: str) -> list[int]:
@@ -115,8 +191,9 @@ def _layout(pctx) -> Any:
         dcc.Store(id="timeline-state", data={"run": rid, "window": list(window), "rev": 0}),
         dcc.Store(id="timeline-zoom"),
         html.Div("Drag to zoom, double-click to return to the whole run; the server redraws the visible window "
-                 "(exact kernels once few enough are visible). Collectives and recompiles have their own lanes.",
-                 className="muted"),
+                 "(exact kernels once few enough are visible). Steps are numbered; collectives, compiles and "
+                 "pipeline micro-batches (F = forward, B = backward) have their own lanes; red boxes mark where a "
+                 "root cause makes a rank wait.", className="muted"),
     ])
 
 

@@ -8,6 +8,7 @@ panel, and never takes the rest of the app down.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -100,6 +101,22 @@ def find_runs(roots: Iterable[str | Path], *, depth: int = 3) -> list[RunEntry]:
     return entries
 
 
+def _records_gpu(entry: RunEntry) -> bool:
+    """True when a rank's ``fingerprint.json`` of a run directory names a CUDA device (a cheap look, no parsing
+    of traces)."""
+    if not entry.is_run_dir:
+        return False
+    for fp in sorted(entry.path.glob("rank*/fingerprint.json"))[:2]:
+        try:
+            data = json.loads(fp.read_text())
+        except (OSError, ValueError):
+            continue
+        device = data.get("device") if isinstance(data, dict) else None
+        if isinstance(device, dict) and device.get("name") and data.get("cuda"):
+            return True
+    return False
+
+
 @dataclass(slots=True)
 class _Slot:
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -125,6 +142,8 @@ class RunStore:
         self._by_id = {e.id: e for e in self.entries}
         self._opener = opener
         self._slots: dict[tuple[str, str], _Slot] = {}
+        self._headlines: dict[str, _Slot] = {}
+        self._default: str | None = None
         self._guard = threading.Lock()
 
     @classmethod
@@ -145,7 +164,12 @@ class RunStore:
         return [e.id for e in self.entries]
 
     def default_id(self) -> str | None:
-        return self.entries[0].id if self.entries else None
+        """The run the app lands on: the first that recorded a GPU (by its fingerprints), else the first run."""
+        if not self.entries:
+            return None
+        if self._default is None or self._default not in self._by_id:
+            self._default = next((e.id for e in self.entries if _records_gpu(e)), self.entries[0].id)
+        return self._default
 
     def entry(self, run_id: str | None) -> RunEntry | None:
         return self._by_id.get(run_id or "")
@@ -185,6 +209,20 @@ class RunStore:
         if slot is None or not slot.done:
             return "not opened"
         return "ok" if slot.error is None else f"error: {slot.error}"
+
+    def headline(self, run_id: str, compute: Callable[[], Any]) -> Any:
+        """``compute()`` once per run, kept for the life of the store (closing a run keeps its run-list line)."""
+        with self._guard:
+            slot = self._headlines.setdefault(run_id, _Slot())
+        with slot.lock:
+            if not slot.done:
+                slot.value, slot.done = compute(), True
+        return slot.value
+
+    def headline_ready(self, run_id: str) -> Any | None:
+        """The run-list line of ``run_id`` when it has been computed, else ``None`` (never computes)."""
+        slot = self._headlines.get(run_id)
+        return slot.value if slot is not None and slot.done else None
 
     # -- cache -------------------------------------------------------------------------------------------------
     def cached(self, run_id: str, key: str, compute: Callable[[], Any]) -> Any:

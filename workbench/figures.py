@@ -37,21 +37,22 @@ CLASS_COLORS: dict[str, str] = {
     "memcpy": "#54A24B",
     "memset": "#B279A2",
     "sync": "#9D755D",
-    "collective": "#E45756",
+    "collective": "#E3B505",
     "compile": "#D62728",
     "step": "#BAB0AC",
 }
-#: Part colours for breakdown bars (keys are matched as substrings of column names).
-PART_COLORS: dict[str, str] = {
-    "compute": "#4C78A8",
-    "exposed": "#E45756",
-    "overlap": "#F58518",
-    "comm": "#F58518",
-    "memcpy": "#54A24B",
-    "memset": "#B279A2",
-    "idle": "#BAB0AC",
-    "sync": "#9D755D",
+#: Breakdown parts: colour and label of each (exposed communication and exposed memory traffic differ).
+PARTS: dict[str, tuple[str, str]] = {
+    "compute_ns": ("#4C78A8", "compute"),
+    "comm_exposed_ns": ("#F58518", "exposed communication"),
+    "memory_exposed_ns": ("#54A24B", "exposed memory copies/sets"),
+    "idle_ns": ("#BAB0AC", "idle"),
+    "comm_overlapped_ns": ("#FFBF79", "communication hidden behind compute"),
+    "bubble_ns": ("#E45756", "bubble"),
+    "work_ns": ("#4C78A8", "work"),
 }
+#: Colours of the rest of the palette (severities, before/after).
+SEVERITY_COLORS = {"high": "#B91C1C", "medium": "#D97706", "low": "#2563EB", "info": "#6B7280"}
 #: Default number of pixel-wide bins the visible window is cut into when kernels are merged.
 DEFAULT_WIDTH_PX = 400
 #: At most this many visible kernels are drawn exactly; above it they are merged (FACTS §5: SVG bars ~5k).
@@ -75,8 +76,9 @@ def _base_layout(fig: go.Figure, *, title: str | None = None, height: int | None
         template="plotly_white",
         title=title,
         height=height,
-        margin=dict(l=60, r=20, t=50 if title else 20, b=40),
-        legend=dict(orientation="h", yanchor="bottom", y=1.01, xanchor="right", x=1),
+        margin=dict(l=70, r=20, t=70 if title else 40, b=50),
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0),
+        title_x=0, title_y=0.98, title_yanchor="top",
     )
     return fig
 
@@ -175,10 +177,11 @@ def reduce_timeline(
 
     Returns:
         A frame with :data:`SPAN_COLUMNS`, sorted by rank, stream and start. When merged, the window is cut into
-        ``width_px`` bins; per (rank, stream, kernel class), the kernels starting in a bin are merged, and runs of
-        adjacent occupied bins become one span: ``start``/``end`` are its first start and last end, ``count`` the
-        kernels in it, ``busy_ns`` their summed duration and ``name`` the longest one. Spans of different classes
-        may overlap in a lane (both ran in those pixels); every kernel is counted in exactly one span.
+        ``width_px`` bins; per (rank, stream) lane, each occupied bin takes the kernel class with the most busy
+        time in it (a bin of 2,000 memsets and one long GEMM is ``compute``), and runs of adjacent bins of one
+        class become one span: ``start``/``end`` are its first start and last end, ``count`` the kernels in it
+        (every class), ``busy_ns`` their summed duration and ``name`` the longest one. Spans of a lane never
+        overlap; every kernel is counted in exactly one span.
     """
     index = kernels if isinstance(kernels, TimelineIndex) else TimelineIndex(kernels)
     visible = index.visible(start, end, ranks)
@@ -197,11 +200,12 @@ def reduce_timeline(
     lo = int(visible["start"].min()) if start is None else int(start)
     hi = int(visible["end"].max()) if end is None else int(end)
     bin_ns = max(1, (hi - lo) // max(1, width_px) + 1)
-    lane = ["rank", "stream", "kernel_class"]
-    per_bin = (
+    lane = ["rank", "stream"]
+    per_class = (
         visible.lazy()
-        .with_columns(((pl.col("start").clip(lower_bound=lo) - lo) // bin_ns).alias("bin"))
-        .group_by([*lane, "bin"])
+        .with_columns(((pl.col("start").clip(lower_bound=lo) - lo) // bin_ns).alias("bin"),
+                      pl.col("kernel_class").cast(pl.String))
+        .group_by([*lane, "bin", "kernel_class"])
         .agg(
             pl.col("start").min(),
             pl.col("end").max(),
@@ -209,6 +213,20 @@ def reduce_timeline(
             pl.col("dur").sum().alias("busy_ns"),
             pl.col("name").get(pl.col("dur").arg_max()).alias("name"),
             pl.col("dur").max().alias("_longest"),
+        )
+    )
+    # one class per pixel: the one that takes most of its busy time
+    per_bin = (
+        per_class.sort([*lane, "bin", "busy_ns", "kernel_class"], descending=[False, False, False, True, False])
+        .group_by([*lane, "bin"], maintain_order=True)
+        .agg(
+            pl.col("kernel_class").first(),
+            pl.col("start").min(),
+            pl.col("end").max(),
+            pl.col("count").sum(),
+            pl.col("busy_ns").sum(),
+            pl.col("name").get(pl.col("_longest").arg_max()),
+            pl.col("_longest").max(),
         )
         .sort([*lane, "bin"])
     )
@@ -261,7 +279,8 @@ class TimelineView:
     def describe(self) -> str:
         if self.exact:
             return f"{self.visible_kernels:,} kernels shown exactly"
-        return f"{self.visible_kernels:,} kernels merged into {self.spans.height:,} pixel-wide spans"
+        return (f"{self.visible_kernels:,} kernels merged into {self.spans.height:,} pixel-wide spans "
+                "(each coloured by the class that takes most of its time)")
 
 
 def timeline_view(
@@ -288,17 +307,22 @@ def timeline_view(
     )
 
 
-def _segments(frame: pl.DataFrame, lane: pl.Expr, origin: int, text: pl.Expr) -> tuple[np.ndarray, list, np.ndarray]:
+def _segments(frame: pl.DataFrame, lane: pl.Expr, origin: int, text: pl.Expr,
+              window: tuple[int, int] | None = None) -> tuple[np.ndarray, list, np.ndarray]:
     """x/y/text arrays drawing each row as a horizontal segment (NaN x separates segments).
 
-    x is in ms since ``origin``; y holds lane labels (mapped to numbers by the caller); the hover text sits on the
-    first point of each segment only. numpy arrays keep plotly's validation and the JSON (base64) cheap.
+    x is in ms since ``origin``, clipped to ``window`` (a span that starts before the window is drawn from its
+    edge); y holds lane labels (mapped to numbers by the caller); the hover text sits on the first point of each
+    segment only. numpy arrays keep plotly's validation and the JSON (base64) cheap.
     """
     if frame.is_empty():
         return np.empty(0), [], np.empty(0, dtype=str)
+    s, e = pl.col("start"), pl.col("end")
+    if window is not None:
+        s, e = s.clip(window[0], window[1]), e.clip(window[0], window[1])
     d = frame.select(
-        ((pl.col("start") - origin) / 1e6).alias("x0"),
-        ((pl.col("end") - origin) / 1e6).alias("x1"),
+        ((s - origin) / 1e6).alias("x0"),
+        ((e - origin) / 1e6).alias("x1"),
         lane.alias("lane"),
         text.fill_null("").alias("text"),
     )
@@ -322,7 +346,97 @@ def _lane_label(rank: pl.Expr, what: pl.Expr | str) -> pl.Expr:
 
 
 def _ms(col: str) -> pl.Expr:
-    return (pl.col(col) / 1e6).round(3).cast(pl.String)
+    """A duration column in ns as ms text with 2 decimals (hover texts)."""
+    return (pl.col(col) / 1e6).round(2).cast(pl.String)
+
+
+#: Names of micro-batch ranges (pipeline schedules): ``forward_mb3``, ``backward_mb0``.
+MICROBATCH_PATTERN = r"(?i)^(forward|backward|fwd|bwd)[_ ]?(mb|microbatch)?[_ ]?(\d+)$"
+
+
+def microbatch_ranges(events: pl.DataFrame | None) -> pl.DataFrame:
+    """Forward/backward micro-batch ranges of a pipeline run, per rank: ``rank``, ``start``, ``end``, ``phase``
+    (``"forward"``/``"backward"``), ``mb`` (micro-batch number), ``step``, ``timeline`` (``"gpu"``/``"cpu"``).
+
+    Ranges are annotations named like ``forward_mb3``; the device ranges are used for a rank that has both
+    forward and backward ones on the device, else its CPU ranges. Empty when the run has none.
+    """
+    cols = {"rank": pl.Int32, "start": pl.Int64, "end": pl.Int64, "phase": pl.String, "mb": pl.Int32,
+            "step": pl.Int32, "timeline": pl.String}
+    if events is None or events.is_empty():
+        return pl.DataFrame(schema=cols)
+    ann = events.filter(pl.col("kind").cast(pl.String).is_in(["annotation", "gpu_annotation"])).with_columns(
+        name=pl.col("name").cast(pl.String)).filter(pl.col("name").str.contains(MICROBATCH_PATTERN))
+    if ann.is_empty():
+        return pl.DataFrame(schema=cols)
+    ann = ann.with_columns(
+        phase=pl.when(pl.col("name").str.to_lowercase().str.contains("^(forward|fwd)")).then(pl.lit("forward"))
+        .otherwise(pl.lit("backward")),
+        mb=pl.col("name").str.extract(r"(\d+)$", 1).cast(pl.Int32),
+        timeline=pl.when(pl.col("kind").cast(pl.String) == "gpu_annotation").then(pl.lit("gpu")).otherwise(pl.lit("cpu")),
+    )
+    gpu_ok = ann.filter(pl.col("timeline") == "gpu").group_by("rank").agg(
+        ok=pl.col("phase").n_unique() == 2)
+    ann = ann.join(gpu_ok, on="rank", how="left").filter(
+        (pl.col("timeline") == "gpu") == pl.col("ok").fill_null(False))
+    return ann.select(*[pl.col(c).cast(t) for c, t in cols.items()]).sort("rank", "start")
+
+
+def timeline_lanes(kernels: pl.DataFrame | TimelineIndex, *, ranks: list[int] | None = None,
+                   steps: pl.DataFrame | None = None, collectives: pl.DataFrame | None = None,
+                   compiles: pl.DataFrame | None = None, microbatches: pl.DataFrame | None = None) -> list[str]:
+    """Every lane the timeline of ``ranks`` has over the whole run, in display order: the same lanes at every
+    zoom (a lane with nothing in the window stays, empty)."""
+    frame = kernels.frame if isinstance(kernels, TimelineIndex) else kernels
+    labels: set[str] = set()
+
+    def add(f: pl.DataFrame | None, what: str | None) -> None:
+        if f is None or f.is_empty():
+            return
+        if ranks is not None:
+            f = f.filter(pl.col("rank").is_in(list(ranks)))
+        if what is None:
+            for r, st in f.select("rank", pl.col("stream").fill_null(-1)).unique().iter_rows():
+                labels.add(f"rank {r} · stream {st}")
+        else:
+            labels.update(f"rank {r} · {what}" for r in f["rank"].unique().to_list())
+
+    add(frame, None)
+    add(steps, "steps")
+    add(microbatches, "micro-batches")
+    add(collectives, "collectives")
+    add(compiles.filter(pl.col("start").is_not_null()) if compiles is not None and not compiles.is_empty()
+        else None, "compile")
+    return sorted(labels, key=_lane_sort_key)
+
+
+def drawn_steps(steps: pl.DataFrame | None) -> pl.DataFrame:
+    """The steps a timeline draws: the profiler's when a rank has both sources (they frame its device activity),
+    else the collector's."""
+    if steps is None or steps.is_empty():
+        return pl.DataFrame()
+    if "source" not in steps.columns:
+        return steps
+    s = steps.with_columns(pl.col("source").cast(pl.String))
+    has_prof = s.group_by("rank").agg(p=(pl.col("source") == "profiler").any())
+    return s.join(has_prof, on="rank").filter(
+        pl.when(pl.col("p")).then(pl.col("source") == "profiler").otherwise(True)).drop("p")
+
+
+def activity_bounds(kernels: pl.DataFrame | TimelineIndex | None, steps: pl.DataFrame | None = None,
+                    collectives: pl.DataFrame | None = None) -> tuple[int, int] | None:
+    """Where the timeline's activity is: device kernels, collectives and the drawn steps (:func:`drawn_steps`) —
+    not the collector's first step, which can start seconds before the profiler recorded anything."""
+    k = kernels.frame if isinstance(kernels, TimelineIndex) else kernels
+    co = None
+    if collectives is not None and not collectives.is_empty():
+        co = collectives.select(pl.coalesce("kernel_start", "start").alias("start"),
+                                pl.max_horizontal("kernel_end", "end").alias("end"))
+    return time_bounds(k, co, drawn_steps(steps))
+
+
+#: Colours of the micro-batch phases.
+PHASE_COLORS = {"forward": "#0E7490", "backward": "#7C3AED", "idle": "#E5E7EB"}
 
 
 def timeline_figure(
@@ -332,19 +446,25 @@ def timeline_figure(
     collectives: pl.DataFrame | None = None,
     compiles: pl.DataFrame | None = None,
     steps: pl.DataFrame | None = None,
+    microbatches: pl.DataFrame | None = None,
+    waits: pl.DataFrame | None = None,
+    lanes: list[str] | None = None,
     uirevision: str = "timeline",
     title: str | None = None,
 ) -> go.Figure:
     """A per-rank, per-stream timeline of the reduced spans of ``view``, in ms since ``origin``.
 
-    Collectives (``COLLECTIVES`` rows) get a lane per rank, recompiles (``COMPILES`` rows) a marker lane per rank
-    and steps (``STEPS`` rows) a lane per rank; only rows inside the view's window are drawn (at most
-    :data:`EXACT_LIMIT` collectives; beyond that they are merged like kernels). ``uirevision`` keeps the user's
-    zoom across updates.
+    Steps (``STEPS`` rows, numbered when few enough are visible), micro-batches (:func:`microbatch_ranges`,
+    labelled ``F3``/``B3``), collectives (``COLLECTIVES`` rows) and compiles (``COMPILES`` rows) get a lane per
+    rank; everything overlapping the window is drawn, clipped to its edges. ``waits`` (``rank``, ``start``,
+    ``end``, ``text``) are drawn as labelled boxes over the waiting rank's collective lane ("rank 0 waits here for
+    rank 1's compile"). ``lanes`` (:func:`timeline_lanes`) fixes the lanes shown, so they do not change with the
+    zoom. ``uirevision`` keeps the user's zoom across updates.
     """
     lo, hi = view.start, view.end
+    win = (lo, hi)
     fig = go.Figure()
-    lanes: set[str] = set()
+    seen: set[str] = set()
 
     def in_window(f: pl.DataFrame | None, s: str = "start", e: str = "end") -> pl.DataFrame:
         if f is None or f.is_empty():
@@ -352,25 +472,26 @@ def timeline_figure(
         return f.filter((pl.col(e) >= lo) & (pl.col(s) <= hi))
 
     # steps first: they sit at the top of each rank's group of lanes
-    st = in_window(steps)
+    st = in_window(drawn_steps(steps))
     if not st.is_empty():
-        if "source" in st.columns and st["source"].cast(pl.String).n_unique() > 1:
-            st = st.filter(pl.col("source").cast(pl.String) == "profiler")
         st = st.sort("rank", "start").head(20_000)
-        for parity, color in ((0, CLASS_COLORS["step"]), (1, "#79706E")):  # alternate shades show step edges
+        label = _lane_label(pl.col("rank"), "steps")
+        for parity, color in ((0, "#D6D1CC"), (1, "#B3ABA5")):  # alternate shades show step edges
             part = st.filter(pl.col("step").fill_null(0) % 2 == parity)
             if part.is_empty():
                 continue
-            x, y, t = _segments(
-                part,
-                _lane_label(pl.col("rank"), "steps"),
-                origin,
-                pl.concat_str([pl.lit("step "), pl.col("step").cast(pl.String), pl.lit(" · "), _ms("dur"),
-                               pl.lit(" ms")]),
-            )
-            lanes.update(v for v in y[0::3])
+            x, y, t = _segments(part, label, origin, pl.concat_str(
+                [pl.lit("step "), pl.col("step").cast(pl.String), pl.lit(" · "), _ms("dur"), pl.lit(" ms")]), win)
+            seen.update(v for v in y[0::3])
             fig.add_trace(go.Scatter(x=x, y=y, text=t, mode="lines", name="steps", hoverinfo="text",
-                                     legendgroup="steps", showlegend=parity == 0, line=dict(color=color, width=6)))
+                                     legendgroup="steps", showlegend=parity == 0, line=dict(color=color, width=12)))
+        if st.height <= 60 * max(1, st["rank"].n_unique()):
+            mid = st.select(
+                ((pl.max_horizontal(pl.col("start"), pl.lit(lo)) + pl.min_horizontal(pl.col("end"), pl.lit(hi))) / 2
+                 - origin) / 1e6, label.alias("lane"), pl.col("step").cast(pl.String))
+            fig.add_trace(go.Scatter(x=mid["start"].to_numpy(), y=mid["lane"].to_list(), text=mid["step"].to_list(),
+                                     mode="text", textfont=dict(size=10, color="#1f2937"), hoverinfo="skip",
+                                     showlegend=False, name="step numbers"))
 
     sp = view.spans
     if not sp.is_empty():
@@ -378,23 +499,50 @@ def timeline_figure(
         text = pl.when(pl.col("exact")).then(
             pl.concat_str([pl.col("name").str.slice(0, 60), pl.lit(" · "), _ms("busy_ns"), pl.lit(" ms")])
         ).otherwise(
-            pl.concat_str([pl.col("count").cast(pl.String), pl.lit(" kernels · "), _ms("busy_ns"), pl.lit(" ms busy")])
+            pl.concat_str([pl.col("kernel_class").fill_null("other"), pl.lit(" · "), pl.col("count").cast(pl.String),
+                           pl.lit(" kernels · "), _ms("busy_ns"), pl.lit(" ms busy")])
         )
         for cls in [*KERNEL_CLASSES, None]:
             part = sp.filter(pl.col("kernel_class").is_null()) if cls is None else sp.filter(pl.col("kernel_class") == cls)
             if part.is_empty():
                 continue
-            x, y, t = _segments(part, lane, origin, text)
-            lanes.update(v for v in y[0::3])
+            x, y, t = _segments(part, lane, origin, text, win)
+            seen.update(v for v in y[0::3])
             fig.add_trace(go.Scatter(x=x, y=y, text=t, mode="lines", name=cls or "other", hoverinfo="text",
                                      line=dict(color=CLASS_COLORS.get(cls or "", "#888"), width=14)))
 
-    co = in_window(collectives)
+    mb = in_window(microbatches)
+    if not mb.is_empty():
+        label = _lane_label(pl.col("rank"), "micro-batches")
+        for phase in ("forward", "backward"):
+            part = mb.filter(pl.col("phase") == phase)
+            if part.is_empty():
+                continue
+            tag = pl.concat_str([pl.lit("F" if phase == "forward" else "B"), pl.col("mb").cast(pl.String)])
+            x, y, t = _segments(part, label, origin, pl.concat_str(
+                [pl.lit(f"{phase} micro-batch "), pl.col("mb").cast(pl.String), pl.lit(" · "),
+                 ((pl.col("end") - pl.col("start")) / 1e6).round(2).cast(pl.String), pl.lit(" ms")]), win)
+            seen.update(v for v in y[0::3])
+            fig.add_trace(go.Scatter(x=x, y=y, text=t, mode="lines", name=phase, hoverinfo="text",
+                                     line=dict(color=PHASE_COLORS[phase], width=14)))
+            # a label only where the range is wide enough to hold it (~22 px of a ~1,100 px plot)
+            wide = part.filter((pl.min_horizontal("end", pl.lit(hi)) - pl.max_horizontal("start", pl.lit(lo)))
+                               >= (hi - lo) * 22 / 1100)
+            if 0 < wide.height <= 400:
+                mid = wide.select(((pl.max_horizontal("start", pl.lit(lo)) + pl.min_horizontal("end", pl.lit(hi))) / 2
+                                   - origin) / 1e6, label.alias("lane"), tag.alias("tag"))
+                fig.add_trace(go.Scatter(x=mid["start"].to_numpy(), y=mid["lane"].to_list(), text=mid["tag"].to_list(),
+                                         mode="text", textfont=dict(size=9, color="#ffffff"), hoverinfo="skip",
+                                         showlegend=False))
+
+    co = pl.DataFrame()
+    if collectives is not None and not collectives.is_empty():
+        co = collectives.with_columns(
+            pl.coalesce("kernel_start", "start").alias("_s"), pl.max_horizontal("kernel_end", "end").alias("_e")
+        ).filter((pl.col("_e") >= lo) & (pl.col("_s") <= hi))
     if not co.is_empty():
-        co = co.with_columns(
-            pl.coalesce("kernel_start", "start").alias("_s"), pl.coalesce("kernel_end", "end").alias("_e")
-        ).select("rank", pl.col("_s").alias("start"), pl.col("_e").alias("end"),
-                 pl.col("collective").cast(pl.String), "pg_name", "seq", "bytes")
+        co = co.select("rank", pl.col("_s").alias("start"), pl.col("_e").alias("end"),
+                       pl.col("collective").cast(pl.String), "pg_name", "seq", "bytes")
         if co.height > EXACT_LIMIT:
             merged = reduce_timeline(
                 co.with_columns(pl.lit(0, pl.Int64).alias("stream"), pl.col("collective").alias("name"),
@@ -403,111 +551,202 @@ def timeline_figure(
                 start=lo, end=hi, exact_limit=0,
             )
             text = pl.concat_str([pl.col("count").cast(pl.String), pl.lit(" collectives")])
-            x, y, t = _segments(merged, _lane_label(pl.col("rank"), "collectives"), origin, text)
+            x, y, t = _segments(merged, _lane_label(pl.col("rank"), "collectives"), origin, text, win)
         else:
             text = pl.concat_str([
                 pl.col("collective"), pl.lit(" #"), pl.col("seq").cast(pl.String), pl.lit(" pg "),
-                pl.col("pg_name").fill_null("?"), pl.lit(" · "), pl.col("bytes").fill_null(0).cast(pl.String),
-                pl.lit(" B · "), ((pl.col("end") - pl.col("start")) / 1e6).round(3).cast(pl.String), pl.lit(" ms"),
+                pl.col("pg_name").fill_null("?"), pl.lit(" · "), (pl.col("bytes").fill_null(0) / 1e6).round(2)
+                .cast(pl.String), pl.lit(" MB · "), _ms_expr(pl.col("end") - pl.col("start")), pl.lit(" ms"),
             ])
-            x, y, t = _segments(co, _lane_label(pl.col("rank"), "collectives"), origin, text)
-        lanes.update(v for v in y[0::3])
+            x, y, t = _segments(co, _lane_label(pl.col("rank"), "collectives"), origin, text, win)
+        seen.update(v for v in y[0::3])
         fig.add_trace(go.Scatter(x=x, y=y, text=t, mode="lines", name="collectives", hoverinfo="text",
                                  line=dict(color=CLASS_COLORS["collective"], width=10)))
 
-    cp = in_window(compiles)
+    cp = pl.DataFrame()
+    if compiles is not None and not compiles.is_empty():
+        cp = compiles.filter(pl.col("start").is_not_null()).with_columns(pl.coalesce("end", "start").alias("end"))
+        cp = in_window(cp)
     if not cp.is_empty():
-        cp = cp.filter(pl.col("start").is_not_null())
         label = _lane_label(pl.col("rank"), "compile")
-        d = cp.select(
-            ((pl.col("start") - origin) / 1e6).alias("x"),
-            label.alias("y"),
-            pl.concat_str([
-                pl.lit("compile "), pl.col("compile_id").fill_null("?"), pl.lit(" · "),
-                pl.col("cause").fill_null("?"), pl.lit(" · "),
-                (pl.col("duration_ns").fill_null(0) / 1e6).round(1).cast(pl.String), pl.lit(" ms"),
-                pl.when(pl.col("step").is_not_null()).then(
-                    pl.concat_str([pl.lit(" · step "), pl.col("step").cast(pl.String)])).otherwise(pl.lit("")),
-            ]).alias("text"),
-        )
-        lanes.update(d["y"].to_list())
-        fig.add_trace(go.Scatter(x=d["x"].to_numpy(), y=d["y"].to_list(), text=d["text"].to_numpy().astype(str),
-                                 mode="markers", name="recompiles", hoverinfo="text",
-                                 marker=dict(symbol="triangle-down", size=12, color=CLASS_COLORS["compile"])))
-        x, y, t = _segments(cp.with_columns(pl.coalesce("end", "start").alias("end")), label, origin,
-                            pl.col("compile_id").fill_null("?"))
-        fig.add_trace(go.Scatter(x=x, y=y, text=t, mode="lines", showlegend=False, hoverinfo="text",
-                                 line=dict(color=CLASS_COLORS["compile"], width=4)))
+        hover = pl.concat_str([
+            pl.lit("compile "), pl.col("compile_id").fill_null("?"), pl.lit(" · "),
+            pl.col("cause").fill_null("?"), pl.lit(" · "),
+            (pl.col("duration_ns").fill_null(0) / 1e6).round(1).cast(pl.String), pl.lit(" ms"),
+            pl.when(pl.col("step").is_not_null()).then(
+                pl.concat_str([pl.lit(" · step "), pl.col("step").cast(pl.String)])).otherwise(pl.lit("")),
+        ])
+        x, y, t = _segments(cp, label, origin, hover, win)
+        seen.update(v for v in y[0::3])
+        fig.add_trace(go.Scatter(x=x, y=y, text=t, mode="lines", name="compiling", hoverinfo="text",
+                                 line=dict(color=CLASS_COLORS["compile"], width=8)))
 
-    order = sorted(lanes, key=_lane_sort_key)
+    order = lanes if lanes else sorted(seen, key=_lane_sort_key)
+    order = order + sorted(seen - set(order), key=_lane_sort_key)
     index = {label: i for i, label in enumerate(order)}
     for tr in fig.data:  # lane labels → numbers (short JSON); the axis shows the labels
         if tr.y is not None:
             tr.y = np.array([np.nan if v is None else index[v] for v in tr.y], dtype=np.float32)
+
+    w = in_window(waits)
+    for row in (w.sort("start").head(12).iter_rows(named=True) if not w.is_empty() else []):
+        lane_name = f"rank {row['rank']} · collectives"
+        if lane_name not in index:
+            lane_name = f"rank {row['rank']} · steps"
+        if lane_name not in index:
+            continue
+        y0 = index[lane_name]
+        x0 = (max(row["start"], lo) - origin) / 1e6
+        x1 = (min(row["end"], hi) - origin) / 1e6
+        fig.add_shape(type="rect", x0=x0, x1=x1, y0=y0 - 0.45, y1=y0 + 0.45, line=dict(color="#B91C1C", width=1.5),
+                      fillcolor="rgba(220, 38, 38, 0.12)", layer="above")
+        fig.add_annotation(x=x0, y=y0 - 0.45, text=row["text"], showarrow=False, xanchor="left", yanchor="bottom",
+                           font=dict(size=11, color="#991B1B"), bgcolor="rgba(255,255,255,0.85)",
+                           bordercolor="#B91C1C", borderwidth=1, borderpad=2)
+
     fig.update_yaxes(tickvals=list(range(len(order))), ticktext=order, range=[len(order) - 0.5, -0.5],
                      fixedrange=True, showgrid=False, zeroline=False)
-    fig.update_xaxes(title="ms since start of run", range=[(lo - origin) / 1e6, (hi - origin) / 1e6],
-                     showgrid=True)
-    _base_layout(fig, title=title, height=max(220, 70 + 26 * len(order)))
-    fig.update_layout(margin=dict(l=150))
+    fig.update_xaxes(title="time since the run's first recorded activity", range=[(lo - origin) / 1e6, (hi - origin) / 1e6],
+                     showgrid=True, ticksuffix=" ms", exponentformat="none", separatethousands=True)
+    _base_layout(fig, title=title, height=max(240, 110 + 26 * len(order)))
+    fig.update_layout(margin=dict(l=170, t=70 if title else 50),
+                      legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="left", x=0))
     fig.update_layout(uirevision=uirevision, hovermode="closest", dragmode="zoom",
-                      meta={"exact": view.exact, "visible_kernels": view.visible_kernels, "spans": view.spans.height})
+                      meta={"exact": view.exact, "visible_kernels": view.visible_kernels, "spans": view.spans.height,
+                            "lanes": order})
     return fig
 
 
+def _ms_expr(e: pl.Expr) -> pl.Expr:
+    return (e / 1e6).round(2).cast(pl.String)
+
+
 def run_timeline(run: Any, *, start: int | None = None, end: int | None = None, ranks: list[int] | None = None,
-                 width_px: int = DEFAULT_WIDTH_PX) -> go.Figure:
+                 width_px: int = DEFAULT_WIDTH_PX, step: int | None = None) -> go.Figure:
     """The app's Timeline figure for a :class:`workbench.Run` in one call (notebooks, reports).
 
-    ``start``/``end`` are absolute ns (``None``: the whole run); x is in ms since the run's first kernel or step.
+    ``start``/``end`` are absolute ns, or ``step`` picks one step (``None``: where the run's activity is); x is in
+    ms since the run's first recorded activity.
     """
-    view = timeline_view(run.kernels, start=start, end=end, ranks=ranks, width_px=width_px)
-    origin = (time_bounds(run.kernels, run.steps, run.collectives) or (0, 0))[0]
     sel = (lambda f: f.filter(pl.col("rank").is_in(ranks))) if ranks else (lambda f: f)
-    return timeline_figure(view, origin=origin, collectives=sel(run.collectives), compiles=sel(run.compiles),
-                           steps=sel(run.steps), title=view.describe())
+    steps, colls = sel(run.steps), sel(run.collectives)
+    if step is not None and start is None and end is None:
+        b = time_bounds(drawn_steps(steps).filter(pl.col("step") == step))
+        if b:
+            start, end = b
+    if start is None and end is None:
+        b = activity_bounds(sel(run.kernels), steps, colls)
+        if b:
+            start, end = b
+    index = TimelineIndex(run.kernels)
+    view = timeline_view(index, start=start, end=end, ranks=ranks, width_px=width_px)
+    origin = (activity_bounds(run.kernels, run.steps, run.collectives) or (0, 0))[0]
+    mb = sel(microbatch_ranges(getattr(run, "events", None)))
+    lanes = timeline_lanes(index, ranks=ranks, steps=drawn_steps(steps), collectives=colls,
+                           compiles=sel(run.compiles), microbatches=mb)
+    return timeline_figure(view, origin=origin, collectives=colls, compiles=sel(run.compiles), steps=steps,
+                           microbatches=mb, lanes=lanes, title=view.describe())
 
 
 def _lane_sort_key(label: str) -> tuple:
-    # "rank 3 · stream 7" → (3, 1, 7); steps first, then streams, collectives, compile
+    # "rank 3 · stream 7" → (3, 2, 7); steps first, then micro-batches, streams, collectives, compile
     try:
         head, what = label.split(" · ", 1)
         rank = int(head.split()[1])
     except (ValueError, IndexError):
         return (10**9, 9, 0, label)
-    order = {"steps": 0, "collectives": 2, "compile": 3}
+    order = {"steps": 0, "micro-batches": 1, "collectives": 3, "compile": 4}
     if what.startswith("stream "):
         try:
-            return (rank, 1, int(what.split()[1]), label)
+            return (rank, 2, int(what.split()[1]), label)
         except ValueError:
-            return (rank, 1, 0, label)
-    return (rank, order.get(what, 4), 0, label)
+            return (rank, 2, 0, label)
+    return (rank, order.get(what, 5), 0, label)
 
 
 # ------------------------------------------------------------------------------------------------ step time
 
 
-def step_time_figure(steps: pl.DataFrame, *, title: str | None = "Step time per rank") -> go.Figure:
-    """Step duration (ms) per rank over steps, one line per rank (``STEPS`` rows; collector steps preferred)."""
+def _nice_log_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
+    """Tick values 1-2-5 × 10^k between ``lo`` and ``hi`` (ms) with labels that carry the unit
+    (``"5 ms"``, ``"1 s"``): log axes never read "5 2 1000 5 2"."""
+    lo, hi = max(lo, 1e-6), max(hi, lo * 1.01)
+    vals: list[float] = []
+    k = int(np.floor(np.log10(lo))) - 1
+    while 10.0 ** k <= hi * 10:
+        for m in (1, 2, 5):
+            v = m * 10.0 ** k
+            if lo / 1.5 <= v <= hi * 1.5:
+                vals.append(v)
+        k += 1
+    if len(vals) > 9:  # too dense: powers of ten only
+        vals = [v for v in vals if abs(np.log10(v) - round(np.log10(v))) < 1e-9] or vals
+    return vals, [fmt_ms_tick(v) for v in vals]
+
+
+def fmt_ms_tick(ms: float) -> str:
+    """An axis label for ``ms`` milliseconds: ``"500 ms"``, ``"2 s"``, ``"0.2 ms"``."""
+    if ms >= 1000:
+        v = ms / 1000
+        return f"{v:g} s"
+    return f"{ms:g} ms"
+
+
+def step_periods(steps: pl.DataFrame) -> pl.DataFrame:
+    """Per rank and step, the step *period*: from this step's start to the next one's (the time a step really
+    takes, data loading wait included), with ``data_wait_ns`` where the collector measured it.
+
+    Columns ``rank``, ``step``, ``period_ns``, ``dur_ns`` (the step body alone), ``data_wait_ns``. Collector steps
+    are used when the run has them, else profiler steps; the last step of a rank (no next start) uses its body
+    plus its data wait.
+    """
     if steps is None or steps.is_empty():
-        return empty_figure("no steps recorded")
+        return pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int32, "period_ns": pl.Int64, "dur_ns": pl.Int64,
+                                    "data_wait_ns": pl.Int64})
     s = steps
     if "source" in s.columns:
-        sources = set(s["source"].cast(pl.String).unique().to_list())
-        if "collector" in sources:
-            s = s.filter(pl.col("source").cast(pl.String) == "collector")
+        src = set(s["source"].cast(pl.String).unique().to_list())
+        s = s.filter(pl.col("source").cast(pl.String) == ("collector" if "collector" in src else "profiler"))
+    wait = pl.col("data_wait_ns") if "data_wait_ns" in s.columns else pl.lit(None, pl.Int64)
+    return (
+        s.sort("rank", "start")
+        .with_columns(wait.alias("data_wait_ns"))
+        .with_columns(nxt=pl.col("start").shift(-1).over("rank"),
+                      nwait=pl.col("data_wait_ns").shift(-1).over("rank"))
+        .with_columns(period_ns=pl.coalesce(pl.col("nxt") - pl.col("start"),
+                                            pl.col("dur") + pl.col("nwait").fill_null(0)))
+        .select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int32), pl.col("period_ns").cast(pl.Int64),
+                pl.col("dur").cast(pl.Int64).alias("dur_ns"), pl.col("nwait").cast(pl.Int64).alias("data_wait_ns"))
+    )
+
+
+def step_time_figure(steps: pl.DataFrame, *, title: str | None = "Step period per rank (data loading included)"
+                     ) -> go.Figure:
+    """Per rank, the time from each step's start to the next (ms, one line per rank): what a step really takes,
+    data loading wait included, so a rank that waits for its data shows. Log scale (ticks 1-2-5 with units) when a
+    compile step would flatten the rest."""
+    per = step_periods(steps)
+    if per.is_empty():
+        return empty_figure("no steps recorded")
     fig = go.Figure()
-    for rank in sorted(s["rank"].unique().to_list()):
-        r = s.filter(pl.col("rank") == rank).sort("step")
-        fig.add_trace(go.Scatter(x=r["step"].to_list(), y=(r["dur"] / 1e6).to_list(), mode="lines+markers",
-                                 name=f"rank {rank}", marker=dict(size=4)))
-    fig.update_xaxes(title="step")
-    med = s["dur"].median()
-    if med and s["dur"].max() > 20 * med:  # compile-time first steps would flatten the rest
-        fig.update_yaxes(title="step time (ms, log scale)", type="log")
+    for rank in sorted(per["rank"].unique().to_list()):
+        r = per.filter(pl.col("rank") == rank).sort("step")
+        body = (r["dur_ns"] / 1e6).to_list()
+        wait = [None if w is None else w / 1e6 for w in r["data_wait_ns"].to_list()]
+        hover = [f"rank {rank} · step {st}<br>period {p:,.2f} ms<br>step body {b:,.2f} ms"
+                 + (f"<br>data wait before the next step {w:,.2f} ms" if w is not None else "")
+                 for st, p, b, w in zip(r["step"].to_list(), (r["period_ns"] / 1e6).to_list(), body, wait)]
+        fig.add_trace(go.Scatter(x=r["step"].to_list(), y=(r["period_ns"] / 1e6).to_list(), mode="lines+markers",
+                                 name=f"rank {rank}", marker=dict(size=5), text=hover, hoverinfo="text"))
+    fig.update_xaxes(title="step", dtick=1 if per["step"].n_unique() <= 30 else None, tickformat="d")
+    vals = (per["period_ns"] / 1e6).drop_nulls()
+    med = vals.median()
+    if med and vals.max() > 20 * med:  # compile-time first steps would flatten the rest
+        tv, tt = _nice_log_ticks(float(vals.min()), float(vals.max()))
+        fig.update_yaxes(title="step period (log scale)", type="log", tickvals=tv, ticktext=tt)
     else:
-        fig.update_yaxes(title="step time (ms)", rangemode="tozero")
-    return _base_layout(fig, title=title, height=360)
+        fig.update_yaxes(title="step period", rangemode="tozero", ticksuffix=" ms")
+    return _base_layout(fig, title=title, height=380)
 
 
 # ------------------------------------------------------------------------------------------- generic shapes
@@ -533,21 +772,21 @@ def stacked_bar_figure(
         if p not in frame.columns:
             continue
         vals = (frame[p].cast(pl.Float64) / scale).to_list()
-        color = next((c for k, c in PART_COLORS.items() if k in p), None)
-        label = p.replace("_ns", "").replace("_pct", " %").replace("_", " ")
+        color, label = PARTS.get(p, (None, p.replace("_ns", "").replace("_pct", " %").replace("_", " ")))
+        hover = f"{label}: %{{{'x' if horizontal else 'y'}:,.2f}} {unit}<extra>{x_title or x} %{{{'y' if horizontal else 'x'}}}</extra>"
         if horizontal:
-            fig.add_trace(go.Bar(y=xs, x=vals, name=label, orientation="h", marker_color=color))
+            fig.add_trace(go.Bar(y=xs, x=vals, name=label, orientation="h", marker_color=color, hovertemplate=hover))
         else:
-            fig.add_trace(go.Bar(x=xs, y=vals, name=label, marker_color=color))
+            fig.add_trace(go.Bar(x=xs, y=vals, name=label, marker_color=color, hovertemplate=hover))
     fig.update_layout(barmode="stack")
-    axis = dict(title=unit)
+    axis = dict(title=unit, ticksuffix=f" {unit}" if unit in ("ms", "s", "%") else None)
     if horizontal:
         fig.update_xaxes(**axis)
         fig.update_yaxes(title=x_title or x, type="category")
     else:
         fig.update_yaxes(**axis)
         fig.update_xaxes(title=x_title or x, type="category")
-    return _base_layout(fig, title=title, height=360)
+    return _base_layout(fig, title=title, height=380)
 
 
 def heatmap_figure(
@@ -563,8 +802,13 @@ def heatmap_figure(
     x_title: str | None = None,
     y_title: str | None = None,
     text: str | None = None,
+    log_color: bool = False,
 ) -> go.Figure:
-    """A ``y`` × ``x`` heatmap of ``z`` from a long frame (one row per cell); missing cells stay empty."""
+    """A ``y`` × ``x`` heatmap of ``z`` from a long frame (one row per cell); missing cells stay empty.
+
+    ``log_color``: colour by log10 of the value (ticks on the colour bar in the value's unit, 1-2-5), so a 30 ms
+    cell stays visible next to a 2.5 s one; values at or below 1/1000 of the largest share the lowest colour.
+    """
     if frame is None or frame.is_empty():
         return empty_figure("nothing to show")
     xs = sorted(frame[x].unique().drop_nulls().to_list(), key=_natural)
@@ -580,10 +824,22 @@ def heatmap_figure(
         grid[yi[yv]][xi[xv]] = None if zv is None else float(zv) / scale
         if tv is not None:
             tgrid[yi[yv]][xi[xv]] = str(tv)
+    colorbar: dict[str, Any] = dict(title=unit)
+    zplot: list[list[Any]] = grid
+    hover_z = "%{z:,.2f}"
+    if log_color:
+        flat = [v for row in grid for v in row if v is not None and v > 0]
+        top = max(flat) if flat else 1.0
+        floor = top / 1000.0
+        zplot = [[None if v is None else float(np.log10(max(v, floor))) for v in row] for row in grid]
+        tv, tt = _nice_log_ticks(floor, top)
+        colorbar.update(tickvals=[float(np.log10(v)) for v in tv], ticktext=tt,
+                        title=f"{unit} (log scale)" if unit else "log scale")
+        hover_z = "%{customdata:,.2f}"
     fig = go.Figure(go.Heatmap(
-        z=grid, x=[str(v) for v in xs], y=[str(v) for v in ys], colorscale=colorscale,
-        colorbar=dict(title=unit), text=tgrid if text else None,
-        hovertemplate=f"{y_title or y} %{{y}}<br>{x_title or x} %{{x}}<br>%{{z}} {unit}"
+        z=zplot, x=[str(v) for v in xs], y=[str(v) for v in ys], colorscale=colorscale,
+        colorbar=colorbar, text=tgrid if text else None, customdata=grid if log_color else None,
+        hovertemplate=f"{y_title or y} %{{y}}<br>{x_title or x} %{{x}}<br>{hover_z} {unit}"
         + ("<br>%{text}" if text else "") + "<extra></extra>",
         xgap=1, ygap=1,
     ))
@@ -612,8 +868,11 @@ def line_figure(
     unit: str = "",
     title: str | None = None,
     x_title: str | None = None,
+    y_title: str | None = None,
+    percent: bool = False,
 ) -> go.Figure:
-    """Lines of ``y`` over ``x``, one per value of ``color`` (values divided by ``scale``)."""
+    """Lines of ``y`` over ``x``, one per value of ``color`` (values divided by ``scale``). ``percent``: ``y`` is
+    a percentage (0–100) and the axis runs 0–100 % whatever the values."""
     if frame is None or frame.is_empty():
         return empty_figure("nothing to show")
     fig = go.Figure()
@@ -623,10 +882,17 @@ def line_figure(
     for key, part in groups:
         part = part.sort(x)
         fig.add_trace(go.Scatter(x=part[x].to_list(), y=(part[y].cast(pl.Float64) / scale).to_list(),
-                                 mode="lines+markers", marker=dict(size=4),
-                                 name=f"{color} {key}" if color else y))
-    fig.update_xaxes(title=x_title or x)
-    fig.update_yaxes(title=unit, rangemode="tozero")
+                                 mode="lines+markers", marker=dict(size=5),
+                                 name=f"{color} {key}" if color else (y_title or y)))
+    xs = frame[x]
+    integer_x = xs.dtype.is_integer()
+    fig.update_xaxes(title=x_title or x, dtick=1 if integer_x and xs.n_unique() <= 30 else None,
+                     tickformat="d" if integer_x else None)
+    if percent:
+        fig.update_yaxes(title=y_title or unit, range=[0, 100], ticksuffix=" %")
+    else:
+        fig.update_yaxes(title=y_title or unit, rangemode="tozero",
+                         ticksuffix=f" {unit}" if unit in ("ms", "s") else None)
     return _base_layout(fig, title=title, height=340)
 
 
@@ -648,7 +914,7 @@ def bar_figure(
     ys = (frame[y].cast(pl.Float64) / scale).to_list()
     colors = None
     if color and color in frame.columns:
-        colors = [CLASS_COLORS.get(str(c), PART_COLORS.get(str(c), str(c))) for c in frame[color].to_list()]
+        colors = [CLASS_COLORS.get(str(c), SEVERITY_COLORS.get(str(c), str(c))) for c in frame[color].to_list()]
     if horizontal:
         fig = go.Figure(go.Bar(y=xs, x=ys, orientation="h", marker_color=colors))
         fig.update_xaxes(title=unit)
@@ -663,21 +929,55 @@ def bar_figure(
 # ------------------------------------------------------------------------------------- domain-shaped figures
 
 
-def findings_figure(findings: pl.DataFrame, *, top: int = 15, title: str | None = "Findings by cost") -> go.Figure:
-    """Horizontal bars of ``cost_ns`` (ms) for the top findings (``FINDINGS`` rows), coloured by severity."""
+def findings_figure(findings: pl.DataFrame, *, top: int = 15, title: str | None = "Root causes by the time they cost"
+                    ) -> go.Figure:
+    """Horizontal bars of ``cost_ns`` for the top findings (``FINDINGS`` rows, e.g. the root causes), coloured by
+    severity, each labelled with its cost and whether it was measured or estimated (the message on hover)."""
     if findings is None or findings.is_empty():
         return empty_figure("no findings")
-    f = findings.sort("cost_ns", descending=True, nulls_last=True).head(top)
-    sev = {"high": "#D62728", "medium": "#FF7F0E", "low": "#1F77B4", "info": "#7F7F7F"}
-    labels = [f"{k} ({i + 1})" for i, k in enumerate(f["kind"].to_list())]
+    f = findings.sort("cost_ns", descending=True, nulls_last=True, maintain_order=True).head(top)
+    labels = [f"{i + 1}. {str(k).replace('_', ' ')}" for i, k in enumerate(f["kind"].to_list())]
+    basis = f["cost_basis"].to_list() if "cost_basis" in f.columns else [None] * f.height
+    costs = f["cost_ns"].fill_null(0).to_list()
+    text = [f"{fmt_duration(c)}" + (f" {b}" if b else "") for c, b in zip(costs, basis)]
+    hover = ["<br>".join(_wrap(m or "", 90)) for m in f["message"].fill_null("").to_list()]
     fig = go.Figure(go.Bar(
-        y=labels, x=(f["cost_ns"].fill_null(0) / 1e6).to_list(), orientation="h",
-        marker_color=[sev.get(s, "#7F7F7F") for s in f["severity"].to_list()],
-        text=[m[:90] for m in f["message"].fill_null("").to_list()], hoverinfo="text+x",
+        y=labels, x=[c / 1e6 for c in costs], orientation="h", text=text, textposition="outside",
+        cliponaxis=False, marker_color=[SEVERITY_COLORS.get(s, "#7F7F7F") for s in f["severity"].to_list()],
+        customdata=hover, hovertemplate="%{customdata}<extra>%{y}</extra>",
     ))
-    fig.update_xaxes(title="cost (ms of step time)")
-    fig.update_yaxes(autorange="reversed", type="category")
-    return _base_layout(fig, title=title, height=max(240, 80 + 28 * f.height))
+    top_ms = max(costs) / 1e6 if costs else 1
+    fig.update_xaxes(title="cost (ms of step time)", range=[0, max(top_ms * 1.3, 1e-3)], ticksuffix=" ms",
+                     separatethousands=True)
+    fig.update_yaxes(autorange="reversed", type="category", automargin=True)
+    return _base_layout(fig, title=title, height=max(220, 90 + 34 * f.height))
+
+
+def fmt_duration(ns: float | int | None) -> str:
+    """``"2.57 s"``, ``"276.7 ms"``, ``"6.12 ms"``, ``"905 µs"`` (what the app's text shows)."""
+    if ns is None:
+        return "–"
+    a = abs(ns)
+    if a >= 1e9:
+        return f"{ns / 1e9:,.2f} s"
+    if a >= 1e8:
+        return f"{ns / 1e6:,.1f} ms"
+    if a >= 1e6:
+        return f"{ns / 1e6:,.2f} ms"
+    if a >= 1e3:
+        return f"{ns / 1e3:,.0f} µs"
+    return f"{ns:,.0f} ns"
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    lines, cur = [], ""
+    for word in text.split():
+        if cur and len(cur) + 1 + len(word) > width:
+            lines.append(cur)
+            cur = word
+        else:
+            cur = f"{cur} {word}".strip()
+    return lines + ([cur] if cur else [])
 
 
 def divergence_matrix_figure(compiles: pl.DataFrame, *, title: str | None = "Compile ids per rank") -> go.Figure:
@@ -755,10 +1055,124 @@ def skew_cells(matched: pl.DataFrame, *, max_instances: int = MAX_SKEW_INSTANCES
                        pl.lit(" · last rank "), pl.col("last_rank").cast(pl.String)]).alias("text"))
 
 
-def collective_skew_figure(matched: pl.DataFrame, *, title: str | None = "Wait at each collective for the last-arriving rank") -> go.Figure:
-    """Rank × collective-instance heatmap of each rank's wait (ms) for the last rank to arrive."""
+def collective_skew_figure(matched: pl.DataFrame, *,
+                           title: str | None = "Each rank's wait for the last rank at each collective") -> go.Figure:
+    """Rank × collective-instance heatmap of each rank's wait (ms) for the last rank to arrive, on a log colour
+    scale so the typical 30 ms waits show next to a 2.5 s stall."""
     cells = skew_cells(matched)
     if cells.is_empty():
         return empty_figure("no collective seen on more than one rank")
     return heatmap_figure(cells, x="instance", y="rank", z="wait_ns", scale=1e6, unit="ms", text="text",
-                          x_title="collective instance (in time order)", y_title="rank", title=title)
+                          x_title="collective instance (in time order)", y_title="rank", title=title,
+                          log_color=True, colorscale="YlOrRd")
+
+
+def arrival_offsets(matched: pl.DataFrame) -> pl.DataFrame:
+    """Per rank and complete non-p2p collective instance: ``offset_ns`` = the rank's arrival minus the median
+    arrival of all ranks at that instance (positive: it arrives *later* than the others), with ``t_s`` (seconds
+    since the first instance), ``step`` and ``collective``."""
+    if matched is None or matched.is_empty():
+        return pl.DataFrame()
+    key = ["pg_name", "pg_ranks", "step", "order"]
+    m = matched.filter(~pl.col("p2p") & pl.col("complete") & (pl.col("ranks_seen") > 1))
+    if m.is_empty():
+        return pl.DataFrame()
+    return m.with_columns(
+        offset_ns=pl.col("arrival") - pl.col("arrival").median().over(key),
+        t_s=(pl.col("arrival").min().over(key) - pl.col("arrival").min()).cast(pl.Float64) / 1e9,
+    ).select("rank", "t_s", "step", pl.col("collective").cast(pl.String), "offset_ns").sort("rank", "t_s")
+
+
+def arrival_offset_figure(matched: pl.DataFrame, *, title: str | None = "When each rank reaches each collective, "
+                          "relative to the others") -> go.Figure:
+    """Each rank's arrival offset at every collective over the run (ms; positive = later than the median rank),
+    on a symmetric log-like scale: the mirror image of two ranks shows who waits for whom."""
+    off = arrival_offsets(matched)
+    if off.is_empty():
+        return empty_figure("no collective seen on more than one rank")
+    fig = go.Figure()
+    for rank in sorted(off["rank"].unique().to_list()):
+        r = off.filter(pl.col("rank") == rank)
+        fig.add_trace(go.Scatter(
+            x=r["t_s"].to_list(), y=(r["offset_ns"] / 1e6).to_list(), mode="lines+markers", name=f"rank {rank}",
+            marker=dict(size=6), customdata=[f"step {s} · {c}" for s, c in zip(r["step"].to_list(), r["collective"].to_list())],
+            hovertemplate=f"rank {rank}<br>%{{customdata}}<br>%{{y:,.2f}} ms vs the median rank<extra></extra>"))
+    fig.add_hline(y=0, line=dict(color="#9CA3AF", width=1))
+    fig.update_xaxes(title="time since the first collective", ticksuffix=" s")
+    fig.update_yaxes(title="arrival offset (+ later, − earlier than the median rank)", ticksuffix=" ms",
+                     zeroline=False, separatethousands=True)
+    return _base_layout(fig, title=title, height=380)
+
+
+# ------------------------------------------------------------------------------------------------- pipeline
+
+
+def bubble_figure(bubbles: pl.DataFrame, *, theory_pct: float | None = None,
+                  title: str | None = "Pipeline bubble per stage") -> go.Figure:
+    """Per stage (rank): the median share of the step spent in neither forward nor backward work (%), with the
+    GPipe theory ``(S-1)/(M+S-1)`` as a line when given."""
+    if bubbles is None or bubbles.is_empty():
+        return empty_figure("no pipeline micro-batches found")
+    per = bubbles.group_by("rank").agg(pl.col("bubble_pct").median(), pl.col("bubble_ns").median(),
+                                       pl.col("step_ns").median()).sort("rank")
+    xs = [f"stage {r} (rank {r})" for r in per["rank"].to_list()]
+    fig = go.Figure(go.Bar(
+        x=xs, y=per["bubble_pct"].to_list(), marker_color=PARTS["bubble_ns"][0],
+        text=[f"{p:.1f} % · {fmt_duration(b)} of {fmt_duration(st)}" for p, b, st in
+              zip(per["bubble_pct"].to_list(), per["bubble_ns"].to_list(), per["step_ns"].to_list())],
+        textposition="outside", cliponaxis=False, name="measured bubble",
+        hovertemplate="%{x}<br>bubble %{y:.1f} % of the step<extra></extra>"))
+    if theory_pct is not None:
+        fig.add_hline(y=theory_pct, line=dict(color="#111827", dash="dash"),
+                      annotation_text=f"GPipe theory {theory_pct:.1f} %", annotation_position="top left")
+    top = max([*per["bubble_pct"].drop_nulls().to_list(), theory_pct or 0, 1])
+    fig.update_yaxes(title="bubble (median over steps)", ticksuffix=" %", range=[0, min(100, top * 1.35)])
+    fig.update_xaxes(type="category")
+    return _base_layout(fig, title=title, height=340)
+
+
+def pipeline_schedule_figure(microbatches: pl.DataFrame, step_ranges: pl.DataFrame, *, step: int,
+                             title: str | None = None) -> go.Figure:
+    """The schedule of one step as a picture: one row per stage (rank), its forward and backward micro-batch
+    ranges over time (labelled ``F3``/``B3``), idle where neither runs. ``step_ranges``: ``rank``, ``step``,
+    ``start``, ``end`` (e.g. the bubbles table); x is ms since the step's earliest start."""
+    sr = step_ranges.filter(pl.col("step") == step) if not step_ranges.is_empty() else step_ranges
+    if sr.is_empty():
+        return empty_figure(f"step {step} is not in the analysed window")
+    lo = int(sr["start"].min())
+    hi = int(sr["end"].max())
+    mb = microbatches.filter((pl.col("end") >= lo) & (pl.col("start") <= hi)) if not microbatches.is_empty() else microbatches
+    ranks = sorted(sr["rank"].unique().to_list())
+    ylab = {r: f"stage {r} · rank {r}" for r in ranks}
+    fig = go.Figure()
+    for row in sr.iter_rows(named=True):  # the step as the idle background
+        fig.add_trace(go.Bar(y=[ylab[row["rank"]]], x=[(row["end"] - row["start"]) / 1e6],
+                             base=[(row["start"] - lo) / 1e6], orientation="h", marker_color=PHASE_COLORS["idle"],
+                             name="idle (bubble)", showlegend=row["rank"] == ranks[0], width=0.8,
+                             hovertemplate=f"step {step} on rank {row['rank']}: "
+                                           f"{(row['end'] - row['start']) / 1e6:,.2f} ms<extra></extra>"))
+    for phase in ("forward", "backward"):
+        part = mb.filter(pl.col("phase") == phase) if not mb.is_empty() else mb
+        if part.is_empty():
+            continue
+        part = part.with_columns(pl.col("start").clip(lo, hi), pl.col("end").clip(lo, hi))
+        fig.add_trace(go.Bar(
+            y=[ylab.get(r, f"rank {r}") for r in part["rank"].to_list()],
+            x=((part["end"] - part["start"]) / 1e6).to_list(), base=((part["start"] - lo) / 1e6).to_list(),
+            orientation="h", marker_color=PHASE_COLORS[phase], name=phase, width=0.6,
+            text=[("F" if phase == "forward" else "B") + str(m) for m in part["mb"].to_list()],
+            textposition="inside", insidetextanchor="middle", textfont=dict(color="white"),
+            customdata=[f"{phase} micro-batch {m}" for m in part["mb"].to_list()],
+            hovertemplate="%{customdata}<br>%{base:,.2f} → %{x:,.2f} ms long<extra>%{y}</extra>"))
+    fig.update_layout(barmode="overlay")
+    fig.update_xaxes(title=f"ms since step {step} started", ticksuffix=" ms", range=[0, (hi - lo) / 1e6])
+    fig.update_yaxes(autorange="reversed", type="category", automargin=True)
+    return _base_layout(fig, title=title or f"Schedule of step {step}: forward, backward and idle per stage",
+                        height=max(220, 120 + 60 * len(ranks)))
+
+
+def gpipe_bubble_pct(stages: int, microbatches: float) -> float | None:
+    """The GPipe bubble fraction ``(S-1)/(M+S-1)`` in percent, or None without stages."""
+    if stages <= 1 or microbatches <= 0:
+        return None
+    return 100.0 * (stages - 1) / (microbatches + stages - 1)

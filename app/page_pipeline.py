@@ -1,0 +1,114 @@
+"""Pipeline: the bubble of each stage, and the schedule of one step as a picture (stages × time: forward,
+backward, idle), for runs whose stages record micro-batch ranges (``forward_mb3`` / ``backward_mb3``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+from dash import Input, Output, State, dcc, html
+
+from workbench import figures
+from workbench.app import compute
+from workbench.app.components import (
+    col, error_panel, fmt_pct, fmt_time, graph, grid, ms_column, ns_to_ms, pct_column, plural, safe, section,
+    stats_row,
+)
+from workbench.app.page_timeline import microbatches
+from workbench.app.store import RunStore
+
+PATH = "/pipeline"
+NAME = "Pipeline"
+KEY = "pipeline"
+
+
+def stage_table(bubbles: pl.DataFrame) -> pl.DataFrame:
+    """Per stage (rank): steps, micro-batches per step, median step time, bubble and first-forward delay."""
+    per = bubbles.group_by("rank").agg(
+        pl.len().alias("steps"),
+        pl.col("forwards").median().alias("microbatches"),
+        pl.col("step_ns").median(),
+        pl.col("work_ns").median(),
+        pl.col("bubble_ns").median(),
+        pl.col("bubble_pct").median(),
+        pl.col("first_forward_delay_ns").median(),
+        pl.col("timeline").first(),
+    ).sort("rank")
+    return ns_to_ms(per, "step_ns", "work_ns", "bubble_ns", "first_forward_delay_ns")
+
+
+STAGE_COLUMNS = [
+    col("rank", "Stage (rank)"), col("steps", "Steps analysed"), col("microbatches", "Micro-batches per step"),
+    ms_column("step_ms", "Median step"), ms_column("work_ms", "Work (forward + backward)"),
+    ms_column("bubble_ms", "Bubble"), pct_column("bubble_pct", "Bubble share of the step"),
+    ms_column("first_forward_delay_ms", "Step start to first forward"), col("timeline", "Ranges from"),
+]
+
+
+def default_step(bubbles: pl.DataFrame) -> int:
+    """The step the schedule shows first: the steady step whose bubble is the median one (the first step of the
+    window often carries warm-up)."""
+    steps = sorted(bubbles["step"].unique().to_list())
+    steady = steps[1:] if len(steps) > 2 else steps
+    per = bubbles.filter(pl.col("step").is_in(steady)).group_by("step").agg(pl.col("bubble_pct").mean()).sort(
+        "bubble_pct")
+    return int(per["step"][per.height // 2])
+
+
+def layout(pctx) -> Any:
+    if not pctx.run_id:
+        return error_panel("No run", "No runs were found.")
+    return safe("Pipeline", _layout, pctx.store, pctx.run_id)
+
+
+def _layout(store: RunStore, rid: str) -> Any:
+    bub = compute.table(store, rid, "bubbles")
+    mb = microbatches(store, rid)
+    if bub.is_empty() or mb.is_empty() or float(bub["forwards"].median() or 0) < 2:
+        return html.Div("Not a pipeline run: no stage records several forward micro-batch ranges per step "
+                        "(record_function names like forward_mb0 / backward_mb0, as torch.distributed.pipelining "
+                        "schedules or the collector's micro-batch hooks write).",
+                        className="panel panel-unavailable", id="no-pipeline")
+    stages = bub["rank"].n_unique()
+    m = float(bub["forwards"].median())
+    theory = figures.gpipe_bubble_pct(stages, m)
+    measured = float(bub.group_by("rank").agg(pl.col("bubble_pct").median())["bubble_pct"].max())
+    step = default_step(bub)
+    f = compute.findings(store, rid).filter(pl.col("kind") == "pipeline_bubble")
+    msgs = [html.Div([html.Strong("Finding: "), html.Span(r["message"]), html.Span(
+        f" ({fmt_time(r['cost_ns'])} {r['cost_basis'] or ''})", className="muted")], className="rec pipeline-finding")
+        for r in f.iter_rows(named=True)]
+    steps = sorted(bub["step"].unique().to_list())
+    return html.Div([
+        stats_row([
+            ("stages", "stages", str(stages)),
+            ("microbatches", "micro-batches per step", f"{m:g}"),
+            ("bubble", "worst stage's bubble", fmt_pct(measured)),
+            ("theory", "GPipe theory (S−1)/(M+S−1)", fmt_pct(theory) if theory is not None else "–"),
+        ]),
+        *msgs,
+        section("Bubble per stage", graph(figures.bubble_figure(bub, theory_pct=theory), id="bubble-figure"),
+                grid(stage_table(bub), id="stages-grid", columns=STAGE_COLUMNS),
+                html.Div("Bubble: the part of the step a stage spends on neither forward nor backward work "
+                         "(waiting for its neighbour's activations or gradients, the optimizer, data loading). "
+                         "On a GPU, work is the busy time of its compute kernels.", className="muted")),
+        section("Schedule",
+                html.Div([html.Label("Step"), dcc.Dropdown(id="pipeline-step", options=steps, value=step,
+                                                           clearable=False)], className="controls"),
+                html.Div(_schedule(store, rid, step), id="pipeline-schedule"),
+                html.Div(f"{plural(stages, 'stage')}, one row each; F3 / B3 = forward / backward of micro-batch 3; "
+                         "grey = idle (the bubble).", className="muted")),
+        dcc.Store(id="pipeline-run", data=rid),
+    ])
+
+
+def _schedule(store: RunStore, rid: str, step: int) -> Any:
+    bub = compute.table(store, rid, "bubbles")
+    return graph(figures.pipeline_schedule_figure(microbatches(store, rid), bub, step=step), id="schedule-figure")
+
+
+def register(app, store: RunStore) -> None:
+    @app.callback(Output("pipeline-schedule", "children"), Input("pipeline-step", "value"),
+                  State("pipeline-run", "data"), prevent_initial_call=True)
+    def pick_step(step, rid):
+        return safe("Schedule", _schedule, store, rid, int(step))
