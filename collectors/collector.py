@@ -32,7 +32,8 @@ from typing import Any, Callable, TypeVar
 import orjson
 
 from workbench import rundir
-from workbench.collectors import compile_capture
+from workbench.collectors import compile_capture, hang_capture
+from workbench.collectors.apply import ConfigApplier
 from workbench.collectors.fingerprint import fingerprint
 from workbench.collectors.options import CollectorOptions
 from workbench.collectors.profiling import ProfilerWindows
@@ -75,6 +76,8 @@ class _StepContext:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is not None and self._c._hang is not None:  # hang capture: the step an error left
+            self._c._hang.on_step_error(exc)  # type: ignore[arg-type]
         self._c._step_end()
 
 
@@ -109,12 +112,15 @@ class Collector(contextlib.ContextDecorator):
         self.errors: list[str] = []
         self._failed: set[str] = set()
         self.compile_config: Any = None
+        self._applier: ConfigApplier | None = None
         self._compile_config_error: str | None = None
         if self.options.compile_config is not None:
             from workbench.compile_config import load_compile_config
 
             self.compile_config = load_compile_config(self.options.compile_config)  # raises InputError
-            self.compile_config.apply_env()
+            self._applier = ConfigApplier(self.compile_config, self._fail)  # records what took effect
+            self._applier.apply_env()
+            self._applier.install()  # torch.compile gets [compile]/[mark_dynamic] while the collector exists
         self._step_ctx = _StepContext(self)
         self._started = False
         self._closed = False
@@ -128,6 +134,7 @@ class Collector(contextlib.ContextDecorator):
         self._steps_fd: int | None = None
         self._windows: ProfilerWindows | None = None
         self._compile_handler: compile_capture.TraceFileHandler | None = None
+        self._hang: hang_capture.HangCapture | None = None
         self._ranges = Ranges(enabled=False)
         self._open_ranges: dict[str, tuple[Any, bool]] = {}
         self._hooks: list[Any] = []          # hooks that stay (mark_dynamic)
@@ -202,7 +209,7 @@ class Collector(contextlib.ContextDecorator):
         """
         try:
             if model is not None and self.compile_config is not None and self.compile_config.mark_dynamic:
-                self._hooks.append(self.compile_config.mark_dynamic_hook(model))
+                self._hooks.append(self._applier.hook_module(model))
         except Exception as exc:
             self._fail("compile_config", exc)
         self._instrumented.append((model, optimizer))
@@ -264,6 +271,8 @@ class Collector(contextlib.ContextDecorator):
             self._steps_fd = os.open(steps, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         except Exception as exc:
             self._fail("steps", exc)
+        self._hang = hang_capture.start(self.rank_dir, self.rank, lambda: (self._current, self._next_step),
+                                        lambda exc: self._fail("hang_capture", exc))
         if self.options.compile_capture:
             try:
                 log_path = (self.path / rundir.COMPILE_DIR.format(rank=self.rank)
@@ -303,6 +312,8 @@ class Collector(contextlib.ContextDecorator):
             with contextlib.suppress(Exception):
                 handle.remove()
         self._hooks.clear()
+        if self._applier is not None:
+            self._applier.close(self._next_step)
         if self._compile_handler is not None:
             compile_capture.set_step_source(None)
             with contextlib.suppress(Exception):
@@ -311,6 +322,9 @@ class Collector(contextlib.ContextDecorator):
             with contextlib.suppress(OSError):
                 os.close(self._steps_fd)
             self._steps_fd = None
+        if self._hang is not None:  # Flight Recorder dump and exit record (docs/hangs.md)
+            self._hang.close()
+            self._hang = None
         self._write_fingerprint()
         self._write_run_json(final=True)
         self._started = False
@@ -468,14 +482,14 @@ class Collector(contextlib.ContextDecorator):
         if self.compile_config is None:
             return
         try:
-            self.compile_config.apply_in_thread()
+            self._applier.apply_in_thread()
         except Exception as exc:
             self._compile_config_error = f"{type(exc).__name__}: {exc}"
             self._fail("compile_config", exc)
 
     def _compile_config_step_end(self, step: int) -> None:
         try:
-            for done in self.compile_config.on_step_end(step):
+            for done in self._applier.on_step_end(step):
                 log.info("workbench: compile config at step %d: %s", step, done)
         except Exception as exc:
             self._fail("compile_config", exc)
@@ -490,6 +504,7 @@ class Collector(contextlib.ContextDecorator):
             fp["trace_files"] = [p.name for p in self.trace_files]
             fp["compile_log_records"] = self._compile_handler.records if self._compile_handler else 0
             fp["errors"] = list(self.errors)
+            fp["compile_config_applied"] = self._applier.report() if self._applier is not None else None
             rundir.write_json(self.path / rundir.FINGERPRINT.format(rank=self.rank), fp)
         except Exception as exc:
             self._fail("fingerprint", exc)
@@ -513,6 +528,7 @@ class Collector(contextlib.ContextDecorator):
                 "compile_config_path": (str(Path(self.options.compile_config).resolve())
                                         if self.options.compile_config else None),
                 "compile_config_error": self._compile_config_error,
+                "compile_config_applied": self._applier.report() if self._applier is not None else None,
                 "extra": extra,
             }
             if final:
