@@ -1,16 +1,20 @@
-"""Recommendations: every finding → ranked fixes with evidence and expected effect; config fixes → TOML.
+"""Recommendations: typed findings → ranked fixes (best first) → a compile config the collector applies.
 
-:func:`recommend` maps FINDINGS rows (any analysis; the compile ones get specific fixes) to rows of
-:data:`RECOMMENDATIONS`. A fix is configuration (``config``: ``{section: {key: value}}`` in the compile-config
-format, see ``docs/compile-config.md``) or code (``code_advice`` with ``location`` = file:line), or both. Per finding,
-the first config fix is marked ``apply`` (it goes into the TOML); the others are alternatives, listed as comments.
-:func:`to_compile_config` writes the applied fixes as compile-config TOML with a comment per setting naming the
-finding it answers.
+Each finding kind's fixers are registered in the kind registry (``@register_fixer("kind")``, see
+:mod:`workbench.analyses.findings`); a fixer takes the :class:`~workbench.analyses.findings.Finding` (its typed
+evidence) and returns :class:`Fix` es. Within a finding, fixes are ordered by ``gain``: the share of the finding's
+measured cost the fix is expected to remove (a dynamic graph removes a shape recompile's stall — 1.0; a raised
+recompile limit compiles every variant — it only stops the eager fallback; guard collectives make every rank
+compile together — the stall stays). Each fix says why it is ranked where it is (``why``).
+
+A fix is configuration (``config``: ``{section: {key: value}}`` of ``docs/compile-config.md``, restricted to settings
+that take effect through the plain collector surface — ``Collector(path, compile_config=...)`` with the user's own
+``torch.compile``) or code (``code_advice`` with ``location`` = file:line), never a config setting for what needs a
+code change. Per finding, the best config fix is marked ``apply`` (written by :func:`to_compile_config`); the
+others are listed as comments, best first.
 
 Example:
-    >>> import polars as pl
-    >>> from workbench import schema
-    >>> recommend(schema.empty(schema.FINDINGS)).height
+    >>> recommend([]).height
     0
 """
 
@@ -18,21 +22,32 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
 from workbench import schema
+from workbench.analyses.findings import Finding, format_ns, register_fixer, fixers_for
+from workbench.analyses.kinds import (
+    CompileGroupEvidence, CompileSkewEvidence, ConfigDivergenceEvidence, DivergentRecompileEvidence,
+    PipelineBubbleEvidence, StragglerEvidence,
+)
 
 RECOMMENDATIONS: dict[str, pl.DataType] = {
     "rank": pl.Int32,               # 1 = do this first
-    "fix_id": pl.String,            # e.g. "mark_dynamic", "guard_collectives", "cast_at_boundary"
+    "fix_id": pl.String,            # e.g. "dynamic_sources", "guard_collectives", "drop_last"
     "title": pl.String,
     "finding_kind": pl.String,
-    "finding_index": pl.Int32,      # row of the finding in the findings frame given to recommend()
+    "finding_id": pl.String,        # Finding.id it answers
+    "finding_index": pl.Int32,      # position of the finding in the list given to recommend()
     "severity": pl.String,
     "cost_ns": pl.Int64,            # what the finding costs (the most this fix can win)
-    "evidence": pl.String,          # what was seen, one line
+    "cost_basis": pl.String,        # measured / estimated
+    "gain": pl.Float64,             # expected share of cost_ns the fix removes (0..1)
+    "why": pl.String,               # why it is ranked there
+    "evidence": pl.String,          # the finding's message, one line
     "expected_effect": pl.String,
     "config": pl.String,            # JSON {section: {key: value}} in the compile-config format, or null
     "code_advice": pl.String,       # what to change in the code, or null
@@ -40,13 +55,22 @@ RECOMMENDATIONS: dict[str, pl.DataType] = {
     "apply": pl.Boolean,            # goes into the compile config written by to_compile_config
 }
 
-_SEV = {"high": 0, "medium": 1, "low": 2, "info": 3}
+
+@dataclass(frozen=True)
+class Fix:
+    """One way to fix a finding: ``gain`` is the expected share of its cost removed; ``why`` says why."""
+
+    fix_id: str
+    title: str
+    effect: str
+    gain: float
+    why: str
+    config: dict[str, Any] | None = None
+    code: str | None = None
+    location: str | None = None
 
 
-def _s(ns: Any) -> str:
-    return f"{(ns or 0) / 1e9:.2f} s"
-
-
+# ------------------------------------------------------------------------ reading sources
 def input_arg(source: str | None) -> str | None:
     """A Dynamo source naming a compiled function's input → the ``[mark_dynamic]`` key.
 
@@ -58,345 +82,398 @@ def input_arg(source: str | None) -> str | None:
     m = re.match(r"^L\['(\w+)'\]((?:\[[^\]]+\])*)", source)
     if not m:
         return None
-    head, rest = m.group(1), re.findall(r"\[([^\]]+)\]", m.group(2))
-    rest = [r.strip("'\"") for r in rest]
+    head, rest = m.group(1), [r.strip("'\"") for r in re.findall(r"\[([^\]]+)\]", m.group(2))]
     if head == "self":
         return None
     if head == "args" and rest and rest[0].isdigit():
-        return ".".join([rest[0]] + rest[1:])
+        return ".".join(rest)
     if head == "kwargs" and rest:
         return ".".join(rest)
     return ".".join([head] + rest)
 
 
-def _expr(source: str | None) -> str:
-    """The Dynamo source expression at the start of a ``cause_source`` (``L['x'] dim 0: 4 -> 8`` → ``L['x']``)."""
+def source_expr(source: str | None) -> str | None:
+    """The Dynamo source expression at the start of a classified source (``L['x'] dim 0: 4 -> 8`` → ``L['x']``)."""
     if not source:
-        return "the input"
-    m = re.match(r"^((?:L|G)\[[^\]]+\](?:\[[^\]]+\]|\.\w+)*)", source)
-    return m.group(1) if m else source.split(":")[0].split(" ==")[0]
+        return None
+    m = re.match(r"^((?:L|G)\[[^\]]+\](?:\[[^\]]+\]|\.\w+)*)", source.strip())
+    return m.group(1) if m else None
 
 
-def _dim(detail: str | None, source: str | None) -> int | None:
-    m = re.search(r"dim (\d+)", detail or "") or re.search(r"dim (\d+)", source or "")
-    return int(m.group(1)) if m else None
+def source_dim(*texts: str | None) -> int | None:
+    for t in texts:
+        m = re.search(r"dim (\d+)", t or "") or re.search(r"at index (\d+)", t or "")
+        if m:
+            return int(m.group(1))
+    return None
 
 
-def _user_code(loc: str | None) -> str | None:
-    """``loc`` unless it points into torch itself (e.g. the DDP/module wrapper Dynamo compiles)."""
+def user_code(loc: str | None) -> str | None:
+    """``loc`` unless it points into torch itself (the DDP/module wrapper Dynamo compiles)."""
     if not loc or re.search(r"[/\\]torch[/\\]_(dynamo|inductor|functorch)[/\\]|site-packages[/\\]torch[/\\]", loc):
         return None
     return loc
 
 
-def _loc(ev: dict[str, Any], text: str | None = None) -> str | None:
-    m = re.search(r"(/[^\s():]+\.py|[\w./-]+\.py):(\d+)", text or "")
-    if m:
-        return _user_code(f"{m.group(1)}:{m.group(2)}")
-    if ev.get("fail_user_frame"):
-        return _user_code(ev["fail_user_frame"])
-    if ev.get("co_filename"):
-        return _user_code(f"{ev['co_filename']}:{ev.get('co_firstlineno')}")
-    return _user_code(ev.get("location"))
+def _loc_in(*texts: str | None) -> str | None:
+    for t in texts:
+        for m in re.finditer(r"(/[^\s():'\"]+\.py|[\w./-]+\.py):(\d+)", t or ""):
+            loc = user_code(f"{m.group(1)}:{m.group(2)}")
+            if loc:
+                return loc
+    return None
 
 
-def _fix(fix_id: str, title: str, effect: str, *, config: dict[str, Any] | None = None,
-         code: str | None = None, location: str | None = None) -> dict[str, Any]:
-    return {"fix_id": fix_id, "title": title, "expected_effect": effect, "config": config,
-            "code_advice": code, "location": location}
+def _group_location(ev: CompileGroupEvidence) -> str | None:
+    """The user's line for a compile group: the graph break's line, the failing frame, else the frame."""
+    return (_loc_in(*ev.graph_breaks, ev.fail_reason, *ev.sources, *ev.reasons) or user_code(ev.fail_user_frame)
+            or (user_code(f"{ev.co_filename}:{ev.co_firstlineno}") if ev.co_filename else None))
 
 
-# ------------------------------------------------------------------------ cause-specific fixes
-def _shape_fixes(ev: dict[str, Any], source: str | None, detail: str | None, divergent: bool,
-                 step: Any = None) -> list[dict[str, Any]]:
-    arg = input_arg(source)
-    dim = _dim(detail, source)
-    where = _loc(ev)
-    fixes = []
-    who = "every rank compiles one dynamic graph up front" if divergent else "one dynamic graph serves every size"
-    if arg is not None and dim is not None:
-        fixes.append(_fix(
-            "mark_dynamic", f"Mark {_expr(source)} dim {dim} dynamic before the first compile",
-            f"{who}: no recompile when the size changes"
-            + (f" (no stall of the other ranks at step {step})" if divergent and step is not None else ""),
-            config={"mark_dynamic": {arg: {"dim": dim}}},
-            code=f"torch._dynamo.mark_dynamic(<input {arg}>, {dim}) before calling the compiled code "
-                 f"(the collector does it with this config)", location=where))
-        fixes.append(_fix(
-            "dynamic_sources", f"Treat {_expr(source)} as dynamic through torch.compiler.config.dynamic_sources",
-            f"{who}, without touching the code", config={"compiler": {"dynamic_sources": _expr(source)}}))
-    fixes.append(_fix(
-        "dynamic_true", "Compile with dynamic=True", "no shape recompiles at all; kernels may be slightly slower",
-        config={"compile": {"dynamic": True}}))
-    fixes.append(_fix(
-        "same_shapes", "Feed the same shapes on every step and rank",
-        "no recompile and no idle ranks; the cheapest fix when the odd batch is the last one",
-        code="use DataLoader(..., drop_last=True) / DistributedSampler(drop_last=True), or pad batches to a few "
-             "fixed bucket sizes (e.g. multiples of 8)", location=None))
+# ------------------------------------------------------------------------ shape fixes (shared)
+def _dynamic_dim_fixes(source: str | None, dim: int | None, stall: bool) -> list[Fix]:
+    """One dynamic graph for ``source`` dim ``dim``: ``dynamic_sources`` (applies to any torch.compile, even one
+    made before the collector), then ``mark_dynamic`` (needs the compile after ``Collector()``)."""
+    expr = source_expr(source)
+    if expr is None or dim is None:
+        return []
+    what = ("every rank compiles one dynamic graph at the start, so no rank compiles alone later and nobody waits"
+            if stall else "one dynamic graph serves every size: at most 2 compiles of the frame")
+    fixes = [Fix("dynamic_sources", f"Treat {expr} dim {dim} as dynamic from the first compile", what, 1.0,
+                 "removes the recompiles themselves; torch reads it at trace time, so it works with the user's own "
+                 "torch.compile (even dynamic=False) and a model compiled before the collector",
+                 config={"compiler": {"dynamic_sources": f"{expr}:{dim}"}})]
+    arg = input_arg(expr)
+    if arg is not None:
+        fixes.append(Fix("mark_dynamic", f"Mark {expr} dim {dim} dynamic before each call", what, 0.95,
+                         "the same dynamic graph, but the collector can only mark inputs of a model compiled after "
+                         "Collector() (or given to collector.instrument)",
+                         config={"mark_dynamic": {arg: {"dim": dim}}}))
     return fixes
 
 
-def _cause_fixes(cause: str, ev: dict[str, Any], source: str | None, detail: str | None,
-                 divergent: bool = False, step: Any = None) -> list[dict[str, Any]]:
-    where = _loc(ev, source)
-    if cause == "shape":
-        return _shape_fixes(ev, source, detail, divergent, step)
-    if cause == "stride":
-        return [_fix("contiguous_at_boundary", f"Make {_expr(source)} contiguous before the compiled call",
-                     "one stride layout: no stride recompiles",
-                     code=f"pass {_expr(source)}.contiguous() (e.g. x = x.contiguous()) at the call", location=where)]
-    if cause == "dtype":
-        return [_fix("cast_at_boundary", f"Cast {_expr(source)} to one dtype before the compiled call",
-                     "one dtype: no dtype recompiles",
-                     code=f"cast at the boundary, e.g. x = x.to(torch.float32), for {source}", location=where)]
-    if cause == "requires_grad":
-        return [_fix("consistent_requires_grad", f"Keep requires_grad of {_expr(source)} the same on every call",
-                     "no requires_grad recompiles",
-                     code="call the compiled function with tensors that either all require grad or none "
-                          "(x.detach() / x.requires_grad_(False)), or compile one function per case",
-                     location=where)]
-    if cause in ("grad_mode", "global_state"):
-        return [_fix("one_mode_per_function", f"Keep {detail or 'the global state'} the same around the compiled call",
-                     "one graph per mode, compiled once each (a bounded, one-time cost)",
-                     code="run training under grad mode and evaluation under torch.no_grad() consistently, or "
-                          "compile separate functions for training and evaluation", location=where)]
-    if cause == "int_arg":
-        src = (source or "").split(" ==")[0]
-        return [
-            _fix("dynamic_int", f"Treat {src} as a dynamic integer from the start",
-                 "one graph for every value (verified: 1 compile for 4 values)",
-                 config={"compiler": {"dynamic_sources": src}} if src.startswith("L[") else {"compile": {"dynamic": True}}),
-            _fix("dynamic_true", "Compile with dynamic=True", "integers become symbolic: one graph for all values",
-                 config={"compile": {"dynamic": True}}),
-            _fix("int_as_tensor", f"Pass {src} as a tensor", "no guard on its value", location=where,
-                 code=f"pass {src} as a 0-d tensor (torch.tensor(n)) instead of a Python int"),
-        ]
-    if cause == "float_arg":
-        src = (source or "").split(" ==")[0]
-        return [_fix("float_as_tensor", f"Pass {src} as a tensor or keep it constant", "no recompile per value",
-                     code=f"pass {src} as a 0-d tensor", location=where),
-                _fix("specialize_float_off", "Do not specialize floats", "floats become symbolic inputs",
-                     config={"dynamo": {"specialize_float": False}})]
-    if cause == "global":
-        src = (source or "").split(" ==")[0].split(" (")[0]
-        return [_fix("global_as_argument", f"Pass {src} as an argument or tensor instead of reading a global",
-                     "no guard on the global's value: no recompile when it changes",
-                     code=f"read {src} outside the compiled function and pass it in (as a tensor if it changes "
-                          f"often)", location=where)]
-    if cause == "module":
-        return [_fix("compile_per_mode", "Do not toggle train()/eval() on the compiled module every step",
-                     "one compile per mode, once",
-                     code="evaluate with a separate compiled copy, or switch modes rarely; each mode is compiled "
-                          "once and cached", location=where)]
-    if cause == "backend":
-        return [_fix("reuse_backend", "Reuse one backend object for the compiled function",
-                     "no BACKEND_MATCH recompile",
-                     code="call torch.compile once and reuse the result; a backend built anew (new callable) each "
-                          "time, or a DDP optimizer wrapping it, fails the backend guard", location=where)]
-    if cause in ("object_id", "type", "length", "constant", "tensor_meta", "device"):
-        return [_fix(f"stable_{cause}", f"Keep {source} stable across calls",
-                     "no recompile on that guard",
-                     code=f"the guard {source} failed: pass the same object/type/length/value each call, or make "
-                          f"the varying part a tensor input", location=where)]
-    return [_fix("inspect_recompiles", "Inspect the recompile reasons",
-                 "find the guard that fails", config={"env": {"TORCH_LOGS": "recompiles"}}, location=where,
-                 code="run once with TORCH_LOGS=recompiles to see every failing guard")]
+def _same_shapes_fix(stall: bool) -> Fix:
+    return Fix("same_shapes", "Feed the same shapes on every step and rank",
+               "no recompile and no waiting rank" if stall else "no recompile",
+               0.98, "removes the cause (the odd shape); a code change, so ranked after the dynamic graph that the "
+               "config applies by itself",
+               code="DataLoader(..., drop_last=True) / DistributedSampler(drop_last=True), or pad to a few fixed "
+                    "bucket sizes (multiples of 8)")
 
 
-def _graph_break_fixes(ev: dict[str, Any], detail: str | None, source: str | None,
-                       fullgraph: bool = False) -> list[dict[str, Any]]:
-    where = _loc(ev, source)
-    t = detail or "other"
-    fixes: list[dict[str, Any]] = []
-    if t == "print":
-        fixes.append(_fix("reorderable_print", "Let Dynamo move print() out of the graph",
-                          "no graph break for print(str) (not for print(t.shape))",
-                          config={"dynamo": {"reorderable_logging_functions": ["print"]}}))
-        fixes.append(_fix("guard_print", "Skip the print while compiling", "no graph break",
-                          code="wrap it: if not torch.compiler.is_compiling(): print(...)", location=where))
-    elif t == "logging":
-        fixes.append(_fix("guard_logging", "Skip logging while compiling, or make it reorderable", "no graph break",
-                          code="if not torch.compiler.is_compiling(): logger.info(...); or add the function to "
-                               "torch._dynamo.config.reorderable_logging_functions", location=where))
-    elif t == "item":
-        fixes.append(_fix("capture_scalar_outputs", "Capture .item() in the graph", "no graph break at .item()",
-                          config={"dynamo": {"capture_scalar_outputs": True}}))
-        fixes.append(_fix("avoid_item", "Keep the value a tensor", "no host sync and no graph break",
-                          code="use the 0-d tensor directly instead of .item()/.tolist()", location=where))
-    elif t == "dynamic_output_shape":
-        fixes.append(_fix("capture_dynamic_output_shape_ops", "Capture ops with data-dependent output shapes",
-                          "no graph break at nonzero/unique/...",
-                          config={"dynamo": {"capture_dynamic_output_shape_ops": True}}))
-    elif t == "data_dependent_branch":
-        fixes.append(_fix("branchless", "Replace the data-dependent if with torch.where or torch.cond",
-                          "no graph break: one graph for both branches",
-                          code="y = torch.where(cond, a(x), b(x)) for cheap branches, or "
-                               "torch.cond(cond, true_fn, false_fn, (x,))", location=where))
-    elif t == "explicit":
-        fixes.append(_fix("remove_graph_break", "Remove the explicit torch._dynamo.graph_break()", "one graph",
-                          code="delete the graph_break() call", location=where))
+# ------------------------------------------------------------------------ per-kind fixers
+@register_fixer("divergent_recompile")
+def _divergent(f: Finding) -> list[Fix]:
+    ev: DivergentRecompileEvidence = f.evidence  # type: ignore[assignment]
+    step = ev.step
+    after = max(1, int(step) - 1) if step is not None else 1
+    fixes: list[Fix] = []
+    if ev.cause == "shape":
+        fixes += _dynamic_dim_fixes(ev.cause_source, source_dim(ev.cause_detail, ev.cause_source), stall=True)
+        fixes.append(_same_shapes_fix(stall=True))
     else:
-        fixes.append(_fix("isolate_unsupported", "Move the unsupported call out of the compiled region",
-                          "one graph for the compiled part",
-                          code="move it outside, wrap it with @torch.compiler.disable, or register it as a custom "
-                               "op / torch._dynamo.allow_in_graph", location=where))
-    if fullgraph:
-        fixes.append(_fix("fullgraph_off", "Allow graph breaks (fullgraph=False) until the code is fixed",
-                          "the compile succeeds with a graph break instead of raising",
-                          config={"compile": {"fullgraph": False}}))
+        fixes += [Fix(fx.fix_id, fx.title, fx.effect, 0.98, "removes the guard failure itself", fx.config, fx.code,
+                      fx.location or user_code(ev.location)) for fx in _cause_fixes(ev.cause, ev.cause_source)]
+    fixes.append(Fix(
+        "eager_on_recompile", f"After warm-up (step {after}), run new input variants eagerly",
+        "a late new variant costs one slower eager step on that rank, not a compile that stalls every rank", 0.8,
+        "removes most of the stall (an eager step instead of a compile) but that variant then runs uncompiled",
+        config={"stance": {"stance": "eager_on_recompile", "after_step": after}}))
+    fixes.append(Fix(
+        "guard_collectives", "Make ranks agree before recompiling (guard collectives)",
+        "all ranks recompile together (verified on gloo): no rank waits alone, no collective timeout", 0.1,
+        "every rank then compiles too, so the step still takes the compile time: it prevents hangs and timeouts "
+        "more than it saves time", config={"distributed": {"guard_collectives": True}}))
+    fixes.append(Fix(
+        "warmup_barrier", "Warm up every input variant on all ranks, then barrier",
+        "all compiles happen during warm-up on every rank at once", 0.5,
+        "needs the variants to be known in advance",
+        code="run one step per expected shape on every rank before training (e.g. the last, smaller batch), "
+             "then dist.barrier()"))
     return fixes
 
 
-_CACHE_FIX = _fix(
-    "cache_warm_start", "Warm-start the compile caches from the previous run",
-    "later runs hit the FX graph and AOTAutograd caches (verified): compile time falls on every rank",
-    config={"cache": {"load": "compile_cache.bin", "save": "compile_cache.bin", "save_after_step": 3},
-            "inductor": {"fx_graph_cache": True}},
-    code="the collector saves torch.compiler.save_cache_artifacts() after step 3 and loads them at start; "
-         "alternatively set TORCHINDUCTOR_CACHE_DIR to storage every rank shares")
+@register_fixer(*[f"recompile_{c}" for c in (
+    "shape", "stride", "dtype", "device", "requires_grad", "grad_mode", "global_state", "tensor_meta", "int_arg",
+    "float_arg", "constant", "global", "module", "object_id", "type", "length", "backend", "cache_miss", "other")])
+def _recompile(f: Finding) -> list[Fix]:
+    ev: CompileGroupEvidence = f.evidence  # type: ignore[assignment]
+    source = ev.sources[0] if ev.sources else None
+    if ev.cause == "shape":
+        return [*_dynamic_dim_fixes(source, source_dim(ev.cause_detail, source), stall=False),
+                _same_shapes_fix(stall=False),
+                Fix("dynamic_true", "Compile with dynamic=True", "no shape recompiles at all", 0.9,
+                    "every dim of every input becomes symbolic: kernels can be slower than marking one dim",
+                    config={"compile": {"dynamic": True}})]
+    loc = _group_location(ev)
+    return [Fix(x.fix_id, x.title, x.effect, x.gain, x.why, x.config, x.code, x.location or loc)
+            for x in _cause_fixes(ev.cause, source)]
 
 
-def _fixes_for(kind: str, ev: dict[str, Any], f: dict[str, Any]) -> list[dict[str, Any]]:
-    cause = ev.get("cause")
-    source = ev.get("cause_source") or (ev.get("sources") or [None])[0]
-    detail = ev.get("cause_detail")
-    if kind == "divergent_recompile":
-        step = ev.get("step")
-        after = max(1, int(step) - 1) if step is not None else 1
-        fixes = []
-        if cause == "shape":
-            fixes += _shape_fixes(ev, source, detail, True, step)[:1]
-        fixes.append(_fix(
-            "guard_collectives", "Make ranks agree before recompiling (guard collectives)",
-            "all ranks recompile together (verified on gloo): no rank waits for another's compile and no hang; "
-            "costs one small collective per compiled-region entry",
-            config={"distributed": {"guard_collectives": True}}))
-        fixes.append(_fix(
-            "eager_on_recompile", f"After warm-up (step {after}), run new input variants eagerly instead of recompiling",
-            "a late shape change costs one slower eager step on that rank, not a multi-second compile that stalls "
-            "every rank",
-            config={"stance": {"stance": "eager_on_recompile", "after_step": after}}))
-        if cause != "shape":
-            fixes += _cause_fixes(cause or "other", ev, source, detail, True, step)
-        else:
-            fixes += _shape_fixes(ev, source, detail, True, step)[1:]
-        fixes.append(_fix(
-            "warmup_barrier", "Warm up every input variant on all ranks, then barrier",
-            "all compiles happen during warm-up on every rank at once",
-            config={"distributed": {"barrier_after_step": after}},
-            code="run one step per expected shape on every rank before training (e.g. the last, smaller batch), "
-                 "then dist.barrier()"))
-        return fixes
-    if kind == "nccl_timeout_risk":
-        return [
-            _fix("raise_timeout", "Raise the collective timeout above the worst compile time",
-                 "a slow compile on one rank no longer kills the job",
-                 code="dist.init_process_group(..., timeout=datetime.timedelta(minutes=30))"),
-            _fix("guard_collectives", "Make ranks recompile together", "no rank waits alone in a collective",
-                 config={"distributed": {"guard_collectives": True}}),
-            _CACHE_FIX,
-        ]
-    if kind in ("divergent_cache", "compile_time", "compile_skew"):
-        return [_CACHE_FIX, _fix("warmup_barrier", "Barrier after the compile warm-up",
-                                 "ranks start the timed steps together",
-                                 config={"distributed": {"barrier_after_step": 1}},
-                                 code="dist.barrier() after the first step")]
-    if kind == "divergent_collective_schedule":
-        return [_fix("same_graph_all_ranks", "Make every rank compile the same graph",
-                     "one collective order on every rank: no mismatched collectives, no hang",
-                     code="keep shapes, configs and versions identical across ranks; with NCCL, "
-                          "torch._dynamo.config.enable_compiler_collectives=True makes ranks agree on dynamic-shape "
-                          "decisions (crashed on gloo in torch 2.13)"),
-                _fix("no_comm_reorder", "Turn off inductor's compute/communication reordering",
-                     "collectives keep program order on every rank",
-                     config={"inductor": {"reorder_for_compute_comm_overlap": False}})]
-    if kind in ("divergent_config", "divergent_fingerprint"):
-        return [_fix("pin_versions", f"Use one environment on every rank ({ev.get('field')})",
-                     "identical compiles, cache keys and collective schedules on every rank",
-                     code="pin torch/triton/CUDA/NCCL versions in one image, export the same TORCH*/NCCL* variables "
-                          "on every rank, and apply one compile config everywhere"),
-                _fix("deterministic_compile", "Deterministic inductor compiles",
-                     "the same kernels and schedules for the same graph on every rank",
-                     config={"inductor": {"deterministic": True}})]
-    if kind == "recompile_limit":
-        lim = re.search(r"=(\d+)", source or "")
-        cur = int(lim.group(1)) if lim else 8
-        key = "accumulated_recompile_limit" if detail == "accumulated_recompile_limit" else "recompile_limit"
-        fixes = [_fix("raise_recompile_limit", f"Raise {key} (now {cur}) so the frame stays compiled",
-                      "new variants compile instead of silently falling back to eager",
-                      config={"dynamo": {key: max(2 * cur, 16 if key == "recompile_limit" else 512)}}),
-                 _fix("fail_on_limit", "Fail loudly when the limit is hit", "no silent eager fallback",
-                      config={"dynamo": {"fail_on_recompile_limit_hit": True}})]
-        m = re.search(r"last guard failure: (\w+) (.*)$", source or "")
+def _cause_fixes(cause: str | None, source: str | None) -> list[Fix]:
+    """Fixes for a recompile's failed guard other than a shape (code at the call, except ints and floats)."""
+    expr = source_expr(source) or (source or "the input").split(" ")[0]
+    code = {
+        "stride": ("contiguous_at_boundary", f"Make {expr} contiguous before the compiled call",
+                   f"pass {expr}.contiguous() at the call"),
+        "dtype": ("cast_at_boundary", f"Cast {expr} to one dtype before the compiled call",
+                  f"cast at the boundary, e.g. x = x.to(torch.float32), for {expr}"),
+        "requires_grad": ("consistent_requires_grad", f"Keep requires_grad of {expr} the same on every call",
+                          "call with tensors that either all require grad or none, or compile one function per case"),
+        "grad_mode": ("one_mode_per_function", "Keep grad mode the same around the compiled call",
+                      "compile separate functions for training and evaluation"),
+        "global_state": ("one_mode_per_function", "Keep the global state the same around the compiled call",
+                         "compile separate functions per mode"),
+        "global": ("global_as_argument", f"Pass {expr} in instead of reading a global",
+                   f"read {expr} outside the compiled function and pass it (as a tensor if it changes often)"),
+        "module": ("compile_per_mode", "Do not toggle train()/eval() on the compiled module every step",
+                   "evaluate with a separate compiled copy, or switch modes rarely"),
+        "backend": ("reuse_backend", "Reuse one compiled object", "call torch.compile once and reuse the result"),
+    }
+    if cause == "int_arg" and expr.startswith("L["):
+        return [Fix("dynamic_int", f"Treat {expr} as a dynamic integer from the start", "one graph for every value",
+                    1.0, "removes the recompiles (verified: 1 compile for 4 values)",
+                    config={"compiler": {"dynamic_sources": expr}}),
+                Fix("int_as_tensor", f"Pass {expr} as a tensor", "no guard on its value", 0.98,
+                    "a code change with the same effect", code=f"pass {expr} as a 0-d tensor")]
+    if cause == "float_arg":
+        return [Fix("specialize_float_off", "Do not specialize floats", "floats become symbolic inputs", 1.0,
+                    "removes the recompiles", config={"dynamo": {"specialize_float": False}}),
+                Fix("float_as_tensor", f"Pass {expr} as a tensor", "no recompile per value", 0.98,
+                    "a code change with the same effect", code=f"pass {expr} as a 0-d tensor")]
+    if cause in code:
+        fid, title, advice = code[cause]
+        return [Fix(fid, title, f"no {cause.replace('_', ' ')} recompiles", 1.0, "removes the guard failure",
+                    code=advice)]
+    return [Fix("inspect_recompiles", "Find the guard that keeps failing", "names the failing guard", 0.0,
+                "diagnosis only", code="run once with TORCH_LOGS=recompiles to see every failing guard")]
+
+
+@register_fixer("recompile_limit")
+def _limit(f: Finding) -> list[Fix]:
+    ev: CompileGroupEvidence = f.evidence  # type: ignore[assignment]
+    last = None
+    for s in ev.sources:
+        m = re.search(r"last guard failure: (\w+) (.*)$", s or "")
         if m:
-            fixes += _cause_fixes(m.group(1), ev, m.group(2), None)
-        return fixes
-    if kind == "graph_break":
-        return _graph_break_fixes(ev, detail, source)
-    if kind == "compile_failure":
-        if cause == "graph_break":
-            return _graph_break_fixes(ev, detail, source, fullgraph=True)
-        return [_fix("inspect_failure", f"Fix the compile error ({detail})", "the frame compiles",
-                     code=(ev.get("fail_reason") or "")[:300], location=_loc(ev))]
-    if kind.startswith("recompile_"):
-        return _cause_fixes(cause or kind.removeprefix("recompile_"), ev, source, detail)
-    # findings of the other analyses (stragglers, collectives, overlap): what the field does about them
-    msg = f.get("message") or ""
-    if kind == "straggler" and "data" in msg.lower():
-        return [_fix("faster_data_loading", "Speed up data loading on the straggling rank",
-                     "its data wait leaves the critical path; the others stop waiting for it",
-                     code="DataLoader(num_workers>=4, pin_memory=True, persistent_workers=True, prefetch_factor=4); "
-                          "check that rank's storage / host for contention")]
-    if kind in ("straggler", "collective_drift"):
-        return [_fix("balance_ranks", "Find what makes that rank slower",
-                     "every rank reaches the collectives together: the others' wait goes away",
-                     code="compare the rank's host, GPU clocks, data shard size and background processes with a "
-                          "fast rank (workbench diff of the two ranks' breakdowns)")]
-    if "exposed" in kind and "comm" in kind:
-        return [_fix("overlap_comm", "Overlap communication with compute",
-                     "collective time hides behind the backward pass",
-                     code="DDP(bucket_cap_mb=25..100, gradient_as_bucket_view=True); with FSDP, prefetch; keep "
-                          "collectives off the critical path (async_op=True, wait later)")]
-    return [_fix(f"investigate_{kind}", f"Investigate: {kind}", "see the finding", code=msg or None)]
+            last = (m.group(1), m.group(2))
+            break
+    lim = next((int(m.group(1)) for s in ev.sources if (m := re.search(r"=(\d+) hit", s or ""))), 8)
+    key = "accumulated_recompile_limit" if ev.cause_detail == "accumulated_recompile_limit" else "recompile_limit"
+    fixes: list[Fix] = []
+    if last and last[0] == "shape":
+        fixes += _dynamic_dim_fixes(last[1], source_dim(last[1], *ev.reasons), stall=False)
+        fixes.append(_same_shapes_fix(stall=False))
+    elif last:
+        fixes += _cause_fixes(last[0], last[1])
+    fixes.append(Fix(
+        "raise_recompile_limit", f"Raise {key} (now {lim}) so the frame stays compiled",
+        "new variants compile instead of silently running eager", 0.0,
+        "every variant then compiles (one compile per variant): it trades the eager fallback for more compile "
+        "time, so it comes after any fix that removes the variants",
+        config={"dynamo": {key: max(2 * lim, 16 if key == "recompile_limit" else 512)}}))
+    fixes.append(Fix("fail_on_limit", "Fail loudly when the limit is hit", "no silent eager fallback", 0.0,
+                     "diagnosis: it stops the run", config={"dynamo": {"fail_on_recompile_limit_hit": True}}))
+    return fixes
 
 
-def recommend(findings: pl.DataFrame, compiles: pl.DataFrame | None = None) -> pl.DataFrame:
-    """Ranked fixes (RECOMMENDATIONS) for ``findings``: by the finding's severity, then its cost, then preference.
+@register_fixer("graph_break")
+def _graph_break(f: Finding) -> list[Fix]:
+    ev: CompileGroupEvidence = f.evidence  # type: ignore[assignment]
+    loc = _group_location(ev)
+    t = ev.cause_detail or "other"
+    code_first = "the code change removes the break for every use; the config only covers some forms"
+    if t == "print":
+        return [Fix("guard_print", "Skip the print while compiling", "no graph break", 1.0, code_first,
+                    code="if not torch.compiler.is_compiling(): print(...)", location=loc),
+                Fix("reorderable_print", "Let Dynamo move print() out of the graph",
+                    "no graph break for print(str) (not for print(t.shape))", 0.8, "covers prints of plain strings",
+                    config={"dynamo": {"reorderable_logging_functions": ["print"]}})]
+    if t == "logging":
+        return [Fix("guard_logging", "Skip logging while compiling", "no graph break", 1.0, code_first,
+                    code="if not torch.compiler.is_compiling(): logger.info(...)", location=loc)]
+    if t == "item":
+        return [Fix("avoid_item", "Keep the value a tensor", "no host sync and no graph break", 1.0,
+                    "removes both the break and the host-device sync",
+                    code="use the 0-d tensor directly instead of .item()/.tolist()", location=loc),
+                Fix("capture_scalar_outputs", "Capture .item() in the graph", "no graph break at .item()", 0.8,
+                    "keeps one graph but the scalar is still read", config={"dynamo": {"capture_scalar_outputs": True}})]
+    if t == "dynamic_output_shape":
+        return [Fix("capture_dynamic_output_shape_ops", "Capture ops with data-dependent output shapes",
+                    "no graph break at nonzero/unique/...", 0.9, "one graph with unbacked sizes",
+                    config={"dynamo": {"capture_dynamic_output_shape_ops": True}})]
+    if t == "data_dependent_branch":
+        return [Fix("branchless", "Replace the data-dependent if with torch.where or torch.cond",
+                    "no graph break: one graph for both branches", 1.0, "no config can trace a Python branch on a "
+                    "tensor's value", code="y = torch.where(cond, a(x), b(x)) for cheap branches, or "
+                    "torch.cond(cond, true_fn, false_fn, (x,))", location=loc)]
+    if t == "explicit":
+        return [Fix("remove_graph_break", "Remove the explicit torch._dynamo.graph_break()", "one graph", 1.0,
+                    "the break is in the code", code="delete the graph_break() call", location=loc)]
+    return [Fix("isolate_unsupported", "Move the unsupported call out of the compiled region",
+                "one graph for the compiled part", 1.0, "the break is in the code",
+                code="move it outside, wrap it with @torch.compiler.disable, or register it as a custom op",
+                location=loc)]
 
-    ``compiles`` is optional (kept for callers that have it; the evidence in compile findings already carries what
-    the fixes need). The first config fix of each finding has ``apply`` = True unless an earlier, higher-ranked
-    fix already set the same key.
-    """
-    if findings.height == 0:
+
+@register_fixer("compile_failure")
+def _failure(f: Finding) -> list[Fix]:
+    ev: CompileGroupEvidence = f.evidence  # type: ignore[assignment]
+    if ev.cause == "graph_break":
+        return [*_graph_break(f), Fix("fullgraph_off", "Allow graph breaks (fullgraph=False) until the code is fixed",
+                                      "the compile succeeds with a graph break instead of raising", 0.5,
+                                      "the frame compiles in pieces", config={"compile": {"fullgraph": False}})]
+    return [Fix("inspect_failure", f"Fix the compile error ({ev.cause_detail})", "the frame compiles", 1.0,
+                "the error is in the code or the compiler", code=(ev.fail_reason or "")[:300],
+                location=_group_location(ev))]
+
+
+_CACHE = Fix("cache_warm_start", "Warm-start the compile caches from the previous run",
+             "later runs hit the FX graph and AOTAutograd caches (verified): compile time falls on every rank", 0.7,
+             "cuts compile time on the next runs, not this one",
+             config={"cache": {"load": "compile_cache.bin", "save": "compile_cache.bin", "save_after_step": 3},
+                     "inductor": {"fx_graph_cache": True}})
+
+
+@register_fixer("compile_skew", "divergent_cache", "compile_time")
+def _compile_time(f: Finding) -> list[Fix]:
+    slow = ""
+    if isinstance(f.evidence, CompileSkewEvidence):
+        slow = f" (rank {f.evidence.slowest_rank} compiled {format_ns(f.evidence.skew_ns)} longer)"
+    return [_CACHE, Fix("shared_cache_dir", f"Give every rank the same warm compile cache{slow}",
+                        "no rank compiles from a cold cache", 0.7, "needs storage every rank shares",
+                        code="set TORCHINDUCTOR_CACHE_DIR to a directory every rank shares, warmed by a previous run")]
+
+
+@register_fixer("nccl_timeout_risk")
+def _timeout(f: Finding) -> list[Fix]:
+    return [Fix("raise_timeout", "Raise the collective timeout above the worst compile time",
+                "a slow compile on one rank no longer kills the job", 0.0, "a risk, not lost time",
+                code="dist.init_process_group(..., timeout=datetime.timedelta(minutes=30))"),
+            Fix("guard_collectives", "Make ranks recompile together", "no rank waits alone in a collective", 0.0,
+                "a risk, not lost time", config={"distributed": {"guard_collectives": True}}), _CACHE]
+
+
+@register_fixer("divergent_collective_schedule")
+def _schedule(f: Finding) -> list[Fix]:
+    return [Fix("same_graph_all_ranks", "Make every rank compile the same graph",
+                "one collective order on every rank: no mismatched collectives, no hang", 1.0, "removes the cause",
+                code="keep shapes, configs and versions identical across ranks"),
+            Fix("no_comm_reorder", "Turn off inductor's compute/communication reordering",
+                "collectives keep program order on every rank", 0.8, "may lose some overlap",
+                config={"inductor": {"reorder_for_compute_comm_overlap": False}})]
+
+
+@register_fixer("divergent_config", "divergent_fingerprint")
+def _drift(f: Finding) -> list[Fix]:
+    ev: ConfigDivergenceEvidence = f.evidence  # type: ignore[assignment]
+    return [Fix("same_environment", f"Use one environment on every rank ({ev.field} differs)",
+                "identical compiles, cache keys and collective schedules on every rank", 1.0,
+                "the difference comes from how the ranks were launched: no config applied by one rank fixes it",
+                code="export the same TORCH*/NCCL* variables on every rank (one launcher script), pin "
+                     "torch/triton/CUDA/NCCL in one image, and apply one compile config everywhere")]
+
+
+@register_fixer("straggler")
+def _straggler(f: Finding) -> list[Fix]:
+    ev: StragglerEvidence = f.evidence  # type: ignore[assignment]
+    data = (ev.data_wait_median_ns or 0) > 2 * (ev.others_data_wait_median_ns or 0) + 1_000_000
+    if data:
+        return [Fix("faster_data_loading", f"Speed up data loading on rank {ev.rank}",
+                    f"its data wait ({format_ns(ev.data_wait_median_ns)} per step, others "
+                    f"{format_ns(ev.others_data_wait_median_ns)}) leaves the critical path; the others stop waiting",
+                    1.0, "the rank's median data wait explains its lateness",
+                    code="DataLoader(num_workers>=4, pin_memory=True, persistent_workers=True, prefetch_factor=4); "
+                         "check that rank's storage / host for contention")]
+    return [Fix("balance_ranks", f"Find what makes rank {ev.rank} slower",
+                "every rank reaches the collectives together: the others' wait goes away", 1.0,
+                "the cause is outside the compile config",
+                code="compare the rank's host, clocks, data shard size and background processes with a fast rank")]
+
+
+@register_fixer("exposed_communication", "collective_wait")
+def _comm(f: Finding) -> list[Fix]:
+    return [Fix("overlap_comm", "Overlap the gradient all-reduce with backward",
+                "collective time hides behind the backward pass", 0.8,
+                "overlap is bounded by the backward compute left when each bucket is ready",
+                code="DDP(model, bucket_cap_mb=25) instead of one all-reduce after backward; or "
+                     "dist.all_reduce(..., async_op=True) per layer and wait() before optimizer.step()")]
+
+
+@register_fixer("pipeline_bubble")
+def _bubble(f: Finding) -> list[Fix]:
+    ev: PipelineBubbleEvidence = f.evidence  # type: ignore[assignment]
+    m, p = ev.microbatches, ev.stages
+    now = f" (now {m:g} per step, {p} stages)" if m and p else ""
+    return [Fix("more_microbatches", f"Use more micro-batches per step{now}",
+                "GPipe's bubble is (p-1)/(m+p-1): 4x the micro-batches cuts it about 3x", 0.7,
+                "the bubble shrinks with m but never vanishes",
+                code="ScheduleGPipe(stage, n_microbatches=4*m) with a smaller micro-batch, or an interleaved "
+                     "1F1B schedule (ScheduleInterleaved1F1B) with several stages per rank")]
+
+
+@register_fixer("launch_bound", "host_bound")
+def _launch(f: Finding) -> list[Fix]:
+    return [Fix("cuda_graphs", "Replay the step's kernels as a CUDA graph (mode=\"reduce-overhead\")",
+                "one launch per graph instead of one per kernel: the launch gaps go", 0.8,
+                "removes launch overhead when shapes are static; needs static input addresses",
+                config={"compile": {"mode": "reduce-overhead"}}),
+            Fix("fuse_small_ops", "Fewer, larger kernels", "less launch overhead", 0.5, "a code change",
+                code="batch small ops (torch._foreach_*, fused optimizers: AdamW(fused=True)), larger micro-batches")]
+
+
+@register_fixer("exposed_memcpy")
+def _memcpy(f: Finding) -> list[Fix]:
+    return [Fix("pin_memory", "Copy from pinned host memory, asynchronously",
+                "host→device copies overlap compute instead of blocking the stream", 0.8,
+                "pageable copies are staged and synchronous",
+                code="DataLoader(..., pin_memory=True) and x.to(device, non_blocking=True)")]
+
+
+# ------------------------------------------------------------------------ ranking and the config file
+def _fixes(f: Finding) -> list[Fix]:
+    out: list[Fix] = []
+    for fixer in fixers_for(f.kind):
+        out += fixer(f)
+    if not out:
+        out = [Fix(f"investigate_{f.kind}", f"Investigate: {f.kind}", "see the finding", 0.0,
+                   "no fix is registered for this kind", code=f.message)]
+    return sorted(out, key=lambda x: -x.gain)  # stable: a fixer's own order breaks ties
+
+
+def recommend(findings: Sequence[Finding] | Any, compiles: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Ranked fixes (RECOMMENDATIONS) for the typed root-cause ``findings`` (``analysis_tables(run).roots``):
+    findings most costly first, and within one finding the fixes by expected gain. The best config fix of each
+    finding has ``apply`` = True unless an earlier fix already set the same key. ``compiles`` is unused (kept for
+    callers). A FINDINGS polars frame still works during the transition (the old, untyped path)."""
+    if isinstance(findings, pl.DataFrame):
+        from workbench.analyses.legacy_recommendations import recommend_frame
+
+        return recommend_frame(findings, compiles)
+    roots = list(getattr(findings, "roots", findings))
+    if not roots:
         return schema.empty(RECOMMENDATIONS)
-    order = sorted(range(findings.height), key=lambda i: (_SEV.get(findings["severity"][i], 9),
-                                                         -(findings["cost_ns"][i] or 0), i))
+    order = sorted(range(len(roots)), key=lambda i: (-roots[i].cost_ns, i))
     rows: list[dict[str, Any]] = []
     taken: set[tuple[str, str]] = set()
     for i in order:
-        f = findings.row(i, named=True)
-        try:
-            ev = json.loads(f["evidence"] or "{}")
-        except json.JSONDecodeError:
-            ev = {}
-        fixes = _fixes_for(f["kind"], ev, f)
+        f = roots[i]
         applied = False
-        for fx in fixes:
-            cfg = fx["config"]
+        for fx in _fixes(f):
             apply = False
-            if cfg and not applied:
-                keys = {(sec, k) for sec, body in cfg.items() for k in body}
+            if fx.config and not applied and fx.gain > 0:
+                keys = {(sec, k) for sec, body in fx.config.items() for k in body}
                 if not keys & taken:
-                    apply, applied = True, True
+                    apply = applied = True
                     taken |= keys
                 elif keys <= taken:
                     applied = True  # an earlier fix already set exactly this
             rows.append({
-                "fix_id": fx["fix_id"], "title": fx["title"], "finding_kind": f["kind"], "finding_index": i,
-                "severity": f["severity"], "cost_ns": f["cost_ns"], "evidence": f["message"],
-                "expected_effect": fx["expected_effect"],
-                "config": json.dumps(cfg) if cfg else None, "code_advice": fx["code_advice"],
-                "location": fx["location"], "apply": apply,
+                "fix_id": fx.fix_id, "title": fx.title, "finding_kind": f.kind, "finding_id": f.id,
+                "finding_index": i, "severity": f.severity, "cost_ns": f.cost.ns, "cost_basis": f.cost.basis,
+                "gain": float(fx.gain), "why": fx.why, "evidence": f.message, "expected_effect": fx.effect,
+                "config": json.dumps(fx.config) if fx.config else None, "code_advice": fx.code,
+                "location": fx.location, "apply": apply,
             })
     df = pl.DataFrame(rows, schema_overrides={k: v for k, v in RECOMMENDATIONS.items() if k != "rank"})
     df = df.with_columns(pl.int_range(1, df.height + 1, dtype=pl.Int32).alias("rank"))
@@ -405,15 +482,13 @@ def recommend(findings: pl.DataFrame, compiles: pl.DataFrame | None = None) -> p
 
 def to_compile_config(recommendations: pl.DataFrame, *, header: str | None = None) -> str:
     """The applied config fixes as compile-config TOML, a comment above each setting naming its finding; the
-    alternatives and the code fixes follow as comments at the end."""
+    alternatives and the code fixes follow as comments at the end, best first."""
     from workbench.compile_config import dump_compile_config
 
     data: dict[str, dict[str, Any]] = {}
     comments: dict[str, str] = {}
-    applied = recommendations.filter(pl.col("apply"))
-    for r in applied.iter_rows(named=True):
-        cfg = json.loads(r["config"])
-        for sec, body in cfg.items():
+    for r in recommendations.filter(pl.col("apply")).iter_rows(named=True):
+        for sec, body in json.loads(r["config"]).items():
             dest = data.setdefault(sec, {})
             for k, v in body.items():
                 if k in dest:
@@ -421,27 +496,25 @@ def to_compile_config(recommendations: pl.DataFrame, *, header: str | None = Non
                 dest[k] = v
                 comments[f"{sec}.{k}"] = (f"fix #{r['rank']} {r['fix_id']}: {r['title']}\n"
                                           f"answers {r['finding_kind']}: {_one_line(r['evidence'])}\n"
-                                          f"expected: {r['expected_effect']}")
+                                          f"expected: {r['expected_effect']}"
+                                          + (f"\nwhy first: {r['why']}" if r.get("why") else ""))
     lines = [header or "Compile config written by `workbench recommend`: apply with "
              "Collector(..., compile_config=\"<this file>\")",
              "Every setting below says which finding it answers. Validate: workbench.compile_config.load_compile_config"]
-    rest = recommendations.filter(~pl.col("apply"))
     tail: list[str] = []
+    rest = recommendations.filter(~pl.col("apply"))
     if rest.height:
-        tail.append("")
-        tail.append("# Alternatives and code fixes (not applied), best first:")
+        tail += ["", " Alternatives and code fixes (not applied), best first:"]
         for r in rest.iter_rows(named=True):
-            what = f"config {r['config']}" if r["config"] else ""
-            code = f"code: {r['code_advice']}" if r["code_advice"] else ""
             loc = f" at {r['location']}" if r["location"] else ""
-            tail.append(f"#  #{r['rank']} {r['fix_id']} ({r['finding_kind']}): {r['title']}{loc}")
-            for part in (what, code):
+            tail.append(f"  #{r['rank']} {r['fix_id']} ({r['finding_kind']}): {r['title']}{loc}")
+            for part in (f"config {r['config']}" if r["config"] else "",
+                         f"code: {r['code_advice']}" if r["code_advice"] else ""):
                 if part:
-                    tail.append(f"#      {_one_line(part, 200)}")
+                    tail.append(f"      {_one_line(part, 200)}")
     # every text from a trace or log goes through dump_compile_config's comment writer (no line of it can
     # become a setting), and the file must read back as exactly ``data``
-    footer = "\n".join(t[1:] if t.startswith("#") else t for t in tail)
-    return dump_compile_config(data, comments, header="\n".join(lines), footer=footer or None)
+    return dump_compile_config(data, comments, header="\n".join(lines), footer="\n".join(tail) or None)
 
 
 def _one_line(s: str | None, n: int = 240) -> str:

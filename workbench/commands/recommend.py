@@ -14,12 +14,13 @@ from rich.console import Console
 PATH_ARG = typer.Argument(..., help="Run directory, Kineto traces and/or TORCH_TRACE logs.")
 
 
-def run_findings(run: Any, timeout_s: float | None = None) -> pl.DataFrame:
-    """Every finding of ``run``, ranked by cost: the same rows ``workbench analyze``, the app and the report show
-    (``timeout_s``: the job's collective timeout, for the NCCL-timeout risk of a divergent recompile)."""
+def run_findings(run: Any, timeout_s: float | None = None) -> list[Any]:
+    """The typed root-cause findings of ``run``, most costly first: the same ones ``workbench analyze``, the app and
+    the report show (``timeout_s``: the job's collective timeout, for the NCCL-timeout risk of a divergent
+    recompile)."""
     from workbench.analyses.summary import analysis_tables
 
-    return analysis_tables(run, timeout_s=timeout_s)["findings"]
+    return list(analysis_tables(run, timeout_s=timeout_s).roots)
 
 
 def register(app: typer.Typer) -> None:
@@ -49,20 +50,22 @@ def register(app: typer.Typer) -> None:
             tmp.replace(output)
             load_compile_config(output)  # the file we write must load (validated against the installed torch)
         if as_json:
-            sys.stdout.write(json.dumps({"findings": findings.height, "recommendations": recs.to_dicts(),
+            sys.stdout.write(json.dumps({"findings": len(findings), "recommendations": recs.to_dicts(),
                                          "config": str(output) if output else None}, default=str) + "\n")
             return
         console = Console()
         if recs.height == 0:
             console.print("No findings: nothing to recommend.")
         else:
-            console.print(f"[bold]Recommendations for {path}[/bold] ({findings.height} findings, "
+            console.print(f"[bold]Recommendations for {path}[/bold] ({len(findings)} root causes, "
                           f"{recs.height} fixes; applied = written to the config)")
             for r in recs.head(limit).iter_rows(named=True):
                 flag = " [green](applied)[/green]" if r["apply"] else ""
                 console.print(f"\n[bold]{r['rank']}. {r['title']}[/bold]{flag}", highlight=False)
                 console.print(f"   answers  {r['finding_kind']} ({r['severity']}): {r['evidence']}", highlight=False)
                 console.print(f"   effect   {r['expected_effect']}", highlight=False)
+                if r["why"]:
+                    console.print(f"   why      {r['why']}", highlight=False)
                 if r["config"]:
                     console.print(f"   config   {r['config']}", highlight=False, markup=False)
                 if r["code_advice"]:

@@ -1,0 +1,62 @@
+"""Shared pieces of the ``hang_*`` faults: a numbered all-reduce and the ground truth of a job that failed.
+
+Each hang fault counts the collectives it issues on the default group itself (``Counter``), so its ground truth
+names the sequence id (1-based, as the Flight Recorder numbers them) and the file:line of the planted call without
+reading anything the workbench wrote.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import torch
+
+from workbench.faults.registry import Fault, FaultContext, RankRecord
+
+#: The process-group timeout the hang faults run under (seconds): short, so a planted hang ends fast.
+PG_TIMEOUT_S = 6
+
+
+class Counter:
+    """Counts this rank's collectives on the default group; ``plant()`` notes the one that is the fault."""
+
+    def __init__(self, ctx: FaultContext) -> None:
+        self.ctx = ctx
+        self.seq = 0
+
+    def count(self, t: torch.Tensor) -> torch.Tensor:
+        """``dist.all_reduce(comm.count(t))``: counts the call, which stays on the fault's own line."""
+        self.seq += 1
+        return t
+
+    def plant(self, what: str, line: int, **extra: Any) -> None:
+        """Record (before it runs) that the next collective / event at ``line`` of the caller is the fault."""
+        caller = sys._getframe(1).f_code.co_filename
+        self.ctx.note("planted", {"what": what, "step": self.ctx.step, "seq": self.seq + 1,
+                                  "call_site": f"{caller}:{line}", **extra})
+        self.ctx.save()
+
+
+def flat_grads(model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None])
+
+
+def failure_truth(records: dict[int, RankRecord], fault: Fault, section: str = "allreduce") -> dict[str, Any]:
+    """Ground truth of a job that failed: the planted rank, step, collective (from the planted rank's own note) and
+    the cost — the healthy ranks' time in ``section`` in the step they were in when the job failed (their last
+    timed step), measured by their own timers."""
+    planted = next((rec.notes.get("planted") for r, rec in records.items() if r in fault.ranks
+                    and rec.notes.get("planted")), None) or {}
+    per = {}
+    for r, rec in records.items():
+        if r in fault.ranks:
+            continue
+        timed = rec.timed.get(section, {})
+        if timed:
+            last = max(timed)
+            per[r] = timed[last]
+    cost = int(sum(per.values()) / len(per)) if per else None
+    return {"fault": fault.name, "finding": fault.finding, "ranks": list(fault.ranks), "steps": list(fault.steps),
+            "collective": planted, "cost_ns": cost, "cost_per_rank_ns": {str(k): v for k, v in per.items()},
+            "cost_method": f"healthy ranks' time in '{section}' in the step they failed in (their own timers)"}

@@ -1,0 +1,51 @@
+"""Exposed communication: the gradients are all-reduced in one blocking call after ``backward`` finished, so no
+communication overlaps compute and every step waits for the whole all-reduce.
+
+Fix (code): let DDP overlap the all-reduce with backward (``DDP(model, bucket_cap_mb=25)``), or launch it with
+``async_op=True`` per layer as its gradients are ready and wait before ``optimizer.step()``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from workbench.faults.common import all_reduce_grads
+from workbench.faults.registry import Fault, FaultContext
+from workbench.faults.truth import WARMUP_STEPS, truth
+
+FAULT = Fault(
+    name="exposed_comm",
+    description="a blocking all-reduce of 4M gradients after backward: communication never overlaps compute",
+    finding="exposed_communication", ranks=(0, 1), steps=(), world_size=2, fix="code", num_steps=8,
+)
+
+
+def main(ctx: FaultContext) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
+                                torch.nn.ReLU(), torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
+                                torch.nn.Linear(1024, 1024))
+    compiled = torch.compile(model, backend="aot_eager")
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    gen = torch.Generator().manual_seed(ctx.rank)
+    with ctx.collector() as collector:
+        for step in ctx.steps():
+            x = torch.randn(32, 1024, generator=gen)
+            with collector.step():
+                compiled(x).square().mean().backward()
+                with ctx.timed("allreduce"):                 # nothing to overlap with: fully exposed
+                    all_reduce_grads(model)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+
+
+def ground_truth(records, fault):
+    per, per_step, share = {}, {}, {}
+    for r, rec in records.items():
+        ar = {s: v for s, v in rec.timed.get("allreduce", {}).items() if s >= WARMUP_STEPS}
+        steps = {s: v for s, v in rec.step_ns.items() if s >= WARMUP_STEPS}
+        per[r] = int(sum(ar.values()))
+        per_step[str(r)] = int(sum(ar.values()) / max(1, len(ar)))
+        share[str(r)] = round(100.0 * sum(ar.values()) / max(1, sum(steps.values())), 1)
+    return truth(fault, per, "each rank's blocking all-reduce time, summed over steps 1..N",
+                 exposed_per_step_ns=per_step, exposed_pct_of_step=share)
