@@ -1,0 +1,241 @@
+"""Hang capture: what each rank leaves on disk when a job hangs, times out or dies, in ``rank<R>/hang/``.
+
+Nothing here runs per collective or per step on the training thread. At :meth:`HangCapture.start`:
+
+* the Flight Recorder environment, where it is not set already — ``TORCH_FR_BUFFER_SIZE`` /
+  ``TORCH_NCCL_TRACE_BUFFER_SIZE`` (entries kept), ``TORCH_NCCL_DUMP_ON_TIMEOUT=1`` and
+  ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE`` / ``TORCH_FR_DUMP_TEMP_FILE`` pointing into ``rank<R>/hang/`` (NCCL's
+  watchdog dumps there on a timeout). torch reads these when the process group is created: when it already exists
+  (the usual ``init_process_group`` before ``Collector``), NCCL's own dump-on-timeout keeps the settings it was
+  created with; the start event records ``pg_before_collector`` and docs/hangs.md says what to export instead.
+  Gloo records Flight Recorder entries in torch 2.13 whatever the env says (2000 entries by default), but gloo has
+  no watchdog that dumps them: the collector dumps them itself (below).
+* ``faulthandler`` writing to ``rank<R>/hang/fatal.txt`` (when nothing else enabled it): a rank that gloo aborts
+  (``SIGABRT`` on a received-size mismatch) or that crashes leaves its Python stacks, hence the line it was at.
+* a daemon watchdog thread: a one-line heartbeat every :data:`HEARTBEAT_S` (alive until then, at which step), and
+  one Flight Recorder dump when a step runs longer than :data:`STALL_S` (env ``WORKBENCH_HANG_STALL_S``), so a job
+  hung under a 30-minute timeout and then ``SIGKILL``-ed still leaves what every process group was doing.
+
+At the exits: an exception leaving a step records the error and the step (:meth:`on_step_error`);
+:meth:`close` (the collector's close: normal end, exception, ``atexit``) dumps the Flight Recorder to
+``rank<R>/hang/fr_trace_rank_<R>`` (torch's pickle format, via ``torch._C._distributed_c10d._dump_fr_trace``) and
+appends the exit to ``events.jsonl``. A ``SIGKILL`` leaves only what was written before: the heartbeat,
+``steps.jsonl`` and the compile log (both flushed per line).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import orjson
+
+#: Entries the Flight Recorder keeps when the user did not choose (torch's own default for gloo).
+FR_BUFFER_DEFAULT = "2000"
+#: Seconds between heartbeats.
+HEARTBEAT_S = 1.0
+#: A step longer than this (seconds) gets one Flight Recorder dump from the watchdog.
+STALL_S = 60.0
+
+_DUMP_PREFIX = "fr_trace_rank_"
+_NCCL_PREFIX = "nccl_trace_rank_"
+
+
+def stall_seconds() -> float:
+    """:data:`STALL_S`, or ``WORKBENCH_HANG_STALL_S`` when it holds a positive number."""
+    try:
+        value = float(os.environ.get("WORKBENCH_HANG_STALL_S", ""))
+        return value if value > 0 else STALL_S
+    except ValueError:
+        return STALL_S
+
+
+def flight_recorder_env(hang_dir: Path) -> dict[str, str]:
+    """The env vars that turn the Flight Recorder on and point its dumps at ``hang_dir`` (set them before
+    ``init_process_group``; torch appends the rank to the two file prefixes)."""
+    return {
+        "TORCH_FR_BUFFER_SIZE": FR_BUFFER_DEFAULT,
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": FR_BUFFER_DEFAULT,
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(hang_dir / _NCCL_PREFIX),
+        "TORCH_FR_DUMP_TEMP_FILE": str(hang_dir / _NCCL_PREFIX),
+    }
+
+
+def dump_flight_recorder() -> bytes | None:
+    """This process's Flight Recorder as torch's pickle (with stack frames), or None where torch has none."""
+    try:
+        from torch._C import _distributed_c10d as c10d
+    except Exception:
+        return None
+    for name in ("_dump_fr_trace", "_dump_nccl_trace"):
+        fn = getattr(c10d, name, None)
+        if fn is None:
+            continue
+        try:
+            return bytes(fn())
+        except Exception:
+            continue
+    return None
+
+
+class HangCapture:
+    """One rank's hang files. ``step_state()`` returns (step running now or None, steps done); ``on_error(exc)``
+    reports a failure of this component (the collector turns it off and carries on)."""
+
+    def __init__(self, rank_dir: Path, rank: int, step_state: Callable[[], tuple[int | None, int]],
+                 on_error: Callable[[BaseException], None]) -> None:
+        self.dir = Path(rank_dir) / "hang"
+        self.rank = rank
+        self._step_state = step_state
+        self._on_error = on_error
+        self._events_fd: int | None = None
+        self._fatal_fh: Any = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: str | None = None
+        self._stall_s = stall_seconds()
+        self._stalled_step: int | None = None
+        self._step_seen: tuple[int | None, float] = (None, time.monotonic())
+        self.dumps = 0
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ start
+    def start(self) -> HangCapture:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._events_fd = os.open(self.dir / "events.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        pg_before = _pg_initialized()
+        set_env = {}
+        for key, value in flight_recorder_env(self.dir).items():
+            if key not in os.environ:
+                os.environ[key] = value
+                set_env[key] = value
+        self._event("start", pid=os.getpid(), pg_before_collector=pg_before, env_set=sorted(set_env),
+                    backend=_backend())
+        self._guard(self._enable_faulthandler)
+        self._thread = threading.Thread(target=self._watch, name="workbench-hang-watchdog", daemon=True)
+        self._thread.start()
+        return self
+
+    def _enable_faulthandler(self) -> None:
+        if faulthandler.is_enabled():
+            return   # someone else (pytest, torchrun -X faulthandler, the user) owns it
+        self._fatal_fh = open(self.dir / "fatal.txt", "w")  # noqa: SIM115 - stays open for faulthandler
+        faulthandler.enable(file=self._fatal_fh, all_threads=True)
+
+    # ------------------------------------------------------------------ watchdog thread
+    def _watch(self) -> None:
+        beat = self.dir / "heartbeat.jsonl"
+        tmp = self.dir / ".heartbeat.tmp"
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                step, done = self._step_state()
+                now = time.monotonic()
+                if step != self._step_seen[0]:
+                    self._step_seen = (step, now)
+                elif step is not None and self._stalled_step != step and now - self._step_seen[1] > self._stall_s:
+                    self._stalled_step = step
+                    self._event("stalled", step=step, seconds=round(now - self._step_seen[1], 1))
+                    self.dump("stalled")
+                tmp.write_bytes(orjson.dumps({"time_ns": time.time_ns(), "step": step, "steps_done": done}) + b"\n")
+                os.replace(tmp, beat)
+            except Exception as exc:
+                self._on_error(exc)
+                return
+
+    # ------------------------------------------------------------------ exits
+    def on_step_error(self, exc: BaseException | None) -> None:
+        """An exception is leaving the current step (called before the step is closed)."""
+        if self._error is not None or exc is None:
+            return
+        with contextlib.suppress(Exception):
+            step, _ = self._step_state()
+            self._error = f"{type(exc).__name__}: {exc}"[:2000]
+            self._event("error", step=step, error=self._error)
+
+    def dump(self, reason: str) -> Path | None:
+        """Write this process's Flight Recorder to ``fr_trace_rank_<R>`` (atomically); None where torch has none."""
+        data = dump_flight_recorder()
+        if data is None:
+            return None
+        with self._lock:
+            path = self.dir / f"{_DUMP_PREFIX}{self.rank}"
+            tmp = self.dir / f".{_DUMP_PREFIX}{self.rank}.tmp"
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+            self.dumps += 1
+        self._event("dump", reason=reason, file=path.name, bytes=len(data))
+        return path
+
+    def close(self) -> None:
+        """Stop the watchdog, dump the Flight Recorder, record the exit, give faulthandler back."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2 * HEARTBEAT_S)
+        reason = "exception" if self._error is not None else "closed"
+        self._guard(lambda: self.dump(reason))
+        step, done = (None, 0)
+        with contextlib.suppress(Exception):
+            step, done = self._step_state()
+        self._event("exit", reason=reason, steps_done=done)
+        if self._fatal_fh is not None:
+            with contextlib.suppress(Exception):
+                faulthandler.disable()
+                self._fatal_fh.close()
+                path = self.dir / "fatal.txt"
+                if path.stat().st_size == 0:
+                    path.unlink()
+            self._fatal_fh = None
+        if self._events_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._events_fd)
+            self._events_fd = None
+
+    # ------------------------------------------------------------------ helpers
+    def _event(self, event: str, **fields: Any) -> None:
+        if self._events_fd is None:
+            return
+        try:
+            os.write(self._events_fd, orjson.dumps({"event": event, "time_ns": time.time_ns(), **fields},
+                                                   default=str) + b"\n")
+        except Exception as exc:
+            self._on_error(exc)
+
+    def _guard(self, fn: Callable[[], Any]) -> None:
+        try:
+            fn()
+        except Exception as exc:
+            self._on_error(exc)
+
+
+def _pg_initialized() -> bool:
+    try:
+        import torch.distributed as dist
+
+        return bool(dist.is_available() and dist.is_initialized())
+    except Exception:
+        return False
+
+
+def _backend() -> str | None:
+    try:
+        import torch.distributed as dist
+
+        return str(dist.get_backend()) if dist.is_available() and dist.is_initialized() else None
+    except Exception:
+        return None
+
+
+def start(rank_dir: Path, rank: int, step_state: Callable[[], tuple[int | None, int]],
+          on_error: Callable[[BaseException], None]) -> HangCapture | None:
+    """A started :class:`HangCapture`, or None (with ``on_error`` called) when it cannot start."""
+    try:
+        return HangCapture(rank_dir, rank, step_state, on_error).start()
+    except Exception as exc:
+        on_error(exc)
+        return None

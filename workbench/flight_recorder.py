@@ -1,0 +1,529 @@
+"""Hang evidence readers: Flight Recorder dumps, the collector's hang files, and the collectives in compiled graphs.
+
+* :func:`read_dump` — one Flight Recorder dump (the pickle torch writes to ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE<rank>``
+  / ``TORCH_FR_DUMP_TEMP_FILE<rank>``, or ``_dump_fr_trace_json`` JSON) → :class:`FRDump`. Pickles are read with a
+  restricted unpickler that builds only plain data (dict, list, tuple, str, numbers, bool, None): a pickle that asks
+  for any class or function is refused with one line naming the file, and nothing in it runs.
+* :func:`find_dumps` — the dumps under a folder (a run directory's ``rank<R>/hang/`` or a folder of
+  ``<prefix><rank>`` files as torch writes them).
+* :func:`load_hang_tables` — everything a hang analysis needs from a path, as typed polars frames
+  (:class:`HangTables`): Flight Recorder entries and process-group status per rank, the collector's per-rank exit
+  state (``rank<R>/hang/events.jsonl``, ``heartbeat.jsonl``, ``fatal.txt``), and the collectives each rank's
+  compiled graphs issue (read from the TORCH_TRACE compile logs).
+
+Example:
+    >>> tables = load_hang_tables("runs/exp1")          # doctest: +SKIP
+    >>> tables.entries.filter(pl.col("rank") == 1)      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import polars as pl
+
+from workbench import rundir
+from workbench.errors import TraceError
+
+#: Folder of the collector's hang files inside ``rank<R>/``.
+HANG_DIR = "rank{rank}/hang"
+#: File names inside :data:`HANG_DIR` (none ends in ``.json``, so no reader takes them for a Kineto trace).
+DUMP_PREFIX = "fr_trace_rank_"          # our own dumps: fr_trace_rank_<R>
+NCCL_DUMP_PREFIX = "nccl_trace_rank_"   # NCCL's dump on timeout, pointed here by the collector
+EVENTS_FILE = "events.jsonl"
+HEARTBEAT_FILE = "heartbeat.jsonl"
+FATAL_FILE = "fatal.txt"
+
+#: Larger files are not Flight Recorder dumps we are willing to read (a full 20k-entry dump is a few MB).
+MAX_DUMP_BYTES = 256 * 1024 * 1024
+
+#: Globals that old dumps (torch.jit pickler) may use to rebuild typed lists: mapped to plain ``list``.
+_SAFE_GLOBALS: dict[tuple[str, str], Any] = {
+    ("torch.jit._pickle", "build_intlist"): list,
+    ("torch.jit._pickle", "build_doublelist"): list,
+    ("torch.jit._pickle", "build_boollist"): list,
+    ("torch.jit._pickle", "build_strlist"): list,
+    ("collections", "OrderedDict"): dict,
+}
+
+
+class UnsafePickleError(TraceError):
+    """A pickle that asks for code (a class or function outside the plain-data format): refused, never run."""
+
+
+class _PlainDataUnpickler(pickle.Unpickler):
+    """Builds only plain data; any class, function or persistent id is refused."""
+
+    def __init__(self, data: bytes, path: str) -> None:
+        super().__init__(io.BytesIO(data))
+        self._path = path
+
+    def find_class(self, module: str, name: str) -> Any:  # noqa: D102 - pickle hook
+        safe = _SAFE_GLOBALS.get((module, name))
+        if safe is not None:
+            return safe
+        raise UnsafePickleError(
+            self._path, f"refused: the pickle asks for {module}.{name}, which a Flight Recorder dump never "
+                        "contains (not loaded, nothing was run)")
+
+    def persistent_load(self, pid: Any) -> Any:  # noqa: D102 - pickle hook
+        raise UnsafePickleError(self._path, "refused: the pickle uses persistent ids, which a Flight Recorder "
+                                            "dump never contains (not loaded, nothing was run)")
+
+
+def safe_unpickle(data: bytes, path: str | Path = "<bytes>") -> Any:
+    """Unpickle ``data`` admitting plain data only; :class:`UnsafePickleError` for anything that asks for code."""
+    try:
+        return _PlainDataUnpickler(data, str(path)).load()
+    except UnsafePickleError:
+        raise
+    except Exception as exc:
+        raise TraceError(path, f"not a readable pickle ({type(exc).__name__}: {exc})") from None
+
+
+# ---------------------------------------------------------------------------------------------- one dump
+@dataclass(frozen=True, slots=True)
+class FRDump:
+    """One rank's Flight Recorder dump: ``entries`` (dicts as torch writes them), ``pg_config``, ``pg_status``."""
+
+    path: Path
+    rank: int | None
+    version: str
+    entries: list[dict[str, Any]]
+    pg_config: dict[str, Any]
+    pg_status: dict[str, Any]
+
+
+_RANK_SUFFIX = re.compile(r"(\d+)(?:\.(?:pkl|pickle|json))?$")
+
+
+def rank_from_name(path: Path) -> int | None:
+    """The rank torch appends to a dump's file name (``nccl_trace_rank_3`` → 3)."""
+    m = _RANK_SUFFIX.search(path.name)
+    return int(m.group(1)) if m else None
+
+
+def read_dump(path: str | Path, rank: int | None = None) -> FRDump:
+    """Read one Flight Recorder dump (pickle or JSON); :class:`TraceError` naming the file when it is not one."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        if size > MAX_DUMP_BYTES:
+            raise TraceError(p, f"{size} bytes: too large for a Flight Recorder dump (limit {MAX_DUMP_BYTES})")
+        data = p.read_bytes()
+    except OSError as exc:
+        raise TraceError(p, f"cannot read ({exc.strerror or exc})") from None
+    if data[:1] == b"\x80":
+        obj = safe_unpickle(data, p)
+    elif data.lstrip()[:1] == b"{":
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise TraceError(p, f"invalid JSON ({exc})") from None
+    else:
+        raise TraceError(p, "neither a pickle nor JSON: not a Flight Recorder dump")
+    if not isinstance(obj, dict) or not isinstance(obj.get("entries", []), list) or "version" not in obj:
+        raise TraceError(p, "no 'version' and 'entries': not a Flight Recorder dump")
+    entries = [e for e in obj.get("entries", []) if isinstance(e, dict)]
+    pg_config = obj.get("pg_config") if isinstance(obj.get("pg_config"), dict) else {}
+    pg_status = obj.get("pg_status") if isinstance(obj.get("pg_status"), dict) else {}
+    return FRDump(p, rank if rank is not None else rank_from_name(p), str(obj.get("version")), entries,
+                  pg_config, pg_status)
+
+
+def looks_like_dump(path: Path) -> bool:
+    """A file whose first bytes are a pickle header, or a small JSON object naming ``entries`` and ``pg_config``."""
+    if not path.is_file() or path.name.startswith(".") or rank_from_name(path) is None:
+        return False
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    if head[:1] == b"\x80":
+        return b"entries" in head or b"version" in head
+    return head.lstrip()[:1] == b"{" and b'"entries"' in head and (b'"comm_lib_version"' in head
+                                                                  or b'"pg_config"' in head)
+
+
+def find_dumps(root: str | Path) -> dict[int, list[Path]]:
+    """Flight Recorder dumps under ``root`` by rank: ``rank<R>/hang/*`` in a run directory, else every file under
+    ``root`` that looks like a dump (rank from the file name)."""
+    base = Path(root)
+    out: dict[int, list[Path]] = {}
+    if base.is_file():
+        r = rank_from_name(base)
+        return {r: [base]} if r is not None else {}
+    if rundir.is_run_dir(base):
+        for rank, rdir in rundir.rank_dirs(base).items():
+            hang = rdir / "hang"
+            if hang.is_dir():
+                files = sorted(p for p in hang.iterdir()
+                               if p.name.startswith((DUMP_PREFIX, NCCL_DUMP_PREFIX)) and not p.name.endswith(".tmp"))
+                if files:
+                    out[rank] = files
+        for p in sorted(base.glob(f"{NCCL_DUMP_PREFIX}*")):   # NCCL dumps pointed at the run folder itself
+            r = rank_from_name(p)
+            if r is not None and p.is_file():
+                out.setdefault(r, []).append(p)
+        return out
+    for p in sorted(base.rglob("*")):
+        if rundir.CACHE_DIR in p.parts:
+            continue
+        if looks_like_dump(p):
+            out.setdefault(rank_from_name(p), []).append(p)  # type: ignore[arg-type]
+    return out
+
+
+def has_dumps(root: str | Path) -> bool:
+    """``root`` holds at least one Flight Recorder dump."""
+    try:
+        return bool(find_dumps(root))
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------------------------------------- tables
+#: One row per Flight Recorder entry (collective or p2p call) per rank.
+FR_ENTRIES: dict[str, pl.DataType] = {
+    "rank": pl.Int32,
+    "pg_name": pl.String,            # process group name ("0", "1", ...)
+    "pg_desc": pl.String,            # "default_pg", ...
+    "seq": pl.Int64,                 # collective_seq_id (per process group; p2p calls: null)
+    "p2p_seq": pl.Int64,
+    "is_p2p": pl.Boolean,
+    "op": pl.String,                 # "all_reduce", "broadcast", ... (backend prefix removed)
+    "backend": pl.String,            # "gloo", "nccl", ... (from profiling_name)
+    "in_sizes": pl.String,           # JSON, e.g. "[[4096]]"
+    "in_dtypes": pl.String,          # JSON, e.g. '["Float"]'
+    "out_sizes": pl.String,
+    "out_dtypes": pl.String,
+    "state": pl.String,              # scheduled / started / completed as torch wrote it
+    "retired": pl.Boolean,
+    "created_ns": pl.Int64,          # wall clock when the call was enqueued
+    "started_ns": pl.Int64,
+    "completed_ns": pl.Int64,
+    "timeout_ms": pl.Int64,
+    "call_site": pl.String,          # "file:line in function": the innermost frame outside torch
+    "stack": pl.String,              # JSON list of "file:line in function", innermost first (user frames)
+    "record_id": pl.Int64,
+    "file": pl.String,
+}
+
+#: Per rank and process group: the last enqueued / started / completed sequence ids (``pg_status``).
+FR_STATUS: dict[str, pl.DataType] = {
+    "rank": pl.Int32, "pg_name": pl.String, "last_enqueued": pl.Int64, "last_started": pl.Int64,
+    "last_completed": pl.Int64,
+}
+
+#: Per rank: how its process ended, from the collector's hang files (null where the rank left none).
+RANK_STATE: dict[str, pl.DataType] = {
+    "rank": pl.Int32,
+    "started_ns": pl.Int64,          # collector start
+    "exit_reason": pl.String,        # closed / exception / sigterm / null (no exit written: killed or aborted)
+    "exit_ns": pl.Int64,
+    "error": pl.String,              # "RuntimeError: ..." of the exception that left a step
+    "error_step": pl.Int32,          # the step that exception left
+    "error_ns": pl.Int64,
+    "stalled_step": pl.Int32,        # a step the watchdog saw run past its stall limit
+    "heartbeat_ns": pl.Int64,        # last heartbeat of the watchdog thread (alive until then)
+    "heartbeat_step": pl.Int32,
+    "fatal": pl.Boolean,             # a fatal signal (abort, segfault) wrote a traceback
+    "fatal_call_site": pl.String,    # innermost non-torch frame of the main thread at that signal
+    "fatal_op": pl.String,           # the torch.distributed function it was in, if any
+    "dumps": pl.Int32,               # Flight Recorder dumps this rank left
+    "pg_before_collector": pl.Boolean,  # the process group existed before the collector set the env
+}
+
+#: One row per collective op in a rank's compiled graphs (TORCH_TRACE graph payloads).
+GRAPH_COLLECTIVES: dict[str, pl.DataType] = {
+    "rank": pl.Int32,
+    "compile_id": pl.String,         # "0/1"
+    "graph": pl.String,              # dynamo_output_graph / aot_backward_graph / inductor_output_code
+    "index": pl.Int32,               # order within the graph
+    "op": pl.String,                 # "all_reduce", "all_gather_into_tensor", ...
+    "group": pl.String,              # group name argument ('0')
+    "dtype": pl.String,              # "f32"
+    "shape": pl.String,              # "[4, 8]"
+    "call_site": pl.String,          # "file:line in function" of the user code
+    "log_file": pl.String,
+}
+
+
+@dataclass(slots=True)
+class HangTables:
+    """Everything the hang analysis reads, as frames with the schemas above; ``problems``: unreadable files."""
+
+    entries: pl.DataFrame
+    status: pl.DataFrame
+    rank_state: pl.DataFrame
+    graph_collectives: pl.DataFrame
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return self.entries.is_empty() and self.rank_state.is_empty() and self.graph_collectives.is_empty()
+
+
+def empty_hang_tables() -> HangTables:
+    return HangTables(pl.DataFrame(schema=FR_ENTRIES), pl.DataFrame(schema=FR_STATUS),
+                      pl.DataFrame(schema=RANK_STATE), pl.DataFrame(schema=GRAPH_COLLECTIVES))
+
+
+_COLLECTORS = str(Path(__file__).resolve().parents[1] / "collectors").replace("\\", "/") + "/"
+
+
+def _is_internal(filename: str) -> bool:
+    """Frames of torch, of the collectors, of the interpreter: not the user's call site."""
+    f = filename.replace("\\", "/")
+    return ("/site-packages/torch/" in f or "/dist-packages/torch/" in f or "/workbench/collectors/" in f
+            or f.startswith(_COLLECTORS)
+            or f.startswith("<") or "/multiprocessing/" in f or f.endswith(("/threading.py", "/typing_extensions.py",
+                                                                              "/warnings.py", "/contextlib.py")))
+
+
+def _frame_text(fr: dict[str, Any]) -> str:
+    return f"{fr.get('filename', '?')}:{fr.get('line', '?')} in {fr.get('name', '?')}"
+
+
+def _int(v: Any) -> int | None:
+    try:
+        return None if v is None or isinstance(v, bool) else int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _entry_row(rank: int, e: dict[str, Any], path: Path) -> dict[str, Any]:
+    pg = e.get("process_group")
+    pg_name, pg_desc = (str(pg[0]), str(pg[1])) if isinstance(pg, (list, tuple)) and len(pg) >= 2 else (
+        str(e.get("pg_id", "")), "")
+    name = str(e.get("profiling_name") or "")
+    backend, _, op = name.rpartition(":")
+    frames = [f for f in e.get("frames") or [] if isinstance(f, dict)]
+    user = [f for f in frames if not _is_internal(str(f.get("filename", "")))]
+    is_p2p = bool(e.get("is_p2p"))
+    return {
+        "rank": rank, "pg_name": pg_name, "pg_desc": pg_desc,
+        "seq": None if is_p2p else _int(e.get("collective_seq_id")),
+        "p2p_seq": _int(e.get("p2p_seq_id")), "is_p2p": is_p2p,
+        "op": op or name, "backend": backend or None,
+        "in_sizes": orjson.dumps(e.get("input_sizes")).decode(),
+        "in_dtypes": orjson.dumps(e.get("input_dtypes")).decode(),
+        "out_sizes": orjson.dumps(e.get("output_sizes")).decode(),
+        "out_dtypes": orjson.dumps(e.get("output_dtypes")).decode(),
+        "state": str(e.get("state")) if e.get("state") is not None else None,
+        "retired": bool(e.get("retired")) if e.get("retired") is not None else None,
+        "created_ns": _int(e.get("time_created_ns")),
+        "started_ns": _int(e.get("time_discovered_started_ns")) or None,
+        "completed_ns": _int(e.get("time_discovered_completed_ns")) or None,
+        "timeout_ms": _int(e.get("timeout_ms")),
+        "call_site": _frame_text(user[0]) if user else None,
+        "stack": orjson.dumps([_frame_text(f) for f in user[:6]]).decode(),
+        "record_id": _int(e.get("record_id")), "file": str(path),
+    }
+
+
+_STATE_ORDER = {"scheduled": 0, "started": 1, "completed": 2}
+
+
+def dump_tables(dumps: list[FRDump]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(entries, status) frames of ``dumps``; an entry seen in several dumps of one rank is kept once, in its most
+    advanced state."""
+    best: dict[tuple, dict[str, Any]] = {}
+    status: dict[tuple[int, str], dict[str, Any]] = {}
+    for d in dumps:
+        if d.rank is None:
+            continue
+        for e in d.entries:
+            row = _entry_row(d.rank, e, d.path)
+            key = (row["rank"], row["pg_name"], row["is_p2p"], row["seq"] if not row["is_p2p"] else row["p2p_seq"],
+                   row["op"], row["created_ns"])
+            old = best.get(key)
+            if old is None or _STATE_ORDER.get(row["state"] or "", 0) > _STATE_ORDER.get(old["state"] or "", 0):
+                best[key] = row
+        for pg, st in d.pg_status.items():
+            if not isinstance(st, dict):
+                continue
+            k = (d.rank, str(pg))
+            new = {"rank": d.rank, "pg_name": str(pg), "last_enqueued": _int(st.get("last_enqueued_collective")),
+                   "last_started": _int(st.get("last_started_collective")),
+                   "last_completed": _int(st.get("last_completed_collective"))}
+            old = status.get(k)
+            if old is None or (new["last_enqueued"] or -1) >= (old["last_enqueued"] or -1):
+                status[k] = new
+    entries = pl.DataFrame(list(best.values()), schema=FR_ENTRIES) if best else pl.DataFrame(schema=FR_ENTRIES)
+    st = pl.DataFrame(list(status.values()), schema=FR_STATUS) if status else pl.DataFrame(schema=FR_STATUS)
+    return entries.sort("rank", "pg_name", "created_ns", nulls_last=True), st.sort("rank", "pg_name")
+
+
+# ---------------------------------------------------------------------------------------------- collector files
+_FATAL_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<name>\S+)')
+
+
+def read_fatal(path: Path) -> tuple[str | None, str | None] | None:
+    """(call site, torch.distributed function) of the main thread in a faulthandler traceback; None if empty."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    if not text.strip():
+        return None
+    text = text.split("\nExtension modules:")[0]
+    blocks = [b for b in re.split(r"\n(?=(?:Current thread|Thread) 0x)", text) if "most recent call first" in b]
+    # the main thread: the stack that starts at a module (a signal from a C++ thread has no "Current thread")
+    main = next((b for b in blocks if re.search(r" in (<module>|_run_module_as_main|_run_code)\s*$", b.strip())),
+                None)
+    main = main or next((b for b in blocks if "Current thread" in b), None) or (blocks[0] if blocks else text)
+    frames = [m.groupdict() for m in (_FATAL_FRAME.match(line) for line in main.splitlines()) if m]
+    site = next((f"{f['file']}:{f['line']} in {f['name']}" for f in frames if not _is_internal(f["file"])), None)
+    op = next((f["name"] for f in frames if "/torch/distributed/" in f["file"].replace("\\", "/")
+               and f["name"] not in ("wrapper", "_wrap")), None)
+    return site, op
+
+
+def _rank_state(rank: int, hang: Path, n_dumps: int, problems: list[str]) -> dict[str, Any]:
+    row: dict[str, Any] = {"rank": rank, "dumps": n_dumps, "fatal": False}
+    events = hang / EVENTS_FILE
+    if events.is_file():
+        lines, bad = rundir.read_jsonl(events)
+        if bad:
+            problems.append(f"{events}: {bad} unreadable line(s) skipped")
+        for ev in lines:
+            kind = ev.get("event")
+            if kind == "start":
+                row["started_ns"] = _int(ev.get("time_ns"))
+                row["pg_before_collector"] = bool(ev.get("pg_before_collector"))
+            elif kind == "error" and "error" not in row:
+                row["error"] = str(ev.get("error", ""))[:500]
+                row["error_step"] = _int(ev.get("step"))
+                row["error_ns"] = _int(ev.get("time_ns"))
+            elif kind == "stalled" and "stalled_step" not in row:
+                row["stalled_step"] = _int(ev.get("step"))
+            elif kind == "exit":
+                row["exit_reason"] = str(ev.get("reason"))
+                row["exit_ns"] = _int(ev.get("time_ns"))
+    beat = hang / HEARTBEAT_FILE
+    if beat.is_file():
+        lines, _ = rundir.read_jsonl(beat)
+        if lines:
+            row["heartbeat_ns"] = _int(lines[-1].get("time_ns"))
+            row["heartbeat_step"] = _int(lines[-1].get("step"))
+    fatal = read_fatal(hang / FATAL_FILE)
+    if fatal is not None:
+        row["fatal"] = True
+        row["fatal_call_site"], row["fatal_op"] = fatal
+    return row
+
+
+# ---------------------------------------------------------------------------------------------- compiled graphs
+_GRAPH_EVENTS = ("dynamo_output_graph", "aot_backward_graph", "inductor_output_code")
+_HEAD = re.compile(r'^V\d{4} [\d:.]+ \d+ [^\]]*\] (\{.*\})\s*$')
+_FILE_COMMENT = re.compile(r"#\s*File: (?P<file>.+?):(?P<line>\d+) in (?P<name>[^,]+)")
+_FUNC_OP = re.compile(
+    r'^\s*(?P<var>\w+)(?:: "(?P<dtype>[a-z0-9]+)\[(?P<shape>[^\]]*)\][^"]*")?\s*=\s*'
+    r"torch\.ops\._c10d_functional\.(?P<op>\w+)(?:\.default)?\((?P<args>.*)\)")
+_NOT_COLLECTIVES = {"wait_tensor"}
+
+
+def _graph_collectives(payload: str) -> list[dict[str, Any]]:
+    out = []
+    site = None
+    for line in payload.splitlines():
+        c = _FILE_COMMENT.search(line)
+        if c and not _is_internal(c.group("file")):
+            site = f"{c.group('file')}:{c.group('line')} in {c.group('name').strip()}"
+            continue
+        m = _FUNC_OP.match(line)
+        if not m or m.group("op") in _NOT_COLLECTIVES:
+            continue
+        strs = re.findall(r"'([^']*)'", m.group("args"))
+        out.append({"op": m.group("op"), "group": strs[-1] if strs else None, "dtype": m.group("dtype"),
+                    "shape": f"[{m.group('shape')}]" if m.group("shape") is not None else None, "call_site": site})
+    return out
+
+
+def read_graph_collectives(path: Path, rank: int | None) -> list[dict[str, Any]]:
+    """The ``_c10d_functional`` collectives of every compiled graph in one TORCH_TRACE log, in graph order."""
+    rows: list[dict[str, Any]] = []
+    try:
+        fh = path.open("r", errors="replace")
+    except OSError:
+        return rows
+    with fh:
+        current: tuple[str, str, int | None] | None = None
+        buf: list[str] = []
+
+        def flush() -> None:
+            if current is not None and buf:
+                graph, cid, r = current
+                for i, c in enumerate(_graph_collectives("\n".join(buf))):
+                    rows.append({"rank": rank if rank is not None else r, "compile_id": cid, "graph": graph,
+                                 "index": i, **c, "log_file": str(path)})
+
+        for line in fh:
+            if line.startswith("\t"):
+                if current is not None:
+                    buf.append(line[1:])
+                continue
+            flush()
+            current, buf = None, []
+            if "_c10d" not in line and not any(g in line for g in _GRAPH_EVENTS):
+                continue
+            m = _HEAD.match(line)
+            if not m:
+                continue
+            try:
+                meta = orjson.loads(m.group(1))
+            except orjson.JSONDecodeError:
+                continue
+            graph = next((g for g in _GRAPH_EVENTS if g in meta), None)
+            if graph is None or not meta.get("has_payload"):
+                continue
+            cid = f"{meta.get('frame_id')}/{meta.get('frame_compile_id')}"
+            if meta.get("attempt"):
+                cid += f"_{meta['attempt']}"
+            current = (graph, cid, _int(meta.get("rank")))
+        flush()
+    # a graph compiled by inductor shows its collectives twice (aot graph and output code): keep the graph
+    seen = {(r["compile_id"], r["graph"]) for r in rows}
+    return [r for r in rows if r["graph"] != "inductor_output_code"
+            or (r["compile_id"], "dynamo_output_graph") not in seen]
+
+
+# ---------------------------------------------------------------------------------------------- everything
+def load_hang_tables(root: str | Path, compile_logs: list[tuple[Path, int | None]] | None = None) -> HangTables:
+    """Hang evidence under ``root`` (a run directory, a folder of Flight Recorder dumps, or one dump).
+
+    ``compile_logs``: (path, rank) of the TORCH_TRACE logs to scan for compiled collectives (what
+    :func:`workbench.discover.discover` found); unreadable files are listed in ``problems``, never raised.
+    """
+    base = Path(root)
+    problems: list[str] = []
+    dumps: list[FRDump] = []
+    found = find_dumps(base)
+    for rank, files in found.items():
+        for f in files:
+            try:
+                dumps.append(read_dump(f, rank))
+            except TraceError as exc:
+                problems.append(str(exc))
+    entries, status = dump_tables(dumps)
+    states = []
+    if base.is_dir() and rundir.is_run_dir(base):
+        for rank, rdir in rundir.rank_dirs(base).items():
+            hang = rdir / "hang"
+            if hang.is_dir():
+                states.append(_rank_state(rank, hang, len(found.get(rank, [])), problems))
+    rank_state = pl.DataFrame(states, schema=RANK_STATE) if states else pl.DataFrame(schema=RANK_STATE)
+    graph_rows: list[dict[str, Any]] = []
+    for path, rank in compile_logs or []:
+        graph_rows.extend(read_graph_collectives(Path(path), rank))
+    graphs = (pl.DataFrame(graph_rows, schema=GRAPH_COLLECTIVES) if graph_rows
+              else pl.DataFrame(schema=GRAPH_COLLECTIVES))
+    return HangTables(entries, status, rank_state, graphs, problems)
