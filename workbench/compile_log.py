@@ -24,7 +24,9 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import stat
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -51,7 +53,7 @@ KNOWN_EVENTS: frozenset[str] = frozenset({
 #: Artifacts whose payload is read.
 _PAYLOAD_ARTIFACTS = frozenset({
     "recompile_reasons", "dynamo_graph_break_reason", "dynamo_error", "inductor_collective_schedule",
-    "torch_version",
+    "torch_version", "aotautograd_cache_bypass",
 })
 _CACHE_ARTIFACTS = {
     "fx_graph_cache_hit": "hit", "fx_graph_cache_miss": "miss",
@@ -65,6 +67,7 @@ _RANK_IN_NAME = re.compile(r"_rank_(\d+)(?=[_.]|$)")
 _COMPILE_ID = re.compile(r"^(?:!(\d+)/)?(\d+)/(\d+)(?:_(\d+))?$")
 _STEP = re.compile(r"step\s*[=:]\s*(-?\d+)")
 _LIMIT = re.compile(r"recompile limit|cache_size_limit|Limit type: ", re.I)
+_GRAPH_BREAK = re.compile(r"graph break", re.I)
 _MAX_TEXT = 4000
 
 
@@ -85,17 +88,77 @@ def format_compile_id(frame_id: int | None, frame_compile_id: int | None, attemp
     return base
 
 
-def _new_row(key: tuple[int | None, int | None, int | None]) -> dict[str, Any]:
+class _BadField(ValueError):
+    """A field that is not of its type; ``str()`` is the SKIPPED reason."""
+
+
+def _int(value: Any, field: str, notes: Counter | None = None) -> int | None:
+    """``value`` as an int (numeric text is read, and noted); :class:`_BadField` for anything else."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise _BadField(f"'{field}' is a boolean, not an integer")
+    if isinstance(value, int):
+        if -(2**31) <= value < 2**31 or field in _WIDE_INTS:
+            return value
+        raise _BadField(f"'{field}' = {value} is out of range")
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            n = int(value.strip())
+        except ValueError:
+            raise _BadField(f"'{field}' is text that is not a number") from None
+        if notes is not None:
+            notes[f"'{field}' written as text: read as a number"] += 1
+        return _int(n, field)
+    raise _BadField(f"'{field}' is a {type(value).__name__}, not an integer")
+
+
+def _num(value: Any, field: str, notes: Counter) -> float | None:
+    """``value`` as a finite float, else None with a note."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        notes[f"compilation_metrics.{field} is not a number: ignored"] += 1
+        return None
+    try:
+        x = float(value)
+    except ValueError:
+        notes[f"compilation_metrics.{field} is not a number: ignored"] += 1
+        return None
+    if x != x or x in (float("inf"), float("-inf")) or abs(x) > 1e17:
+        notes[f"compilation_metrics.{field} is out of range: ignored"] += 1
+        return None
+    return x
+
+
+#: Integer fields that hold wall-clock microseconds (wider than int32).
+_WIDE_INTS = frozenset({"start_time_us", "end_time_us", "duration_us"})
+_CONTEXT_INTS = ("frame_id", "frame_compile_id", "attempt", "compiled_autograd_id")
+
+
+def _new_row(key: tuple[int | None, int | None, int | None], sequence: int) -> dict[str, Any]:
     return {
         "compiled_autograd_id": key[0], "frame_id": key[1], "frame_compile_id": key[2], "attempt": 0,
+        "sequence": sequence, "started": False,
         "recompile_reasons": [], "graph_breaks": [], "restart_reasons": [], "collective_schedule": None,
-        "art_hits": 0, "art_misses": 0, "metrics": None, "bwd": None, "stack": None, "dynamo_error": None,
+        "art_hits": 0, "art_misses": 0, "bypasses": 0, "bypass_reason": None,
+        "metrics": None, "bwd": None, "stack": None, "dynamo_error": None,
     }
 
 
 def _text(s: Any) -> str:
-    s = str(s)
+    s = s if isinstance(s, str) else orjson.dumps(s, default=str).decode()
     return s if len(s) <= _MAX_TEXT else s[:_MAX_TEXT] + "…"
+
+
+def _texts(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [_text(v) for v in value]
+    return [_text(value)]
 
 
 def _decode_reasons(payload: str, encoding: str | None) -> list[str]:
@@ -109,62 +172,67 @@ def _decode_reasons(payload: str, encoding: str | None) -> list[str]:
         except orjson.JSONDecodeError:
             return [text]
         if isinstance(value, list):
-            return [str(v) for v in value]
-        return [str(value)]
+            return [_text(v) for v in value]
+        return [_text(value)]
     return [text]
 
 
-def _read_one(path: Path, forced_rank: int | None) -> tuple[list[dict[str, Any]], Counter, int | None, str | None]:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise TraceError(path, f"cannot read compile log ({exc.strerror})") from None
-    text = data.decode("utf-8", errors="replace")
-    skipped: Counter = Counter()
-    rows: dict[tuple[int | None, int | None, int | None], dict[str, Any]] = {}
-    strings: dict[int, str] = {}
-    log_rank: int | None = None
-    torch_version: str | None = None
+class _LogReader:
+    """The state of reading one TORCH_TRACE log: compilations in log order, the string table, what was skipped.
 
-    # payload collection state
-    want: list[str] | None = None  # lines of the payload being collected
-    pending: tuple[str, dict[str, Any]] | None = None
-    loads = orjson.loads
+    A compilation is keyed by (compiled autograd id, frame id, frame compile id). When a key comes back after its
+    compilation finished (a second ``dynamo_start``, or a second ``compilation_metrics``), that is a new
+    compilation under the same id (``sequence`` 1, 2, …), never merged into the first.
+    """
 
-    def finish() -> None:
-        nonlocal torch_version
-        if pending is None or want is None:
-            return
-        kind, ev = pending
-        payload = "\n".join(want)
-        _on_payload(kind, ev, payload)
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self.current: dict[tuple[int | None, int | None, int | None], dict[str, Any]] = {}
+        self.strings: dict[int, str] = {}
+        self.skipped: Counter = Counter()
+        self.log_rank: int | None = None
+        self.torch_version: str | None = None
 
-    def row_for(ev: dict[str, Any]) -> dict[str, Any] | None:
-        fid = ev.get("frame_id")
+    def context(self, ev: dict[str, Any]) -> dict[str, int | None]:
+        """The typed context keys of a line; :class:`_BadField` when one is not an integer."""
+        return {k: _int(ev.get(k), k, self.skipped) for k in _CONTEXT_INTS}
+
+    def row_for(self, ctx: dict[str, int | None], *, starts: bool = False, finishes: str | None = None
+                ) -> dict[str, Any] | None:
+        """The compilation a line belongs to (None without a frame id); a new one when the key's last finished."""
+        fid = ctx.get("frame_id")
         if fid is None:
             return None
-        key = (ev.get("compiled_autograd_id"), fid, ev.get("frame_compile_id"))
-        row = rows.get(key)
+        key = (ctx.get("compiled_autograd_id"), fid, ctx.get("frame_compile_id"))
+        row = self.current.get(key)
+        if row is not None and ((starts and (row["started"] or row["metrics"] is not None) and row["metrics"] is not None)
+                                or (finishes is not None and row[finishes] is not None)):
+            row = None  # the same id again after a finished compilation: a new compilation
         if row is None:
-            row = rows[key] = _new_row(key)
-        att = ev.get("attempt") or 0
+            seq = sum(1 for r in self.rows if (r["compiled_autograd_id"], r["frame_id"], r["frame_compile_id"]) == key)
+            row = _new_row(key, seq)
+            self.rows.append(row)
+            self.current[key] = row
+        if starts:
+            row["started"] = True
+        att = ctx.get("attempt") or 0
         if att > row["attempt"]:
             row["attempt"] = att
         return row
 
-    def _on_payload(kind: str, ev: dict[str, Any], payload: str) -> None:
-        nonlocal torch_version
+    def on_payload(self, ev: dict[str, Any], ctx: dict[str, int | None], payload: str) -> None:
         art = ev["artifact"]
         name = art.get("name")
         if name == "torch_version":
             try:
-                torch_version = loads(payload).get("pytorch_version")
-            except (orjson.JSONDecodeError, AttributeError):
+                v = orjson.loads(payload)
+                self.torch_version = _text(v.get("pytorch_version")) if isinstance(v, dict) and v.get("pytorch_version") else None
+            except orjson.JSONDecodeError:
                 pass
             return
-        row = row_for(ev)
+        row = self.row_for(ctx)
         if row is None:
-            skipped[f"artifact {name} without a compile id"] += 1
+            self.skipped[f"artifact {name} without a compile id"] += 1
             return
         if name == "recompile_reasons":
             row["recompile_reasons"].extend(_decode_reasons(payload, art.get("encoding")))
@@ -174,181 +242,287 @@ def _read_one(path: Path, forced_rank: int | None) -> tuple[list[dict[str, Any]]
             row["dynamo_error"] = _text(payload.strip())
         elif name == "inductor_collective_schedule":
             try:
-                sched = loads(payload)
+                sched = orjson.loads(payload)
             except orjson.JSONDecodeError:
                 sched = [payload]
-            row["collective_schedule"] = (row["collective_schedule"] or []) + [str(s) for s in sched]
+            row["collective_schedule"] = (row["collective_schedule"] or []) + _texts(sched)
+        elif name == "aotautograd_cache_bypass":
+            row["bypasses"] += 1
+            try:
+                info = orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                info = None
+            reason = info.get("cache_bypass_reason") if isinstance(info, dict) else None
+            if reason and row["bypass_reason"] is None:
+                row["bypass_reason"] = _text(str(reason).strip())
 
-    lines = text.split("\n")
-    for line in lines:
+    def on_event(self, kind: str, ev: dict[str, Any]) -> tuple[dict[str, Any], dict[str, int | None]] | None:
+        """Handle one decoded line; returns (event, context) when its payload must be collected."""
+        ctx = self.context(ev)
+        rk = ev.get("rank")
+        if self.log_rank is None and rk is not None:
+            self.log_rank = _int(rk, "rank", self.skipped)
+        if kind == "str":
+            try:
+                sv, i = ev["str"]
+                self.strings[int(i)] = str(sv)
+            except (TypeError, ValueError, KeyError):
+                self.skipped["malformed str event"] += 1
+        elif kind == "artifact":
+            art = ev.get("artifact")
+            if not isinstance(art, dict):
+                self.skipped["artifact that is not an object"] += 1
+                return None
+            name = art.get("name")
+            if name in _PAYLOAD_ARTIFACTS and ev.get("has_payload"):
+                return ev, ctx
+            if name in _CACHE_ARTIFACTS:
+                row = self.row_for(ctx)
+                if row is not None:
+                    row["art_hits" if _CACHE_ARTIFACTS[name] == "hit" else "art_misses"] += 1
+            elif name == "aotautograd_cache_bypass":
+                row = self.row_for(ctx)
+                if row is not None:
+                    row["bypasses"] += 1
+        elif kind in ("compilation_metrics", "bwd_compilation_metrics"):
+            m = ev.get(kind)
+            if not isinstance(m, dict):
+                self.skipped[f"malformed {kind}"] += 1
+                return None
+            if ctx.get("frame_id") is None:
+                cm = _COMPILE_ID.match(str(m.get("compile_id") or ""))
+                if cm is None:
+                    self.skipped[f"{kind} without a compile id"] += 1
+                    return None
+                ctx = {"compiled_autograd_id": int(cm.group(1)) if cm.group(1) else None,
+                       "frame_id": int(cm.group(2)), "frame_compile_id": int(cm.group(3)),
+                       "attempt": int(cm.group(4) or 0)}
+            if kind == "compilation_metrics":
+                row = self.row_for(ctx, finishes="metrics")
+                if row is not None:
+                    row["metrics"] = m
+            else:
+                row = self.row_for(ctx)
+                if row is not None and row["bwd"] is not None:
+                    self.skipped["a second bwd_compilation_metrics for one compilation: the first kept"] += 1
+                elif row is not None:
+                    row["bwd"] = m
+        elif kind == "dynamo_start":
+            row = self.row_for(ctx, starts=True)
+            if row is not None:
+                ds = ev.get("dynamo_start")
+                stack = ds.get("stack") if isinstance(ds, dict) else None
+                row["stack"] = stack if isinstance(stack, list) else None
+        return None
+
+
+_SKIP_KINDS = frozenset({
+    "chromium_event", "describe_tensor", "describe_storage", "describe_source", "dynamo_output_graph",
+    "aot_forward_graph", "aot_backward_graph", "aot_inference_graph", "aot_joint_graph", "inductor_output_code",
+    "dynamo_cpp_guards_str", "create_symbol", "inductor_post_grad_graph", "inductor_pre_grad_graph",
+    "dynamo_guards",
+})
+
+
+def _read_one(path: Path, forced_rank: int | None) -> tuple[list[dict[str, Any]], Counter, int | None, str | None]:
+    """One log → (rows, skipped counts, rank, torch version); :class:`TraceError` if the file cannot be read."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise TraceError(path, "not a regular file (a FIFO, socket, device or folder): not read")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise TraceError(path, f"cannot read compile log ({exc.strerror or exc})") from None
+    text = data.decode("utf-8", errors="replace")
+    del data
+    rd = _LogReader()
+    want: list[str] | None = None  # lines of the payload being collected
+    pending: tuple[dict[str, Any], dict[str, int | None]] | None = None
+    loads = orjson.loads
+    for line in text.split("\n"):
         if not line:
             continue
         if line[0] == "\t":
             if want is not None:
                 want.append(line[1:])
             continue
-        if want is not None:
-            finish()
-            want = None
-            pending = None
+        if want is not None and pending is not None:
+            rd.on_payload(pending[0], pending[1], "\n".join(want))
+            want = pending = None
         idx = line.find("] {")
         if idx < 0:
-            skipped["malformed line"] += 1
+            rd.skipped["malformed line"] += 1
             continue
         body = line[idx + 2:]
         end = body.find('"', 2)
         kind = body[2:end] if body.startswith('{"') and end > 2 else ""
-        if kind in ("chromium_event", "describe_tensor", "describe_storage", "describe_source",
-                    "dynamo_output_graph", "aot_forward_graph", "aot_backward_graph", "aot_inference_graph",
-                    "aot_joint_graph", "inductor_output_code", "dynamo_cpp_guards_str", "create_symbol",
-                    "inductor_post_grad_graph", "inductor_pre_grad_graph", "dynamo_guards"):
+        if kind in _SKIP_KINDS:
             continue  # known, not needed: payload lines are skipped by the tab check
         if kind not in KNOWN_EVENTS:
-            if kind:
-                skipped[f"unknown event type {kind}"] += 1
-            else:
-                skipped["malformed line"] += 1
+            rd.skipped[f"unknown event type {kind}" if kind else "malformed line"] += 1
             continue
         try:
             ev = loads(body)
         except orjson.JSONDecodeError:
-            skipped["malformed json"] += 1
+            rd.skipped["malformed json"] += 1
             continue
         if not isinstance(ev, dict):
-            skipped["malformed json"] += 1
+            rd.skipped["malformed json"] += 1
             continue
-        if log_rank is None and isinstance(ev.get("rank"), int):
-            log_rank = ev["rank"]
-        if kind == "str":
-            try:
-                s, i = ev["str"]
-                strings[int(i)] = str(s)
-            except (TypeError, ValueError, KeyError):
-                skipped["malformed str event"] += 1
-        elif kind == "artifact":
-            art = ev.get("artifact") or {}
-            name = art.get("name")
-            if name in _PAYLOAD_ARTIFACTS and ev.get("has_payload"):
-                want, pending = [], (kind, ev)
-            elif name in _CACHE_ARTIFACTS:
-                row = row_for(ev)
-                if row is not None:
-                    row["art_hits" if _CACHE_ARTIFACTS[name] == "hit" else "art_misses"] += 1
-        elif kind in ("compilation_metrics", "bwd_compilation_metrics"):
-            m = ev.get(kind)
-            if not isinstance(m, dict):
-                skipped[f"malformed {kind}"] += 1
-                continue
-            if ev.get("frame_id") is None:
-                cm = _COMPILE_ID.match(str(m.get("compile_id") or ""))
-                if cm is None:
-                    skipped[f"{kind} without a compile id"] += 1
-                    continue
-                ev = {"compiled_autograd_id": int(cm.group(1)) if cm.group(1) else None,
-                      "frame_id": int(cm.group(2)), "frame_compile_id": int(cm.group(3)),
-                      "attempt": int(cm.group(4) or 0)}
-            row = row_for(ev)
-            if row is not None:
-                row["metrics" if kind == "compilation_metrics" else "bwd"] = m
-        elif kind == "dynamo_start":
-            row = row_for(ev)
-            if row is not None:
-                row["stack"] = (ev.get("dynamo_start") or {}).get("stack")
-    if want is not None:
-        finish()
+        try:
+            got = rd.on_event(kind, ev)
+        except _BadField as exc:
+            rd.skipped[f"{kind} line with {exc}: line skipped"] += 1
+            continue
+        if got is not None:
+            want, pending = [], got
+    if want is not None and pending is not None:
+        rd.on_payload(pending[0], pending[1], "\n".join(want))
 
     name_rank = rank_from_filename(path)
     if forced_rank is not None:
         rank = forced_rank
     elif name_rank is not None:
         rank = name_rank
-        if log_rank is not None and log_rank != name_rank:
-            skipped[f"rank key in log ({log_rank}) differs from file name ({name_rank}): file name used"] += 1
+        if rd.log_rank is not None and rd.log_rank != name_rank:
+            rd.skipped[f"rank key in log ({rd.log_rank}) differs from file name ({name_rank}): file name used"] += 1
     else:
-        rank = log_rank
-    out = [_finish_row(r, strings, torch_version) for r in rows.values()]
-    return out, skipped, rank, torch_version
+        rank = rd.log_rank
+    out = [_finish_row(r, rd.strings, rd.torch_version, rd.skipped) for r in rd.rows]
+    return out, rd.skipped, rank, rd.torch_version
 
 
-def _finish_row(r: dict[str, Any], strings: dict[int, str], torch_version: str | None) -> dict[str, Any]:
+def _first_line(text: str | None) -> str | None:
+    if not text:
+        return None
+    for ln in text.splitlines():
+        if ln.strip():
+            return ln.strip()[:300]
+    return None
+
+
+def _status(r: dict[str, Any], fail_type: Any, fail_reason: Any, restarts: list[str]) -> str:
+    """ok, graph_break, eager_fallback, failed or incomplete (see the module docstring)."""
+    if r["metrics"] is None:
+        return "incomplete"
+    if fail_type and _LIMIT.search(str(fail_reason or "")):
+        return "eager_fallback"
+    broke = bool(r["graph_breaks"] or restarts or _GRAPH_BREAK.search(str(fail_reason or "")))
+    if fail_type and (r["dynamo_error"] is not None or not broke):
+        return "failed"  # an error reached the user (dynamo_error), or nothing says dynamo carried on
+    if broke:
+        return "graph_break"
+    return "ok"
+
+
+def _finish_row(r: dict[str, Any], strings: dict[int, str], torch_version: str | None,
+                notes: Counter) -> dict[str, Any]:
     m: dict[str, Any] = r["metrics"] or {}
     bwd: dict[str, Any] = r["bwd"] or {}
-    co_name, co_file, co_line = m.get("co_name"), m.get("co_filename"), m.get("co_firstlineno")
+
+    def num(d: dict[str, Any], k: str) -> float | None:
+        return _num(d.get(k), k, notes)
+
+    def integer(d: dict[str, Any], k: str) -> int | None:
+        try:
+            return _int(d.get(k), k)
+        except _BadField as exc:
+            notes[f"compilation_metrics: {exc}: ignored"] += 1
+            return None
+
+    def string(d: dict[str, Any], k: str) -> str | None:
+        v = d.get(k)
+        return None if v is None else _text(v)
+
+    co_name, co_file, co_line = string(m, "co_name"), string(m, "co_filename"), integer(m, "co_firstlineno")
     stack = r["stack"]
-    if (co_name is None or co_file is None) and stack:
+    if (co_name is None or co_file is None) and stack and isinstance(stack[-1], dict):
         top = stack[-1]
-        co_name = co_name or top.get("name")
+        co_name = co_name or (None if top.get("name") is None else _text(top.get("name")))
         fidx = top.get("filename")
-        co_file = co_file or (strings.get(fidx, str(fidx)) if isinstance(fidx, int) else fidx)
-        co_line = co_line if co_line is not None else top.get("line")
-    start_us, end_us = m.get("start_time_us"), m.get("end_time_us")
-    if start_us is None and m.get("start_time") is not None:
-        start_us = int(float(m["start_time"]) * 1e6)
-    dur_us = m.get("duration_us")
-    if dur_us is None and m.get("entire_frame_compile_time_s") is not None:
-        dur_us = int(m["entire_frame_compile_time_s"] * 1e6)
-    if end_us is None and start_us is not None and dur_us is not None:
-        end_us = start_us + dur_us
-    start = int(start_us) * 1000 if start_us is not None else None
-    end = int(end_us) * 1000 if end_us is not None else None
-    duration = int(dur_us) * 1000 if dur_us is not None else (end - start if start is not None and end is not None
-                                                                else None)
+        co_file = co_file or (strings.get(fidx, str(fidx)) if isinstance(fidx, int) else
+                              (None if fidx is None else _text(fidx)))
+        if co_line is None:
+            co_line = integer(top, "line")
+    def ns(k: str, scale: float = 1000.0) -> int | None:
+        """A time field in ns: integer µs stay exact (wall-clock µs * 1000 is past float precision)."""
+        v = m.get(k)
+        if isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2**53:
+            return v * int(scale)
+        x = num(m, k)
+        return None if x is None else int(round(x * scale))
+
+    entire_s = num(m, "entire_frame_compile_time_s")
+    start, end, dur = ns("start_time_us"), ns("end_time_us"), ns("duration_us")
+    if start is None:
+        start = ns("start_time", 1e9)
+    if dur is None and entire_s is not None:
+        dur = int(round(entire_s * 1e9))
+    if end is None and start is not None and dur is not None:
+        end = start + dur
+    if dur is not None and dur >= 0:
+        duration: int | None = dur
+    elif start is not None and end is not None and end >= start:
+        duration = end - start
+    else:
+        duration = None  # unknown, never 0
     reasons = r["recompile_reasons"]
     if not reasons and m.get("recompile_reason"):
-        reasons = [str(m["recompile_reason"])]
-    restarts = [str(x) for x in (m.get("restart_reasons") or [])]
-    fail_type, fail_reason = m.get("fail_type"), m.get("fail_reason")
-    if r["metrics"] is None:
-        status = "incomplete"
-    elif fail_type and _LIMIT.search(str(fail_reason or "")):
-        status = "eager_fallback"
-    elif fail_type:
-        status = "failed"
-    elif r["graph_breaks"] or restarts:
-        status = "graph_break"
-    else:
-        status = "ok"
-    hits = sum(int(m.get(k) or 0) + int(bwd.get(k) or 0) for k in _CACHE_HIT_KEYS)
-    misses = sum(int(m.get(k) or 0) + int(bwd.get(k) or 0) for k in _CACHE_MISS_KEYS)
+        reasons = _texts(m["recompile_reason"])
+    restarts = _texts(m.get("restart_reasons"))
+    fail_type, fail_reason = string(m, "fail_type"), string(m, "fail_reason")
+    status = _status(r, fail_type, fail_reason, restarts)
+    failed = status in ("failed", "eager_fallback")
+    break_reason = None
+    if status == "graph_break":
+        break_reason = (_first_line(r["graph_breaks"][0]) if r["graph_breaks"] else
+                        _first_line(restarts[0]) if restarts else _first_line(fail_reason))
+    hits = sum((integer(m, k) or 0) + (integer(bwd, k) or 0) for k in _CACHE_HIT_KEYS)
+    misses = sum((integer(m, k) or 0) + (integer(bwd, k) or 0) for k in _CACHE_MISS_KEYS)
     if not hits and not misses:
         hits, misses = r["art_hits"], r["art_misses"]
     ctx = m.get("recompile_user_contexts")
     ctx_text = None
     step = None
     if ctx:
-        ctx_text = " | ".join(str(c) for c in ctx) if isinstance(ctx, (list, tuple)) else str(ctx)
+        ctx_text = _text(" | ".join(str(c) for c in ctx) if isinstance(ctx, (list, tuple)) else str(ctx))
         sm = _STEP.search(ctx_text)
-        step = int(sm.group(1)) if sm else None
+        step = int(sm.group(1)) if sm and abs(int(sm.group(1))) < 2**31 else None
     cfg_blob = f"{m.get('dynamo_config') or ''}\x00{m.get('inductor_config') or ''}"
     config_hash = hashlib.sha256(cfg_blob.encode()).hexdigest()[:16] if cfg_blob != "\x00" else None
-    fail_file = m.get("fail_user_frame_filename")
-    fail_line = m.get("fail_user_frame_lineno")
-    bwd_s = bwd.get("entire_frame_compile_time_s")
-    if bwd_s is None and bwd.get("duration_us") is not None:
-        bwd_s = bwd["duration_us"] / 1e6
+    fail_file = string(m, "fail_user_frame_filename")
+    fail_line = integer(m, "fail_user_frame_lineno")
+    bwd_s = num(bwd, "entire_frame_compile_time_s")
+    if bwd_s is None and num(bwd, "duration_us") is not None:
+        bwd_s = num(bwd, "duration_us") / 1e6  # type: ignore[operator]
+    n_breaks = integer(m, "num_graph_breaks")
     return {
         "compile_id": format_compile_id(r["frame_id"], r["frame_compile_id"], r["attempt"],
                                         r["compiled_autograd_id"]),
         "frame_id": r["frame_id"], "frame_compile_id": r["frame_compile_id"], "attempt": r["attempt"],
+        "sequence": r["sequence"],
         "compiled_autograd_id": r["compiled_autograd_id"],
         "co_name": co_name, "co_filename": co_file, "co_firstlineno": co_line,
         "start": start, "end": end, "duration_ns": duration,
-        "entire_frame_compile_s": m.get("entire_frame_compile_time_s"),
-        "backend_compile_s": m.get("backend_compile_time_s"),
-        "inductor_compile_s": m.get("inductor_compile_time_s"),
+        "entire_frame_compile_s": entire_s,
+        "backend_compile_s": num(m, "backend_compile_time_s"),
+        "inductor_compile_s": num(m, "inductor_compile_time_s"),
         "bwd_compile_s": bwd_s,
-        "status": status, "fail_type": fail_type,
-        "fail_reason": _text(fail_reason) if fail_reason else (r["dynamo_error"] if fail_type else None),
-        "fail_user_frame": f"{fail_file}:{fail_line}" if fail_file else None,
-        "recompile_reasons": [_text(x) for x in reasons],
+        "status": status,
+        "fail_type": fail_type if failed else None,
+        "fail_reason": (fail_reason or r["dynamo_error"]) if failed else None,
+        "fail_user_frame": f"{fail_file}:{fail_line}" if fail_file and failed else None,
+        "break_reason": break_reason,
+        "graph_break_count": max(len(r["graph_breaks"]), len(restarts), n_breaks or 0) if status == "graph_break" else 0,
+        "recompile_reasons": reasons,
         "graph_breaks": r["graph_breaks"],
-        "restart_reasons": [_text(x) for x in restarts],
+        "restart_reasons": restarts,
         "collective_schedule": r["collective_schedule"],
         "cache_hits": hits, "cache_misses": misses,
-        "guard_count": m.get("guard_count"),
+        "cache_bypasses": r["bypasses"], "cache_bypass_reason": r["bypass_reason"],
+        "guard_count": integer(m, "guard_count"),
         "step": step, "user_context": ctx_text,
         "config_hash": config_hash,
-        "torch_version": m.get("pytorch_version") or torch_version,
+        "torch_version": string(m, "pytorch_version") or torch_version,
     }
 
 
@@ -363,22 +537,41 @@ def _expand(paths: list[Path]) -> list[Path]:
     return out
 
 
-def read_compile_logs(paths: list[Path], *, rank: int | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+def read_compile_logs(paths: list[Path], *, rank: int | None = None,
+                      problems: list[str] | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Read TORCH_TRACE logs (files, or folders of ``*.log``) into (COMPILES, SKIPPED) frames.
 
     The rank of each file is ``rank`` when given, else ``_rank_<N>_`` in the file name (what torch named the file
     after; tlparse uses it too), else the ``rank`` key in the log, else 0 (a single-process run). A rank key that
     disagrees with the file name is noted in SKIPPED. ``cause``/``cause_source`` are left null here: see
-    ``workbench.analyses.recompiles.classify_compiles``. Raises :class:`TraceError` for an unreadable file.
+    ``workbench.analyses.recompiles.classify_compiles``.
+
+    A field of the wrong type skips its line (or, in ``compilation_metrics``, is read as null), counted in
+    SKIPPED with the field's name. A file that cannot be read raises :class:`TraceError` naming it; with
+    ``problems`` given, its one-line message is appended there instead and the other files are still read.
     """
     frames: list[pl.DataFrame] = []
     skipped_rows: list[dict[str, Any]] = []
     for path in _expand(list(paths)):
-        rows, skipped, r, _ = _read_one(path, rank)
-        r = 0 if r is None else r
-        if rows:
-            df = pl.DataFrame(rows, schema_overrides={k: v for k, v in schema.COMPILES.items()
-                                                       if k in rows[0]}, infer_schema_length=None)
+        try:
+            rows, skipped, r, _ = _read_one(path, rank)
+            r = 0 if r is None else r
+            df = None
+            if rows:
+                df = pl.DataFrame(rows, schema_overrides={k: v for k, v in schema.COMPILES.items()
+                                                           if k in rows[0]}, infer_schema_length=None)
+        except TraceError as exc:
+            if problems is None:
+                raise
+            problems.append(str(exc))
+            continue
+        except Exception as exc:  # an unforeseen shape in one log must not take the other ranks down
+            err = TraceError(path, f"compile log could not be read ({type(exc).__name__}: {_first_line(str(exc))})")
+            if problems is None:
+                raise err from exc
+            problems.append(str(err))
+            continue
+        if df is not None:
             frames.append(df.with_columns(pl.lit(r, pl.Int32).alias("rank"), pl.lit(str(path)).alias("log_file")))
         for reason, count in sorted(skipped.items()):
             skipped_rows.append({"rank": r, "file": str(path), "reason": reason, "count": count})
@@ -390,7 +583,8 @@ def read_compile_logs(paths: list[Path], *, rank: int | None = None) -> tuple[pl
             pl.col(c).fill_null(pl.col(c).drop_nulls().first().over(["log_file", "compiled_autograd_id", "frame_id"]))
             for c in fill
         )
-        compiles = compiles.sort(["rank", "start", "frame_id", "frame_compile_id"], nulls_last=True)
+        compiles = compiles.sort(["rank", "start", "frame_id", "frame_compile_id", "sequence"], nulls_last=True,
+                                 maintain_order=True)
     else:
         compiles = schema.empty(schema.COMPILES)
     skipped_df = (schema.conform(pl.DataFrame(skipped_rows), schema.SKIPPED) if skipped_rows

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import re
+import stat
 import zlib
 from collections import deque
 from collections.abc import Iterator
@@ -26,10 +28,23 @@ import orjson
 import polars as pl
 
 from workbench import schema
-from workbench.errors import TraceError
+from workbench.errors import InputError, TraceError
 
 #: Bump when parsing or classification changes what a trace file yields (the cache key includes it).
-PARSER_VERSION = 2
+PARSER_VERSION = 3
+
+#: Largest ``ts`` (µs) taken as a time: past it ``baseTimeNanoseconds + ts * 1000`` would not fit int64 ns
+#: (4e15 µs since the epoch is the year 2096). Larger, negative or non-finite values drop the event (SKIPPED).
+MAX_TS_US = 4e15
+#: Longest ``dur`` (µs) taken as a duration (about 28 hours); longer, or non-finite, drops the event.
+MAX_DUR_US = 1e11
+#: Events whose start lies further than this from the trace's median start are clock outliers (dropped).
+OUTLIER_NS = 7 * 24 * 3600 * 10**9
+#: The most ranks a ``distributedInfo.world_size`` may claim; more is ignored (noted in SKIPPED).
+MAX_WORLD_SIZE = 1 << 20
+#: ``"ts"``/``"dur"`` written as text, a boolean, a list or an object: the columnar parser would turn them into
+#: null or 1.0 without a word, so such a file goes to the tolerant parser, which counts them.
+_ODD_TIME_RE = re.compile(rb'"(?:ts|dur)"\s*:\s*["tf\[{]')
 
 # --- what we ask the JSON parser for ------------------------------------------------------------
 
@@ -134,6 +149,9 @@ class TraceTables:
 def read_bytes(path: Path) -> bytes:
     """The decompressed bytes of a ``.json`` or ``.json.gz`` file; :class:`TraceError` if unreadable."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            kind = "a directory" if path.is_dir() else "not a regular file (a FIFO, socket or device)"
+            raise TraceError(path, f"is {kind}, not a trace file")
         raw = path.read_bytes()
     except IsADirectoryError as exc:
         raise TraceError(path, "is a directory, not a trace file") from exc
@@ -173,6 +191,8 @@ def parse_document(path: Path, data: bytes) -> tuple[pl.DataFrame, dict[str, Any
     if not stripped:
         raise TraceError(path, "empty file")
     try:
+        if _ODD_TIME_RE.search(data):
+            raise ValueError("a ts/dur that is not a number: parse tolerantly")
         if stripped[:1] == b"[":  # the Chrome "JSON array" format: a bare list of events
             doc = None
             events = pl.read_json(io.BytesIO(data), schema=_EVENT_FIELDS)
@@ -293,7 +313,7 @@ def _parse_pieces(data: bytes, threads: int = 1) -> tuple[list[_Part], dict[str,
     ``2 * threads`` pieces are cut ahead of the parser, which bounds the memory in use.
     """
     pieces = _pieces(data)
-    if pieces is None:
+    if pieces is None or _ODD_TIME_RE.search(data):
         return None
     results: list[tuple[str, dict[str, Any], _Part | None]] = []
     try:
@@ -328,14 +348,34 @@ def _parse_pieces(data: bytes, threads: int = 1) -> tuple[list[_Part], dict[str,
 
 
 def _coerce(value: Any, dtype: pl.DataType) -> Any:
+    """``value`` as ``dtype``; numeric text is read as a number. A ``ts``/``dur`` that is not a number becomes NaN
+    (so it is counted as "not a number", not as missing); other fields that are not of their type become null."""
     if value is None:
         return None
     if dtype == pl.String:
         return value if isinstance(value, str) else orjson.dumps(value).decode()
     if dtype == pl.Int64:
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+        if isinstance(value, bool):
+            return None
+        if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                return None
+        return value if isinstance(value, int) and -(2**63) <= value < 2**63 else None
     if dtype == pl.Float64:
-        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        if isinstance(value, bool):
+            return float("nan")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value.strip())
+            except ValueError:
+                return float("nan")
+        return float("nan")
     return value
 
 
@@ -400,8 +440,17 @@ def rank_from_name(path: Path) -> int | None:
     return None
 
 
-def resolve_rank(path: Path, meta: dict[str, Any], override: int | None) -> tuple[int, str]:
-    """The rank of this file and where it came from; :class:`TraceError` saying how to supply it."""
+#: ``rank_source`` of a trace that names no rank but is plainly one process (opened as rank 0).
+ASSUMED_RANK = "assumed: one process, no rank recorded"
+
+
+def resolve_rank(path: Path, meta: dict[str, Any], override: int | None,
+                 host_pids: int | None = None) -> tuple[int, str]:
+    """The rank of this file and where it came from; :class:`TraceError` saying how to supply it.
+
+    A trace with no rank anywhere that is plainly one process (one host pid, and no ``distributedInfo`` world size
+    above 1) is rank 0, with ``rank_source`` :data:`ASSUMED_RANK`.
+    """
     if override is not None:
         return override, "given"
     info = meta.get("distributedInfo") or {}
@@ -410,6 +459,8 @@ def resolve_rank(path: Path, meta: dict[str, Any], override: int | None) -> tupl
     named = rank_from_name(path)
     if named is not None:
         return named, "file name"
+    if host_pids is not None and host_pids <= 1 and (info.get("world_size") or 1) <= 1:
+        return 0, ASSUMED_RANK
     raise TraceError(
         path,
         "cannot tell which rank this trace is: no distributedInfo.rank and no rank in the file name "
@@ -417,39 +468,87 @@ def resolve_rank(path: Path, meta: dict[str, Any], override: int | None) -> tupl
     )
 
 
+def check_meta(meta: dict[str, Any]) -> list[str]:
+    """Drop top-level values no real trace has, in place; one note per value dropped (for SKIPPED).
+
+    ``distributedInfo.world_size`` outside 1…:data:`MAX_WORLD_SIZE` (nothing may allocate per claimed rank),
+    ``distributedInfo.rank`` outside 0…world size - 1, and a ``baseTimeNanoseconds`` outside 0…4e18.
+    """
+    notes: list[str] = []
+    info = meta.get("distributedInfo")
+    if isinstance(info, dict):
+        info = meta["distributedInfo"] = dict(info)
+        ws = info.get("world_size")
+        if ws is not None and not (1 <= ws <= MAX_WORLD_SIZE):
+            notes.append(f"distributedInfo.world_size = {ws} is not a plausible world size "
+                         f"(1…{MAX_WORLD_SIZE}): ignored")
+            info["world_size"] = ws = None
+        rk = info.get("rank")
+        if rk is not None and not (0 <= rk < (ws or MAX_WORLD_SIZE)):
+            notes.append(f"distributedInfo.rank = {rk} is not a rank of a world of {ws or MAX_WORLD_SIZE}: ignored")
+            info["rank"] = None
+    base = meta.get("baseTimeNanoseconds")
+    if base is not None and not (0 <= base <= 4 * 10**18):
+        notes.append(f"baseTimeNanoseconds = {base} is not a wall-clock time: ignored")
+        del meta["baseTimeNanoseconds"]
+    return notes
+
+
 # --- normalising ---------------------------------------------------------------------------------
 
 
-def _time_origin(meta: dict[str, Any], ts_min: float | None) -> tuple[int, str]:
-    """Nanoseconds to add to ``ts*1000`` and the clock kind ("absolute" or "relative")."""
+def _time_origin(meta: dict[str, Any], epoch_share: float | None) -> tuple[int, str]:
+    """Nanoseconds to add to ``ts*1000`` and the clock kind ("absolute" or "relative").
+
+    ``epoch_share``: the share of timed events whose ``ts`` looks like µs since the Unix epoch (> 1e14).
+    """
     base = meta.get("baseTimeNanoseconds")
     if base is not None:
         return int(base), "absolute"
     # Before mid-2024 Kineto wrote no base; ts then was usually microseconds since the Unix epoch.
-    if ts_min is not None and ts_min > 1e14:
+    if epoch_share is not None and epoch_share > 0.5:
         return 0, "absolute"
     return 0, "relative"
 
 
+def _is_number(c: str) -> pl.Expr:
+    return pl.col(c).is_not_nan()
+
+
 def _skipped_counts(raw: pl.DataFrame) -> pl.DataFrame:
     """Rows of ``raw`` that do not become events, counted by reason (unsorted)."""
+    ts, dur = pl.col("ts"), pl.col("dur")
     reason = (
         pl.when(pl.col("ph") == "M").then(pl.lit("metadata (process/thread names, kept in ranks)"))
         .when(pl.col("ph").is_in(["s", "f", "t"])).then(pl.lit("flow arrow (link kept as correlation)"))
         .when(pl.col("ph").is_null()).then(pl.lit("no 'ph' field"))
-        .when(pl.col("ts").is_null()).then(pl.lit("no 'ts' field"))
-        .otherwise(pl.concat_str(pl.lit("unsupported phase '"), pl.col("ph"), pl.lit("'")))
+        .when(~pl.col("ph").is_in(["X", "i", "I"]))
+        .then(pl.concat_str(pl.lit("unsupported phase '"), pl.col("ph"), pl.lit("'")))
+        .when(ts.is_null()).then(pl.lit("no 'ts' field"))
+        .when(ts.is_nan()).then(pl.lit("'ts' is not a number (text, boolean, list or object): event dropped"))
+        .when(ts < 0).then(pl.lit("negative 'ts': event dropped"))
+        .when(ts.is_infinite() | (ts > MAX_TS_US)).then(pl.lit(f"'ts' out of range (over {MAX_TS_US:.0e} µs): event dropped"))
+        .when(dur.is_nan()).then(pl.lit("'dur' is not a number (text, boolean, list or object): event dropped"))
+        .otherwise(pl.lit(f"'dur' out of range (over {MAX_DUR_US:.0e} µs): event dropped"))
     )
     return (
-        raw.lazy().filter(~_is_timed()).select("ph", "ts")
+        raw.lazy().filter(~_is_timed()).select("ph", "ts", "dur")
         .group_by(reason.alias("reason"))
         .agg(pl.len().cast(pl.Int64).alias("count"))
         .collect()
     )
 
 
+def _valid_ts() -> pl.Expr:
+    ts = pl.col("ts")
+    return ts.is_not_null() & ts.is_not_nan() & (ts >= 0) & (ts <= MAX_TS_US)
+
+
 def _is_timed() -> pl.Expr:
-    return pl.col("ph").is_in(["X", "i", "I"]) & pl.col("ts").is_not_null()
+    """Complete and instant events with a usable ``ts`` and (if any) ``dur``; the rest is counted in SKIPPED."""
+    dur = pl.col("dur")
+    ok_dur = dur.is_null() | (dur.is_not_nan() & (dur <= MAX_DUR_US))
+    return pl.col("ph").is_in(["X", "i", "I"]) & _valid_ts() & ok_dur
 
 
 _DEVICE_OR_ANNOTATION = [*schema.DEVICE_KINDS, "gpu_annotation"]
@@ -467,7 +566,8 @@ class _Part:
     calls: pl.DataFrame
     skipped: pl.DataFrame
     threads: pl.DataFrame
-    ts_min: float | None
+    timed: int          # events kept
+    epoch: int          # of them, those whose ts looks like µs since the Unix epoch
     rows: int
     has_ph: bool
 
@@ -529,10 +629,10 @@ def _digest(raw: pl.DataFrame) -> _Part:
         "tid", args.struct.field("name")
     )
     ev, ca, th = pl.collect_all([events, calls, threads])
-    ts_min = raw.get_column("ts").min()
+    n_epoch = raw.lazy().filter(_is_timed() & (pl.col("ts") > 1e14)).select(pl.len()).collect().item()
     return _Part(
         events=ev, calls=ca, skipped=_skipped_counts(raw), threads=th,
-        ts_min=ts_min if isinstance(ts_min, float) else None,
+        timed=ev.height, epoch=int(n_epoch),
         rows=raw.height, has_ph=raw.get_column("ph").null_count() < raw.height,
     )
 
@@ -570,10 +670,18 @@ def _launches(events: pl.DataFrame) -> pl.DataFrame:
     ).unique("correlation", keep="first")
 
 
-def _assign_steps(events: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+#: SKIPPED reason for device rows launched before the profiler started (see :func:`_assign_steps`).
+EARLY_DEVICE_REASON = ("device activity launched before the profiler started (launch not in the trace, correlation "
+                       "below the first recorded launch): dropped, as HTA does")
+
+
+def _assign_steps(events: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, int]:
     """Each event's step: the step range containing it on the host; device events take their launch's.
 
-    Also returns the launches (correlation, _host_step, start, end, tid) for :func:`_kernels`.
+    Device activity whose launch is not in the trace and whose correlation is below the first recorded launch's
+    was queued before the profiler started: it is dropped (HTA keeps only kernels whose launch it has), so it is
+    put in no step window; the caller counts it in SKIPPED. Returns the events, the launches (correlation,
+    _host_step, start, end, tid) for :func:`_kernels`, and how many device rows were dropped.
     """
     if steps.height == 0:
         events = events.with_columns(pl.lit(None, pl.Int32).alias("_host_step"))
@@ -581,14 +689,38 @@ def _assign_steps(events: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.DataFra
         events = events.with_columns(_host_steps(events.get_column("start"), steps))
     launches = _launches(events)
     events = events.join(
-        launches.select("correlation", pl.col("_host_step").alias("_launch_step")), on="correlation", how="left"
+        launches.select("correlation", pl.col("_host_step").alias("_launch_step"), pl.lit(True).alias("_launched")),
+        on="correlation", how="left",
     )
     is_dev = pl.col("kind").is_in(_DEVICE_OR_ANNOTATION)
-    events = events.with_columns(
+    first_launch = launches.get_column("correlation").min()
+    early = pl.lit(False)
+    if first_launch is not None:
+        early = (pl.col("kind").is_in(list(schema.DEVICE_KINDS)) & pl.col("_launched").is_null()
+                 & (pl.col("correlation") < first_launch)).fill_null(False)
+    n_all = events.height
+    events = events.filter(~early).with_columns(
         pl.when(is_dev).then(pl.coalesce("_launch_step", "_host_step")).otherwise(pl.col("_host_step"))
         .cast(pl.Int32).alias("step")
-    ).drop("_host_step", "_launch_step")
-    return events, launches
+    ).drop("_host_step", "_launch_step", "_launched")
+    return events, launches, n_all - events.height
+
+
+def _drop_clock_outliers(events: pl.DataFrame, calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+    """Events (and collective calls) whose start is more than :data:`OUTLIER_NS` from the median start, dropped.
+
+    One stray ``ts`` (0, 1.0 from a boolean, a value from another clock) would otherwise stretch the trace's span
+    to decades. Returns the kept events and calls and how many events were dropped.
+    """
+    if events.height == 0:
+        return events, calls, 0
+    median = events.get_column("start").median()
+    if median is None:
+        return events, calls, 0
+    lo, hi = int(median) - OUTLIER_NS, int(median) + OUTLIER_NS
+    inside = pl.col("start").is_between(lo, hi)
+    kept = events.filter(inside)
+    return kept, calls.filter(inside), events.height - kept.height
 
 
 def _classify_kernels(events: pl.DataFrame) -> pl.DataFrame:
@@ -692,7 +824,8 @@ def _backend(meta: dict[str, Any]) -> str:
 def read_trace(path: str | Path, *, rank: int | None = None, threads: int = 1) -> TraceTables:
     """Read one Kineto trace file into tables; :class:`TraceError` names the file and the problem.
 
-    A large file is parsed in pieces, ``threads`` of them at once.
+    A large file is parsed in pieces, ``threads`` of them at once. Events whose ``ts``/``dur`` is not a usable
+    number, and clock outliers, are dropped and counted in ``skipped`` with the reason.
     """
     path = Path(path)
     data = read_bytes(path)
@@ -707,27 +840,43 @@ def read_trace(path: str | Path, *, rank: int | None = None, threads: int = 1) -
         parts, meta = parsed
         if not any(p.has_ph for p in parts):
             raise TraceError(path, "empty trace: 'traceEvents' holds no events")
-    rank_value, rank_source = resolve_rank(path, meta, rank)
-    mins = [p.ts_min for p in parts if p.ts_min is not None]
-    origin, clock = _time_origin(meta, min(mins) if mins else None)
-    skipped = (
-        pl.concat([p.skipped for p in parts]).group_by("reason").agg(pl.col("count").sum()).sort("reason")
-        .with_columns(pl.lit(rank_value, pl.Int32).alias("rank"), pl.lit(str(path)).alias("file"))
-    )
+    notes = check_meta(meta)
+    timed = sum(p.timed for p in parts)
+    origin, clock = _time_origin(meta, sum(p.epoch for p in parts) / timed if timed else None)
+    skipped_parts = [p.skipped for p in parts]
     meta["thread_names"] = {
         str(t): str(n) for p in parts for t, n in p.threads.iter_rows() if t is not None and n is not None
     }
     events = pl.concat([p.events for p in parts], rechunk=True).with_columns(
         pl.col("start") + origin, pl.col("end") + origin
-    ).select(
+    )
+    calls = pl.concat([p.calls for p in parts]).with_columns(pl.col("start") + origin, pl.col("end") + origin)
+    del parts
+    events, calls, outliers = _drop_clock_outliers(events, calls)
+    if outliers:
+        notes.append(f"'ts' more than {OUTLIER_NS // 86_400_000_000_000} days from the trace's median time "
+                     f"(a clock outlier): event dropped")
+    pids = events.filter(~pl.col("kind").is_in(_DEVICE_OR_ANNOTATION)).get_column("pid").drop_nulls().unique()
+    meta["host_pids"] = sorted(int(x) for x in pids.to_list())[:64]
+    rank_value, rank_source = resolve_rank(path, meta, rank, pids.len())
+    note_rows = pl.DataFrame(
+        {"reason": notes, "count": [outliers if n.startswith("'ts' more") else 1 for n in notes]},
+        schema={"reason": pl.String, "count": pl.Int64},
+    )
+    events = events.select(
         pl.lit(rank_value, pl.Int32).alias("rank"), "kind", "cat", "name", "start", "end",
         (pl.col("end") - pl.col("start")).alias("dur"),
         "pid", "tid", "device", "stream", "correlation", "external_id", "_sync", "_coll",
     )
-    calls = pl.concat([p.calls for p in parts]).with_columns(pl.col("start") + origin, pl.col("end") + origin)
-    del parts
     steps = _steps(events, rank_value)
-    events, launches = _assign_steps(events, steps)
+    events, launches, early = _assign_steps(events, steps)
+    if early:
+        skipped_parts.append(pl.DataFrame({"reason": [EARLY_DEVICE_REASON], "count": [early]},
+                                          schema={"reason": pl.String, "count": pl.Int64}))
+    skipped = (
+        pl.concat([*skipped_parts, note_rows]).group_by("reason").agg(pl.col("count").sum()).sort("reason")
+        .with_columns(pl.lit(rank_value, pl.Int32).alias("rank"), pl.lit(str(path)).alias("file"))
+    )
     events = _classify_kernels(events)
     kernels = _kernels(events, launches)
     del launches
@@ -743,7 +892,8 @@ def read_trace(path: str | Path, *, rank: int | None = None, threads: int = 1) -
         collectives = _collectives_nccl(calls, kernels, rank_value, backend)
         if collectives.height == 0:
             collectives = _collectives_from_kernels(kernels, rank_value, backend)
-    meta.update(clock=clock, origin_ns=origin, rank_source=rank_source)
+    span = [int(events.get_column("start").min()), int(events.get_column("end").max())] if events.height else None
+    meta.update(clock=clock, origin_ns=origin, rank_source=rank_source, span_ns=span)
     return TraceTables(
         path=str(path),
         rank=rank_value,
@@ -755,3 +905,34 @@ def read_trace(path: str | Path, *, rank: int | None = None, threads: int = 1) -
         skipped=schema.conform(skipped, schema.SKIPPED),
         meta=meta,
     )
+
+
+def same_rank_windows(parts: list[Any]) -> list[str]:
+    """Check that files claiming one rank are successive profiler windows of one process; notes for those that are.
+
+    ``parts``: anything with ``rank``, ``path``, ``rank_source`` and the ``meta`` :func:`read_trace` writes
+    (``host_pids``, ``span_ns``). Two files of one rank are windows of one process (``tensorboard_trace_handler``
+    writes one file per profiler cycle) when they share a host pid and their time spans do not overlap: they are
+    kept side by side, as a run directory's windows are. Anything else is two processes claiming one rank:
+    :class:`InputError` naming both files (and saying how to give ranks to files that carry none).
+    """
+    by_rank: dict[int, list[Any]] = {}
+    for p in parts:
+        by_rank.setdefault(p.rank, []).append(p)
+    notes: list[str] = []
+    for rank, group in sorted(by_rank.items()):
+        if len(group) < 2:
+            continue
+        spans = sorted(((tuple(p.meta.get("span_ns") or (0, 0)), p) for p in group), key=lambda sp: sp[0])
+        for (s0, a), (s1, b) in zip(spans, spans[1:]):
+            shared_pid = set(a.meta.get("host_pids") or []) & set(b.meta.get("host_pids") or [])
+            if shared_pid and s0[1] <= s1[0]:
+                continue
+            why = "one process" if shared_pid else "different processes"
+            hint = ("; neither names its rank: rename them rank-N.json(.gz) or open them one at a time with --rank"
+                    if a.rank_source == ASSUMED_RANK and b.rank_source == ASSUMED_RANK else "")
+            raise InputError(f"two trace files claim rank {rank}: {a.path} and {b.path} "
+                             f"({why}, {'overlapping' if s0[1] > s1[0] else 'successive'} time spans){hint}")
+        notes.append(f"rank {rank}: {len(group)} profiler windows of one process "
+                     f"({', '.join(Path(p.path).name for _, p in spans)}): read as successive windows")
+    return notes

@@ -18,7 +18,7 @@ from typing import Literal
 
 import polars as pl
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 KernelClass = Literal["compute", "communication", "memcpy", "memset", "sync"]
 KERNEL_CLASSES: tuple[str, ...] = ("compute", "communication", "memcpy", "memset", "sync")
@@ -138,27 +138,32 @@ SKIPPED: dict[str, pl.DataType] = {
 }
 
 #: torch.compile events from TORCH_TRACE structured logs; one row per frame compile (``attempt`` = last attempt).
+#: A compile id that comes back in one log (several compilations under one id) gives one row each, numbered by
+#: ``sequence``: a compilation is (rank, log_file, compile_id, sequence).
 COMPILES: dict[str, pl.DataType] = {
     "rank": pl.Int32,
     "compile_id": pl.String,        # "0/1" or "0/0_1" (attempt 1), as tlparse writes it
     "frame_id": pl.Int32,
     "frame_compile_id": pl.Int32,
     "attempt": pl.Int32,
+    "sequence": pl.Int32,           # 0 for the first compilation under this compile id in its log, then 1, 2, ...
     "compiled_autograd_id": pl.Int32,
     "co_name": pl.String,
     "co_filename": pl.String,
     "co_firstlineno": pl.Int32,
     "start": pl.Int64,              # ns, absolute wall clock
     "end": pl.Int64,
-    "duration_ns": pl.Int64,
+    "duration_ns": pl.Int64,        # null when the log does not say (never 0 for unknown)
     "entire_frame_compile_s": pl.Float64,
     "backend_compile_s": pl.Float64,
     "inductor_compile_s": pl.Float64,
     "bwd_compile_s": pl.Float64,    # backward graph compile (bwd_compilation_metrics), run at the first backward
     "status": pl.String,            # ok, graph_break, eager_fallback (recompile limit hit), failed, incomplete
-    "fail_type": pl.String,
-    "fail_reason": pl.String,
+    "fail_type": pl.String,         # only for status failed / eager_fallback (null for a graph break)
+    "fail_reason": pl.String,       # only for status failed / eager_fallback
     "fail_user_frame": pl.String,   # "file:line" of the user code that failed
+    "break_reason": pl.String,      # status graph_break: first line of the first graph-break reason
+    "graph_break_count": pl.Int32,  # graph breaks in this compile (0 unless status is graph_break)
     "recompile_reasons": pl.List(pl.String),
     "cause": pl.String,             # see analyses.recompiles.CAUSES: first, shape, stride, dtype, requires_grad, grad_mode, global_state, int_arg, float_arg, global, module, limit, graph_break, backend, ...
     "cause_detail": pl.String,      # sub-type: graph-break type (print, data_dependent_branch, item, ...), limit type, dim
@@ -168,6 +173,8 @@ COMPILES: dict[str, pl.DataType] = {
     "collective_schedule": pl.List(pl.String),  # inductor_collective_schedule (collective ops in order)
     "cache_hits": pl.Int32,
     "cache_misses": pl.Int32,
+    "cache_bypasses": pl.Int32,     # aotautograd_cache_bypass artifacts (the AOTAutograd cache was not usable)
+    "cache_bypass_reason": pl.String,
     "guard_count": pl.Int32,
     "step": pl.Int32,               # training step from the recompile user context (collectors: "step=N")
     "user_context": pl.String,      # recompile_user_contexts as written
