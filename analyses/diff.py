@@ -74,6 +74,7 @@ class RunData:
     steps: pl.DataFrame
     kernels: pl.DataFrame
     events: pl.DataFrame
+    collectives: pl.DataFrame
     compiles: pl.DataFrame
     fingerprints: pl.DataFrame
     ranks: pl.DataFrame
@@ -89,8 +90,8 @@ class RunData:
             v = obj.get(key) if isinstance(obj, Mapping) else getattr(obj, key, None)
             return v if isinstance(v, pl.DataFrame) else pl.DataFrame()
         return cls(name=name or str(getattr(run, "name", "run")),
-                   **{k: table(run, k) for k in ("steps", "kernels", "events", "compiles", "fingerprints",
-                                                 "ranks")},
+                   **{k: table(run, k) for k in ("steps", "kernels", "events", "collectives", "compiles",
+                                                 "fingerprints", "ranks")},
                    breakdown=table(tables, "breakdown"), findings=table(tables, "findings"),
                    meta=dict(getattr(run, "meta", None) or {}))
 
@@ -184,6 +185,7 @@ class FindingVerdict:
     frame: str | None
     severity: str
     message: str
+    source: str
     before_cost_ns: int | None
     after_cost_ns: int | None
     before_per_step_ns: float | None
@@ -434,14 +436,12 @@ def _world_size(d: RunData) -> str:
 
 
 def compiled_frames(compiles: pl.DataFrame) -> set[str]:
-    """``"co_name file:line"`` of every frame a run compiled (file by its base name: paths differ by host)."""
+    """``"co_name file"`` of every frame a run compiled: the file by its base name (paths differ by host), no line
+    number (a fix that adds a line above the model must not make it another job)."""
     if compiles.is_empty() or "co_name" not in compiles.columns:
         return set()
-    out = set()
-    for r in compiles.select("co_name", "co_filename", "co_firstlineno").unique().iter_rows(named=True):
-        if r["co_name"]:
-            out.add(f"{r['co_name']} {PurePath(r['co_filename'] or '').name}:{r['co_firstlineno']}")
-    return out
+    return {f"{r['co_name']} {PurePath(r['co_filename'] or '').name}"
+            for r in compiles.select("co_name", "co_filename").unique().iter_rows(named=True) if r["co_name"]}
 
 
 def _parameters(d: RunData) -> str:
@@ -526,7 +526,8 @@ class _F:
 
 
 def _frame_of(evidence: Any) -> str | None:
-    """The compiled frame a recompile finding is about (``co_name file:line``), from its evidence."""
+    """The compiled frame a recompile finding is about (``co_name file``, as :func:`compiled_frames`), from its
+    evidence."""
     if isinstance(evidence, str):
         try:
             evidence = orjson.loads(evidence) if evidence else {}
@@ -538,8 +539,8 @@ def _frame_of(evidence: Any) -> str | None:
     if not loc and evidence.get("co_filename"):
         loc = f"{evidence['co_filename']}:{evidence.get('co_firstlineno')}"
     if loc:
-        path, _, line = str(loc).rpartition(":")
-        loc = f"{PurePath(path).name}:{line}"
+        path, sep, _line = str(loc).rpartition(":")
+        loc = PurePath(path if sep else str(loc)).name
     return f"{evidence['co_name']} {loc}" if loc else str(evidence["co_name"])
 
 
@@ -611,7 +612,7 @@ def _ms(ns: float | None) -> str:
 def _judge(f: _F, g: _F | None, b: RunData, a: RunData, comp: Comparability) -> FindingVerdict:
     caveat = comp.caveat()
     base = dict(kind=f.kind, ranks=f.ranks, steps=f.steps, frame=f.frame, severity=f.severity, message=f.message,
-                before_cost_ns=f.cost_ns, before_per_step_ns=_per_step(f, b), caveat=caveat)
+                source=f.source, before_cost_ns=f.cost_ns, before_per_step_ns=_per_step(f, b), caveat=caveat)
     if not comp.comparable:
         return FindingVerdict(**base, after_cost_ns=None, after_per_step_ns=None, verdict="not comparable",
                               evidence=f"different jobs ({comp.reason()})")

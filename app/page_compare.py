@@ -112,8 +112,9 @@ def _body(store: RunStore, before: str, after: str | None) -> Any:
 def comparability_panel(d: RunDiff) -> Any:
     c = d.comparability
     items = [html.Li(f"{x.what}: {x.before} → {x.after} ({x.effect})") for x in c.differences]
-    cls = {"not comparable": "panel panel-error"}.get(c.level, "panel panel-info")
-    style = {"background": "#fff8e1", "border": "1px solid #f3d37a"} if c.level == "warnings" else {}
+    cls = "panel" if c.level != "comparable" else "panel panel-info"  # not an app error: no panel-error
+    style = {"not comparable": {"background": "#fdecea", "border": "1px solid #f5c2c0", "color": "#8a1c16"},
+             "warnings": {"background": "#fff8e1", "border": "1px solid #f3d37a"}}.get(c.level, {})
     text = {"not comparable": "Not comparable: these are different jobs, so no verdict below is a verdict.",
             "warnings": "Comparable with warnings: the environment differs, so verdicts may reflect it.",
             "comparable": "Comparable: same job, same environment."}[c.level]

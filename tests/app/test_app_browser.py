@@ -170,17 +170,17 @@ def test_apply_writes_the_recommended_config(page, served, tables, runs_root, ar
 
 
 def test_compare_shows_the_diff(page, served, runs_root, artifacts):
-    from workbench.analyses.diff import diff_summaries
-    from workbench.analyses.summary import analyze
+    from workbench.analyses.diff import RunData, diff_runs
+    from workbench.analyses.summary import analysis_tables
 
-    a = analyze(workbench.open(runs_root / "cpu-gloo-4rank"))
-    b = analyze(workbench.open(runs_root / "cpu-gloo-4rank-copy"))
-    expected = page_compare.metrics_table(diff_summaries(a, b))
+    a, b = (workbench.open(runs_root / n) for n in ("cpu-gloo-4rank", "cpu-gloo-4rank-copy"))
+    expected = page_compare.metrics_table(diff_runs(RunData.from_run(a, analysis_tables(a)),
+                                                    RunData.from_run(b, analysis_tables(b))))
     goto_ready(page, served.url("/compare?run=cpu-gloo-4rank&other=cpu-gloo-4rank-copy"), "compare")
     _no_error_panels(page)
-    shown = {(r["scope"], r["metric"]): (r["before"], r["after"], r["direction"]) for r in grid_rows(page, "diff-grid")}
+    shown = {r["metric"]: (r["before"], r["after"], r["direction"]) for r in grid_rows(page, "diff-grid")}
     assert shown, "the diff grid is empty"
-    exp = {(e["scope"], e["metric"]): (e["before"], e["after"], e["direction"]) for e in expected.iter_rows(named=True)}
+    exp = {e["metric"]: (e["before"], e["after"], e["direction"]) for e in expected.iter_rows(named=True)}
     for key, val in shown.items():
         assert exp[key] == val, key
     # choosing another "after" run in the page redraws the diff
