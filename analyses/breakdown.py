@@ -269,39 +269,38 @@ def main_streams(kernels: pl.DataFrame) -> pl.DataFrame:
 
 def breakdown_findings(
     by_rank: pl.DataFrame, main_stream_causes: pl.DataFrame | None = None, launch: pl.DataFrame | None = None,
-) -> pl.DataFrame:
-    """FINDINGS from the per-rank breakdown.
+    *, profiler_inflated: bool = False,
+) -> list:
+    """Findings (:class:`workbench.analyses.findings.Finding`) from the per-rank breakdown, one per rank.
 
-    * ``exposed_communication``: communication not hidden under compute ≥ 5 % of the window on some rank
-      (cost: the largest exposed time);
+    * ``exposed_communication``: communication not hidden under compute ≥ 5 % of the window on the rank
+      (cost: its exposed time);
     * ``host_bound`` / ``launch_bound``: the GPU idles ≥ 20 % of the window and, on the rank's main compute
       stream, most idle time is host wait (``launch_bound`` when most compute kernels are also short);
-      cost: the largest idle time;
+      cost: its idle time;
     * ``gpu_idle``: idle ≥ 30 % without a host-wait majority;
     * ``exposed_memcpy``: memcpy/memset running alone ≥ 5 % of the window.
 
     ``main_stream_causes``: :func:`idle_causes` rows of each rank's main stream; ``launch``:
-    :func:`workbench.analyses.kernels.launch_stats` rows.
+    :func:`workbench.analyses.kernels.launch_stats` rows; ``profiler_inflated``: the trace was recorded with
+    with_stack/record_shapes (host time in the window is inflated; the messages say so).
     """
-    from workbench.analyses.findings import finding, findings_frame, severity_for
+    from workbench.analyses.findings import Cost, make_finding
+    from workbench.analyses.kinds import ExposedCommEvidence, ExposedMemcpyEvidence, IdleEvidence
 
-    rows = []
+    out: list = []
     if by_rank is None or by_rank.is_empty():
-        return findings_frame(rows)
+        return out
     bd = by_rank.filter(pl.col("window_ns") > 0)
-    steps = []
-    exp = bd.filter(pl.col("comm_exposed_pct") >= 5.0)
-    if not exp.is_empty():
-        worst = exp.sort("comm_exposed_ns", descending=True).row(0, named=True)
-        rows.append(finding(
-            "exposed_communication", severity_for(worst["comm_exposed_pct"], 20.0, 10.0),
-            f"Communication not overlapped with compute takes {worst['comm_exposed_pct']:.1f}% of the device time "
-            f"on rank {worst['rank']} (overlap {worst['comm_overlap_pct'] or 0:.0f}% of communication time); "
-            f"{exp.height} rank(s) above 5%.",
-            "breakdown", ranks=exp["rank"].to_list(), steps=steps, cost_ns=worst["comm_exposed_ns"],
-            evidence={"per_rank": exp.select("rank", "comm_ns", "comm_exposed_ns", "comm_exposed_pct",
-                                             "comm_overlap_pct", "window_ns").to_dicts()},
-        ))
+    for r in bd.filter(pl.col("comm_exposed_pct") >= 5.0).iter_rows(named=True):
+        ev = ExposedCommEvidence(per_rank=({k: r[k] for k in ("rank", "comm_ns", "comm_exposed_ns", "comm_exposed_pct",
+                                                               "comm_overlap_pct", "window_ns")},))
+        out.append(make_finding(
+            "exposed_communication",
+            f"Communication not overlapped with compute takes {r['comm_exposed_pct']:.1f}% of the device time "
+            f"on rank {r['rank']} (overlap {r['comm_overlap_pct'] or 0:.0f}% of communication time).",
+            ev, Cost.measured(r["comm_exposed_ns"], "exposed communication time in the analysed window"),
+            ranks=[r["rank"]], source="breakdown"))
     idle = bd.filter(pl.col("idle_pct") >= 20.0)
     if not idle.is_empty():
         causes = main_stream_causes if main_stream_causes is not None else pl.DataFrame()
@@ -315,40 +314,38 @@ def breakdown_findings(
             lc = launch.filter(pl.col("kernel_class").cast(pl.String) == "compute")
             if not lc.is_empty():
                 short_pct = float(100.0 * lc["short"].sum() / max(lc["count"].sum(), 1))
-        host = idle.filter(pl.col("host_wait_pct").fill_null(0) >= 50.0)
-        if not host.is_empty():
-            worst = host.sort("idle_ns", descending=True).row(0, named=True)
-            launch_bound = short_pct is not None and short_pct >= 50.0
-            kind = "launch_bound" if launch_bound else "host_bound"
-            extra = (f" {short_pct:.0f}% of compute kernels run < 10 µs: launch overhead dominates."
-                     if launch_bound else " The CPU does not queue work fast enough.")
-            rows.append(finding(
-                kind, severity_for(worst["idle_pct"], 50.0, 30.0),
-                f"The GPU idles {worst['idle_pct']:.1f}% of the time on rank {worst['rank']}, "
-                f"{worst['host_wait_pct']:.0f}% of it waiting for the host to launch kernels.{extra}",
-                "breakdown", ranks=host["rank"].to_list(), cost_ns=worst["idle_ns"],
-                evidence={"short_kernel_pct": short_pct, "per_rank": host.select(
-                    "rank", "stream", "idle_ns", "idle_pct", "host_wait_pct", "window_ns").to_dicts()},
-            ))
-        other = idle.filter((pl.col("host_wait_pct").fill_null(0) < 50.0) & (pl.col("idle_pct") >= 30.0))
-        if not other.is_empty():
-            worst = other.sort("idle_ns", descending=True).row(0, named=True)
-            rows.append(finding(
-                "gpu_idle", severity_for(worst["idle_pct"], 50.0, 30.0),
-                f"The GPU idles {worst['idle_pct']:.1f}% of the analysed window on rank {worst['rank']} "
-                "(not mainly waiting on kernel launches: synchronisation, data loading or waiting on peers).",
-                "breakdown", ranks=other["rank"].to_list(), cost_ns=worst["idle_ns"],
-                evidence={"per_rank": other.select("rank", "idle_ns", "idle_pct", "host_wait_pct").to_dicts()},
-            ))
-    mem = bd.filter(pl.col("memory_exposed_pct") >= 5.0)
-    if not mem.is_empty():
-        worst = mem.sort("memory_exposed_ns", descending=True).row(0, named=True)
-        rows.append(finding(
-            "exposed_memcpy", severity_for(worst["memory_exposed_pct"], 20.0, 10.0),
-            f"Memory copies/sets run with nothing else on the GPU for {worst['memory_exposed_pct']:.1f}% of the "
-            f"time on rank {worst['rank']} (pinned memory and non_blocking copies on a side stream hide them).",
-            "breakdown", ranks=mem["rank"].to_list(), cost_ns=worst["memory_exposed_ns"],
-            evidence={"per_rank": mem.select("rank", "memcpy_ns", "memset_ns", "memory_exposed_ns",
-                                             "memory_exposed_pct").to_dicts()},
-        ))
-    return findings_frame(rows)
+        note = (" The trace was recorded with with_stack/record_shapes, which slow every host-side op: part of this "
+                "host wait is the profiler's own cost; measure without them before acting." if profiler_inflated
+                else "")
+        for r in idle.iter_rows(named=True):
+            host = (r["host_wait_pct"] or 0) >= 50.0
+            if not host and r["idle_pct"] < 30.0:
+                continue
+            row = {k: r.get(k) for k in ("rank", "stream", "idle_ns", "idle_pct", "host_wait_pct", "window_ns")}
+            ev = IdleEvidence(per_rank=(row,), short_kernel_pct=short_pct, profiler_inflated=profiler_inflated)
+            cost = Cost.measured(r["idle_ns"], "GPU idle time in the analysed window")
+            if host:
+                launch_bound = short_pct is not None and short_pct >= 50.0
+                extra = (f" {short_pct:.0f}% of compute kernels run < 10 µs: launch overhead dominates."
+                         if launch_bound else " The CPU does not queue work fast enough.")
+                out.append(make_finding(
+                    "launch_bound" if launch_bound else "host_bound",
+                    f"The GPU idles {r['idle_pct']:.1f}% of the time on rank {r['rank']}, "
+                    f"{r['host_wait_pct']:.0f}% of it waiting for the host to launch kernels.{extra}{note}",
+                    ev, cost, ranks=[r["rank"]], source="breakdown"))
+            else:
+                out.append(make_finding(
+                    "gpu_idle",
+                    f"The GPU idles {r['idle_pct']:.1f}% of the analysed window on rank {r['rank']} "
+                    "(not mainly waiting on kernel launches: synchronisation, data loading or waiting on peers).",
+                    ev, cost, ranks=[r["rank"]], source="breakdown"))
+    for r in bd.filter(pl.col("memory_exposed_pct") >= 5.0).iter_rows(named=True):
+        ev = ExposedMemcpyEvidence(per_rank=({k: r[k] for k in ("rank", "memcpy_ns", "memset_ns", "memory_exposed_ns",
+                                                                 "memory_exposed_pct")},))
+        out.append(make_finding(
+            "exposed_memcpy",
+            f"Memory copies/sets run with nothing else on the GPU for {r['memory_exposed_pct']:.1f}% of the "
+            f"time on rank {r['rank']} (pinned memory and non_blocking copies on a side stream hide them).",
+            ev, Cost.measured(r["memory_exposed_ns"], "exposed copy time in the analysed window"),
+            ranks=[r["rank"]], source="breakdown"))
+    return out

@@ -25,7 +25,8 @@ from __future__ import annotations
 import polars as pl
 
 from workbench.analyses.breakdown import step_segments
-from workbench.analyses.findings import finding, findings_frame, severity_for
+from workbench.analyses.findings import Cost, Finding, make_finding
+from workbench.analyses.kinds import PipelineBubbleEvidence
 from workbench.analyses.intervals import covered_between, merge_intervals
 from workbench.analyses.window import Window, window_steps
 
@@ -139,11 +140,11 @@ def pipeline_bubbles(
     return out
 
 
-def bubble_findings(bubbles: pl.DataFrame, min_pct: float = 20.0) -> pl.DataFrame:
-    """FINDINGS of kind ``pipeline_bubble``: ranks with several micro-batch forwards per step whose bubble is at
-    least ``min_pct`` % of the step. Cost: the rank's summed bubble time (the largest over such ranks)."""
+def bubble_findings(bubbles: pl.DataFrame, min_pct: float = 20.0) -> list[Finding]:
+    """Findings of kind ``pipeline_bubble``: ranks with several micro-batch forwards per step whose bubble is at
+    least ``min_pct`` % of the step. Cost: the worst rank's summed bubble time."""
     if bubbles is None or bubbles.is_empty():
-        return findings_frame([])
+        return []
     per_rank = bubbles.group_by("rank").agg(
         mb=pl.col("forwards").median(), bubble_ns=pl.col("bubble_ns").sum(), step_ns=pl.col("step_ns").sum(),
         delay=pl.col("first_forward_delay_ns").median(), steps=pl.col("step"),
@@ -151,13 +152,17 @@ def bubble_findings(bubbles: pl.DataFrame, min_pct: float = 20.0) -> pl.DataFram
         (pl.col("mb") >= 2) & (pl.col("pct") >= min_pct)
     )
     if per_rank.is_empty():
-        return findings_frame([])
+        return []
     worst = per_rank.sort("bubble_ns", descending=True).row(0, named=True)
-    return findings_frame([finding(
-        "pipeline_bubble", severity_for(worst["pct"], 40.0, 25.0),
+    stages = bubbles["rank"].n_unique()
+    mb = float(worst["mb"])
+    theory = 100.0 * (stages - 1) / (mb + stages - 1) if stages > 1 else None
+    return [make_finding(
+        "pipeline_bubble",
         f"Pipeline bubbles take {worst['pct']:.0f}% of the step on rank {worst['rank']} "
-        f"({per_rank.height} stage(s) above {min_pct:.0f}%); the first forward starts "
-        f"{(worst['delay'] or 0) / 1e6:.1f} ms into the step.",
-        "bubbles", ranks=per_rank["rank"].to_list(), steps=worst["steps"], cost_ns=worst["bubble_ns"],
-        evidence={"per_rank": per_rank.drop("steps").to_dicts()},
-    )])
+        f"({per_rank.height} stage(s) above {min_pct:.0f}%; GPipe theory with {stages} stages and {mb:.0f} "
+        f"micro-batches: {theory or 0:.0f}%); the first forward starts {(worst['delay'] or 0) / 1e6:.1f} ms into the "
+        "step.",
+        PipelineBubbleEvidence(tuple(per_rank.drop("steps").to_dicts()), theory, mb, stages),
+        Cost.measured(worst["bubble_ns"], "step time not covered by any forward or backward on the worst stage"),
+        ranks=per_rank["rank"].to_list(), steps=worst["steps"], source="bubbles")]

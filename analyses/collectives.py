@@ -32,7 +32,10 @@ from typing import Literal
 
 import polars as pl
 
-from workbench.analyses.findings import finding, findings_frame, severity_for
+from workbench.analyses.findings import Cost, Finding, make_finding
+from workbench.analyses.kinds import (
+    ClockOffsetEvidence, CollectiveDriftEvidence, CollectiveMismatchEvidence,
+)
 
 P2P = ("send", "recv", "sendrecv", "isend", "irecv", "p2p")
 
@@ -272,51 +275,53 @@ def collective_drift(matched: pl.DataFrame) -> pl.DataFrame:
 def collective_findings(
     instances: pl.DataFrame, offsets: pl.DataFrame | None = None, drift: pl.DataFrame | None = None,
     aligned: bool = False,
-) -> pl.DataFrame:
-    """FINDINGS: ``collective_mismatch`` (ranks disagree on name, dtype or size of a matched call, or a call is
+) -> list[Finding]:
+    """Findings: ``collective_mismatch`` (ranks disagree on name, dtype or size of a matched call, or a call is
     missing on some ranks), ``clock_offset`` (ranks span hosts and their clocks differ by > 100 µs),
     ``collective_drift`` (the rank whose arrival moved most, when by > 1 ms over ≥ 8 instances in ≥ 3 steps)."""
-    rows = []
+    out: list[Finding] = []
     if instances is not None and not instances.is_empty():
         bad = instances.filter(~pl.col("consistent") & ~pl.col("p2p"))
         if not bad.is_empty():
             first = bad.row(0, named=True)
-            rows.append(finding(
-                "collective_mismatch", "high",
+            out.append(make_finding(
+                "collective_mismatch",
                 f"{bad.height} collective call(s) disagree across ranks, first in step {first['step']}: "
                 f"{first['mismatch']} (process group {first['pg_name'] or '?'}, call {first['order']}).",
-                "collectives", steps=sorted(set(bad["step"].drop_nulls().to_list())),
-                evidence={"instances": bad.height, "examples": bad.head(5).select(
-                    "pg_name", "step", "order", "collective", "mismatch").to_dicts()},
-            ))
+                CollectiveMismatchEvidence("disagree", bad.height, tuple(bad.head(5).select(
+                    "pg_name", "step", "order", "collective", "mismatch").to_dicts())),
+                Cost.none("none (ranks calling different collectives hang or corrupt data)"),
+                steps=sorted(set(bad["step"].drop_nulls().to_list())), source="collectives", key="disagree"))
         missing = instances.filter(~pl.col("complete") & ~pl.col("p2p"))
         if not missing.is_empty():
-            rows.append(finding(
-                "collective_mismatch", "medium",
+            out.append(make_finding(
+                "collective_mismatch",
                 f"{missing.height} collective call(s) were not found on every loaded rank of their process group "
                 "(different call counts per rank: a divergent code path, or profiler windows that cover "
                 "different calls).",
-                "collectives", steps=sorted(set(missing["step"].drop_nulls().to_list())),
-                evidence={"instances": missing.height, "examples": missing.head(5).select(
-                    "pg_name", "step", "order", "collective", "ranks_seen").to_dicts()},
-            ))
+                CollectiveMismatchEvidence("missing", missing.height, tuple(missing.head(5).select(
+                    "pg_name", "step", "order", "collective", "ranks_seen").to_dicts())),
+                Cost.none("none (a call missing on some ranks hangs them, unless the windows differ)"),
+                steps=sorted(set(missing["step"].drop_nulls().to_list())), source="collectives", key="missing"))
     if offsets is not None and not offsets.is_empty() and aligned:
         big = offsets.filter(pl.col("offset_ns").abs() > 100_000)
         if not big.is_empty():
-            rows.append(finding(
-                "clock_offset", "info",
+            out.append(make_finding(
+                "clock_offset",
                 "Ranks run on several hosts whose clocks differ (up to "
                 f"{big['offset_ns'].abs().max() / 1e6:.3f} ms); times were aligned using collective ends.",
-                "collectives", ranks=big["rank"].to_list(), evidence={"offsets": offsets.to_dicts()},
-            ))
+                ClockOffsetEvidence(tuple(offsets.to_dicts())), Cost.none("none (a fact about the clocks)"),
+                ranks=big["rank"].to_list(), source="collectives"))
     if drift is not None and not drift.is_empty():
         d = drift.filter((pl.col("drift_ns").abs() > 1_000_000) & (pl.col("instances") >= 8) & (pl.col("steps") >= 3))
         for r in d.sort(pl.col("drift_ns").abs(), descending=True).head(1).iter_rows(named=True):
-            rows.append(finding(
-                "collective_drift", severity_for(abs(r["drift_ns"]), 20e6, 5e6),
+            out.append(make_finding(
+                "collective_drift",
                 f"Rank {r['rank']} reaches collectives {'later' if r['drift_ns'] > 0 else 'earlier'} and "
                 f"{'later' if r['drift_ns'] > 0 else 'earlier'} relative to the other ranks: "
                 f"{r['drift_ns'] / 1e6:+.2f} ms over the window.",
-                "collectives", ranks=[r["rank"]], cost_ns=0, evidence=r,
-            ))
-    return findings_frame(rows)
+                CollectiveDriftEvidence(int(r["rank"]), int(r["instances"]), int(r["steps"]), int(r["drift_ns"]),
+                                        r["slope_ns_per_s"], r["mean_offset_ns"]),
+                Cost.none("none (a trend in arrival times, not time lost by itself)"),
+                ranks=[r["rank"]], source="collectives"))
+    return out

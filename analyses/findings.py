@@ -1,85 +1,309 @@
-"""Findings: the FINDINGS rows analyses emit, and their ranking by the step time they cost.
+"""Findings: the typed problems analyses report, the registry of their kinds, and one severity rule.
 
-Every analysis that sees a problem returns a FINDINGS frame (``kind``, ``severity``, ``ranks``, ``steps``,
-``cost_ns``, ``evidence`` JSON, ``message``, ``source``); :func:`rank_findings` stacks them and orders them by
-``cost_ns`` (descending), then severity.
+* :class:`Cost` — what a finding costs, ``measured`` (from this run's own timings) or ``estimated``, and how.
+* :class:`Evidence` — base of the one evidence dataclass each kind declares (:mod:`workbench.analyses.kinds`).
+* :class:`Finding` — one problem: ``id``, ``kind``, ``severity``, ``ranks``, ``steps``, ``cost``, ``message``,
+  ``evidence``, ``symptoms`` (the findings this one explains: a root cause's idle, exposed communication, waits),
+  ``source``.
+* The kind registry: :func:`declare_kind` (once per kind, with its evidence type and definition),
+  :func:`register_fixer` (recommendations fill it), :func:`kind_spec`, :func:`fixers_for`, :data:`KINDS`.
+* :func:`severity_of` — one rule for every kind, from the cost's share of the analysed wall time.
+* :func:`findings_frame` — the polars view (schema ``workbench.schema.FINDINGS``; one row per finding, symptoms
+  included, ``cause_id`` pointing at their root); :func:`findings_to_dicts` — the JSON tree.
+
+Example:
+    >>> c = Cost.measured(2_500_000_000, "collective wait in the same step")
+    >>> severity_of(c, wall_ns=10_000_000_000)
+    'high'
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import orjson
 import polars as pl
 
 from workbench.schema import FINDINGS, conform, empty
 
+Basis = Literal["measured", "estimated"]
+Severity = Literal["high", "medium", "low", "info"]
+#: Severity order, most severe first (the one definition; sort keys use its index).
 SEVERITIES: tuple[str, ...] = ("high", "medium", "low", "info")
+#: Cost share of the analysed wall time at or above which a finding is ``high`` / ``medium`` (percent).
+HIGH_SHARE_PCT = 10.0
+MEDIUM_SHARE_PCT = 3.0
 
 
-def finding(
-    kind: str,
-    severity: str,
-    message: str,
-    source: str,
-    *,
-    ranks: Sequence[int] = (),
-    steps: Sequence[int] = (),
-    cost_ns: int | float | None = 0,
-    evidence: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """One finding as a dict of FINDINGS columns (``evidence`` is serialised to a JSON object)."""
-    if severity not in SEVERITIES:
-        raise ValueError(f"severity must be one of {SEVERITIES}, not {severity!r}")
-    return {
-        "kind": kind,
-        "severity": severity,
-        "ranks": [int(r) for r in ranks if r is not None],
-        "steps": [int(s) for s in steps if s is not None],
-        "cost_ns": int(cost_ns or 0),
-        "evidence": orjson.dumps(evidence or {}, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS).decode(),
-        "message": message,
-        "source": source,
-    }
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """Time a finding costs the job: ``ns`` (None = unknown), ``basis`` and ``method`` (how it was obtained,
+    e.g. ``"collective wait in the same step"``, ``"step-time excess over the rank's median"``)."""
+
+    ns: int | None
+    basis: Basis
+    method: str
+
+    def __post_init__(self) -> None:
+        if self.basis not in ("measured", "estimated"):
+            raise ValueError(f"Cost.basis must be 'measured' or 'estimated', not {self.basis!r}")
+        if self.ns is not None:
+            object.__setattr__(self, "ns", max(0, int(self.ns)))
+
+    @classmethod
+    def measured(cls, ns: int | float | None, method: str) -> Cost:
+        return cls(None if ns is None else int(ns), "measured", method)
+
+    @classmethod
+    def estimated(cls, ns: int | float | None, method: str) -> Cost:
+        return cls(None if ns is None else int(ns), "estimated", method)
+
+    @classmethod
+    def none(cls, method: str = "no time cost: a risk or a fact, not lost time") -> Cost:
+        """A finding that costs no measurable time (a hazard, a configuration fact)."""
+        return cls(0, "measured", method)
+
+    def label(self) -> str:
+        """``"2.57 s measured (collective wait in the same step)"``."""
+        if self.ns is None:
+            return f"unknown ({self.basis}: {self.method})"
+        return f"{format_ns(self.ns)} {self.basis} ({self.method})"
 
 
-def findings_frame(rows: Iterable[dict[str, Any]]) -> pl.DataFrame:
-    """A FINDINGS frame from :func:`finding` dicts (an empty FINDINGS frame when there are none)."""
-    rows = list(rows)
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """Base of every kind's evidence: a frozen dataclass of the numbers behind a finding."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, Evidence):
+        return v.to_dict()
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return {f.name: _plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
+    if isinstance(v, (tuple, list)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    return v
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One problem found in a run. ``symptoms`` are findings this one explains (their time is part of this cost)."""
+
+    id: str
+    kind: str
+    severity: Severity
+    ranks: tuple[int, ...]
+    steps: tuple[int, ...]
+    cost: Cost
+    message: str
+    evidence: Evidence
+    symptoms: tuple[Finding, ...] = ()
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"severity must be one of {SEVERITIES}, not {self.severity!r}")
+        spec = KINDS.get(self.kind)
+        if spec is None:
+            raise KeyError(f"finding kind {self.kind!r} is not declared (analyses/kinds.py)")
+        if not isinstance(self.evidence, spec.evidence):
+            raise TypeError(f"{self.kind} needs evidence {spec.evidence.__name__}, "
+                            f"not {type(self.evidence).__name__}")
+
+    @property
+    def cost_ns(self) -> int:
+        """``cost.ns`` with unknown as 0 (for sorting and sums)."""
+        return self.cost.ns or 0
+
+    def replace(self, **changes: Any) -> Finding:
+        return dataclasses.replace(self, **changes)
+
+    def walk(self) -> Iterable[tuple[Finding, Finding | None]]:
+        """This finding and every symptom below it, each with its root (None for this one)."""
+        yield self, None
+        for s in self.symptoms:
+            for f, _ in s.walk():
+                yield f, self
+
+
+# ---------------------------------------------------------------------------------------------- the registry
+Role = Literal["cause", "symptom", "fact"]
+Fixer = Callable[..., Any]
+
+
+@dataclass(slots=True)
+class KindSpec:
+    """A declared finding kind: its evidence type, one-line definition, how its cost is obtained, its role
+    (``cause``: can explain other findings' time; ``symptom``: can be explained by a cause; ``fact``: neither),
+    ``hazard`` (can hang or kill the job or silently change what runs: at least ``high`` whatever it costs), and
+    the fixers registered for it (best first)."""
+
+    name: str
+    evidence: type[Evidence]
+    definition: str
+    cost_method: str
+    role: Role = "cause"
+    hazard: bool = False
+    fixers: list[Fixer] = field(default_factory=list)
+
+
+#: Every declared kind by name (filled by :mod:`workbench.analyses.kinds` on import).
+KINDS: dict[str, KindSpec] = {}
+
+
+def declare_kind(name: str, evidence: type[Evidence], definition: str, cost_method: str, *,
+                 role: Role = "cause", hazard: bool = False) -> KindSpec:
+    """Declare a finding kind once. Declaring the same name twice is an error."""
+    if name in KINDS:
+        raise ValueError(f"finding kind {name!r} declared twice")
+    spec = KindSpec(name, evidence, definition, cost_method, role, hazard)
+    KINDS[name] = spec
+    return spec
+
+
+def kind_spec(kind: str) -> KindSpec:
+    """The declaration of ``kind`` (KeyError when undeclared)."""
+    _load_kinds()
+    return KINDS[kind]
+
+
+def register_fixer(*kinds: str) -> Callable[[Fixer], Fixer]:
+    """Decorator: ``fn`` proposes fixes for findings of ``kinds`` (called in registration order)."""
+    _load_kinds()
+
+    def deco(fn: Fixer) -> Fixer:
+        for k in kinds:
+            if fn not in kind_spec(k).fixers:
+                kind_spec(k).fixers.append(fn)
+        return fn
+
+    return deco
+
+
+def fixers_for(kind: str) -> list[Fixer]:
+    """The fixers registered for ``kind`` (empty when none)."""
+    _load_kinds()
+    spec = KINDS.get(kind)
+    return list(spec.fixers) if spec else []
+
+
+def _load_kinds() -> None:
+    if not KINDS:
+        import workbench.analyses.kinds  # noqa: F401  (declares every kind)
+
+
+# ---------------------------------------------------------------------------------------------- building
+def finding_id(kind: str, ranks: Sequence[int] = (), steps: Sequence[int] = (), key: str = "") -> str:
+    """Stable id: ``kind:r<ranks>:s<steps>[:key]``, e.g. ``divergent_recompile:r1:s8``."""
+    r = ",".join(str(int(x)) for x in sorted(set(ranks))) or "-"
+    s = ",".join(str(int(x)) for x in sorted(set(steps))) or "-"
+    return f"{kind}:r{r}:s{s}" + (f":{key}" if key else "")
+
+
+def make_finding(kind: str, message: str, evidence: Evidence, cost: Cost, *, ranks: Sequence[int] = (),
+                 steps: Sequence[int] = (), wall_ns: int | None = None, source: str = "", key: str = "",
+                 symptoms: Sequence[Finding] = ()) -> Finding:
+    """A :class:`Finding` with its id and its severity from :func:`severity_of` (``wall_ns``: the analysed wall
+    time of the ranks concerned)."""
+    _load_kinds()
+    rk = tuple(sorted({int(r) for r in ranks if r is not None}))
+    st = tuple(sorted({int(s) for s in steps if s is not None}))
+    return Finding(
+        id=finding_id(kind, rk, st, key), kind=kind,
+        severity=severity_of(cost, wall_ns, hazard=kind_spec(kind).hazard),
+        ranks=rk, steps=st, cost=cost, message=message, evidence=evidence, symptoms=tuple(symptoms),
+        source=source,
+    )
+
+
+def severity_of(cost: Cost, wall_ns: int | None, *, hazard: bool = False) -> Severity:
+    """One rule for every kind: ``high`` when the cost is ≥ 10 % of the analysed wall time, ``medium`` ≥ 3 %,
+    ``low`` when it costs anything, ``info`` when it costs nothing (or unknown); a hazard is always ``high``."""
+    if hazard:
+        return "high"
+    ns = cost.ns or 0
+    if ns <= 0:
+        return "info"
+    if not wall_ns or wall_ns <= 0:
+        return "low"
+    share = 100.0 * ns / wall_ns
+    return "high" if share >= HIGH_SHARE_PCT else "medium" if share >= MEDIUM_SHARE_PCT else "low"
+
+
+def rescore(f: Finding, wall_ns: int | None) -> Finding:
+    """``f`` with its severity recomputed for ``wall_ns`` (after its cost changed)."""
+    return f.replace(severity=severity_of(f.cost, wall_ns, hazard=kind_spec(f.kind).hazard))
+
+
+def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """Most costly first; ties: more severe first, then kind, then id (stable)."""
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    return sorted(findings, key=lambda f: (-f.cost_ns, order[f.severity], f.kind, f.id))
+
+
+# ---------------------------------------------------------------------------------------------- views
+def format_ns(ns: int | float | None) -> str:
+    """``"2.57 s"``, ``"312 ms"``, ``"4.1 ms"``, ``"85 µs"`` (two significant decimals at most)."""
+    if ns is None:
+        return "-"
+    v = float(ns)
+    if v >= 1e9:
+        return f"{v / 1e9:.2f} s"
+    if v >= 1e8:
+        return f"{v / 1e6:.0f} ms"
+    if v >= 1e6:
+        return f"{v / 1e6:.1f} ms"
+    if v >= 1e3:
+        return f"{v / 1e3:.0f} µs"
+    return f"{v:.0f} ns"
+
+
+def _json(v: Any) -> str:
+    return orjson.dumps(v, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS, default=str).decode()
+
+
+def findings_frame(findings: Iterable[Finding]) -> pl.DataFrame:
+    """The polars view (``workbench.schema.FINDINGS``): roots in the given order, each followed by its symptoms
+    (``cause_id`` = the root's id, ``is_root`` false). ``evidence`` is JSON text for display only."""
+    rows = []
+    for root in findings:
+        for f, cause in root.walk():
+            rows.append({
+                "id": f.id, "kind": f.kind, "severity": f.severity, "ranks": list(f.ranks), "steps": list(f.steps),
+                "cost_ns": f.cost.ns if f.cost.ns is not None else 0, "cost_basis": f.cost.basis,
+                "cost_method": f.cost.method, "evidence": _json(f.evidence.to_dict()), "message": f.message,
+                "source": f.source, "cause_id": cause.id if cause is not None else None, "is_root": cause is None,
+            })
     if not rows:
         return empty(FINDINGS)
     return conform(pl.DataFrame(rows, schema_overrides={"ranks": pl.List(pl.Int32), "steps": pl.List(pl.Int32)}),
                    FINDINGS)
 
 
-def rank_findings(frames: Iterable[pl.DataFrame | None]) -> pl.DataFrame:
-    """All findings of ``frames`` in one FINDINGS frame, most costly first (ties: higher severity, then kind)."""
-    parts = [conform(f, FINDINGS) for f in frames if f is not None and not f.is_empty()]
-    if not parts:
-        return empty(FINDINGS)
-    order = {s: i for i, s in enumerate(SEVERITIES)}
-    out = pl.concat(parts, how="vertical")
-    return (
-        out.with_columns(_sev=pl.col("severity").replace_strict(order, default=len(order), return_dtype=pl.Int32))
-        .sort(["cost_ns", "_sev", "kind"], descending=[True, False, False], nulls_last=True, maintain_order=True)
-        .drop("_sev")
-    )
+def finding_to_dict(f: Finding) -> dict[str, Any]:
+    """One finding as a JSON-ready dict, its symptoms nested under ``symptoms``."""
+    return {
+        "id": f.id, "kind": f.kind, "severity": f.severity, "ranks": list(f.ranks), "steps": list(f.steps),
+        "cost_ns": f.cost.ns, "cost": {"ns": f.cost.ns, "basis": f.cost.basis, "method": f.cost.method},
+        "message": f.message, "evidence": f.evidence.to_dict(), "source": f.source,
+        "symptoms": [finding_to_dict(s) for s in f.symptoms],
+    }
 
 
-def findings_to_dicts(findings: pl.DataFrame) -> list[dict[str, Any]]:
-    """FINDINGS rows as plain dicts with ``evidence`` parsed back into a dict (for JSON output)."""
-    out = []
-    for row in findings.iter_rows(named=True):
-        row = dict(row)
-        try:
-            row["evidence"] = orjson.loads(row["evidence"]) if row["evidence"] else {}
-        except orjson.JSONDecodeError:
-            pass
-        out.append(row)
-    return out
+def findings_to_dicts(findings: Iterable[Finding]) -> list[dict[str, Any]]:
+    """The findings tree as JSON-ready dicts (what ``workbench analyze --json`` prints under ``findings``)."""
+    return [finding_to_dict(f) for f in findings]
 
 
-def severity_for(value: float, high: float, medium: float) -> str:
-    """``"high"`` when ``value >= high``, ``"medium"`` when ``>= medium``, else ``"low"``."""
-    return "high" if value >= high else "medium" if value >= medium else "low"
+def flatten(findings: Iterable[Finding]) -> list[Finding]:
+    """Every finding, roots and symptoms, in tree order."""
+    return [f for root in findings for f, _ in root.walk()]
+

@@ -5,10 +5,12 @@ Pure functions over the ``compiles`` table (``workbench.schema.COMPILES``), opti
 
 - :func:`classify_reason` / :func:`classify_graph_break`: one reason text → (cause, detail, source);
 - :func:`classify_compiles`: fill ``cause``, ``cause_detail``, ``cause_source`` on every row;
-- :func:`divergent_compiles`: compile ids present on some ranks only (with step, time, cause);
-- :func:`divergence_cost`: the recompiling rank's compile time matched with the others' wait in the next
-  collective (from ``collectives``) or their step time (from ``steps``), else the compile time itself;
-- :func:`recompile_findings`: FINDINGS rows for all of it (``kind`` contains ``divergen`` for rank divergence).
+- :func:`divergent_compiles`: compiles of a code object (frame name + file:line) that every rank compiles, made on
+  some ranks only (the n-th compile of that code object exists on some ranks only);
+- :func:`divergence_cost`: the others' wait it caused, measured in the step of the compile (their collective wait
+  in that step, else their step-time excess over their median), else estimated from the compile time;
+- :func:`different_programs`: ranks that compile different code objects (they run different programs);
+- :func:`recompile_finding_list`: typed findings for all of it; :func:`recompile_findings`: their frame view.
 
 Example:
     >>> classify_reason("0/0: tensor 'x' size mismatch at index 0. expected 4, actual 8")
@@ -24,13 +26,15 @@ from typing import Any
 import polars as pl
 
 from workbench import schema
-
-#: Causes ``classify_compiles`` writes.
-CAUSES: tuple[str, ...] = (
-    "first", "shape", "stride", "dtype", "device", "requires_grad", "grad_mode", "global_state", "tensor_meta",
-    "int_arg", "float_arg", "constant", "global", "module", "object_id", "type", "length", "backend", "limit",
-    "graph_break", "compile_error", "cache_miss", "other",
+from workbench.analyses import metrics
+from workbench.analyses.findings import Cost, Finding, findings_frame, make_finding
+from workbench.analyses.kinds import (
+    CacheDivergenceEvidence, CollectiveScheduleEvidence, CompileGroupEvidence, CompileSkewEvidence,
+    CompileTimeEvidence, ConfigDivergenceEvidence, DifferentProgramsEvidence, DivergentRecompileEvidence,
+    TimeoutRiskEvidence,
 )
+
+from workbench.analyses.kinds import CAUSES  # noqa: E402  (declared once, with the finding kinds)
 #: Graph-break types (``cause_detail`` when ``cause == "graph_break"``).
 GRAPH_BREAK_TYPES: tuple[str, ...] = (
     "print", "logging", "data_dependent_branch", "item", "dynamic_output_shape", "explicit", "skipped_function",
@@ -219,20 +223,53 @@ DIVERGENT: dict[str, pl.DataType] = {
     "step": pl.Int32,                   # step of the compile on the compiling ranks (null when unknown)
     "start": pl.Int64,                  # earliest start among the compiling ranks
     "end": pl.Int64,
-    "duration_ns": pl.Int64,            # longest compile among the compiling ranks
+    "duration_ns": pl.Int64,            # longest compile among the compiling ranks (null when unknown)
     "cause": pl.String,
+    "cause_detail": pl.String,
     "cause_source": pl.String,
+    "nth": pl.Int32,                    # which compile of the code object (0 = first) on the compiling ranks
+}
+
+#: :func:`divergence_cost` output: DIVERGENT plus the wait it caused.
+DIVERGENCE_COST: dict[str, pl.DataType] = {
+    **DIVERGENT,
+    "wait_ns": pl.Int64,                # the others' wait (max over waiting ranks); null when unknown
+    "cost_basis": pl.String,            # measured / estimated
+    "cost_method": pl.String,           # how wait_ns was obtained
+    "waiting_ranks": pl.List(pl.Int32),
+    "wait_by_rank": pl.String,          # JSON {rank: ns}
 }
 
 
+def _code_object() -> pl.Expr:
+    """The code object a compile is of: ``co_name file:line`` (the same function on every rank)."""
+    return pl.concat_str([pl.col("co_name").fill_null("?"), pl.lit(" "), pl.col("co_filename").fill_null("?"),
+                          pl.lit(":"), pl.col("co_firstlineno").cast(pl.String).fill_null("?")])
+
+
+def _numbered(compiles: pl.DataFrame) -> pl.DataFrame:
+    """Classified compiles with ``_code`` (code object) and ``_nth`` (its n-th compile on the rank, by time)."""
+    c = _ensure_classified(compiles).with_columns(_code=_code_object())
+    c = c.sort(["rank", "_code", "start", "frame_compile_id"], nulls_last=True)
+    return c.with_columns(_nth=pl.int_range(pl.len()).over("rank", "_code").cast(pl.Int32))
+
+
 def divergent_compiles(compiles: pl.DataFrame) -> pl.DataFrame:
-    """Compile ids present on some ranks only (needs >= 2 ranks), in the DIVERGENT schema."""
+    """Compiles made on some ranks only, of code objects every rank compiles (DIVERGENT schema, by start).
+
+    Compiles are matched across ranks by code object (frame name + file:line) and their order on the rank, not by
+    compile id (ids differ when ranks number frames differently). A code object some ranks never compile is not a
+    divergent recompile: see :func:`different_programs`.
+    """
     if compiles.height == 0 or compiles["rank"].n_unique() < 2:
         return schema.empty(DIVERGENT)
-    c = _ensure_classified(compiles).with_columns(_base_id().alias("_id"))
+    c = _numbered(compiles)
     all_ranks = sorted(c["rank"].unique().to_list())
-    g = (c.group_by("_id").agg(
+    everywhere = c.group_by("_code").agg(n=pl.col("rank").n_unique()).filter(pl.col("n") == len(all_ranks))["_code"]
+    c = c.filter(pl.col("_code").is_in(everywhere.implode()))
+    g = (c.group_by("_code", "_nth").agg(
         pl.col("rank").unique().sort().alias("ranks"),
+        pl.col("compile_id").sort_by("rank").first(),
         pl.col("co_name").drop_nulls().first(),
         (pl.col("co_filename") + ":" + pl.col("co_firstlineno").cast(pl.String)).drop_nulls().first().alias("location"),
         pl.col("step").min(),
@@ -240,6 +277,7 @@ def divergent_compiles(compiles: pl.DataFrame) -> pl.DataFrame:
         pl.col("end").max(),
         pl.col("duration_ns").max(),
         pl.col("cause").first(),
+        pl.col("cause_detail").first(),
         pl.col("cause_source").first(),
     ).filter(pl.col("ranks").list.len() < len(all_ranks)))
     if g.height == 0:
@@ -247,168 +285,219 @@ def divergent_compiles(compiles: pl.DataFrame) -> pl.DataFrame:
     g = g.with_columns(
         pl.col("ranks").map_elements(lambda rs: [r for r in all_ranks if r not in rs],
                                      return_dtype=pl.List(pl.Int32)).alias("missing_ranks"),
-        pl.col("_id").alias("compile_id"),
+        pl.col("_nth").alias("nth"),
     )
     return schema.conform(g, DIVERGENT).sort("start", nulls_last=True)
 
 
-def _one_source(steps: pl.DataFrame | None) -> pl.DataFrame | None:
-    """Steps from one source: the collector's when present (whole steps), else the profiler's."""
-    if steps is None or steps.height == 0 or "source" not in steps.columns:
-        return steps
-    col = steps.filter(pl.col("source").cast(pl.String) == "collector")
-    return col if col.height else steps
+def different_programs(compiles: pl.DataFrame) -> Finding | None:
+    """A ``different_programs`` finding when some code objects are compiled on some ranks only, else None."""
+    if compiles.height == 0 or compiles["rank"].n_unique() < 2:
+        return None
+    c = compiles.with_columns(_code=_code_object())
+    all_ranks = sorted(c["rank"].unique().to_list())
+    per = c.group_by("_code").agg(pl.col("rank").unique().sort()).filter(pl.col("rank").list.len() < len(all_ranks))
+    if per.height == 0:
+        return None
+    only_on = {r["_code"]: tuple(r["rank"]) for r in per.sort("_code").iter_rows(named=True)}
+    frames = {int(r): tuple(sorted(set(v))) for r, v in c.group_by("rank").agg(pl.col("_code")).iter_rows()}
+    example, ranks = next(iter(only_on.items()))
+    return make_finding(
+        "different_programs",
+        f"Ranks compile different code: {len(only_on)} frame(s) are compiled on some ranks only (e.g. {example} on "
+        f"rank {', '.join(map(str, ranks))}). They run different programs, so their compiles are not compared "
+        "across ranks; check that every rank runs the same model and code path.",
+        DifferentProgramsEvidence(frames_by_rank=frames, only_on=only_on), Cost.none("none (a fact about the run)"),
+        ranks=sorted({r for rs in only_on.values() for r in rs}), source="recompiles")
 
 
 def _step_at(steps: pl.DataFrame | None, rank: int, t: int | None) -> int | None:
-    if steps is None or steps.height == 0 or t is None:
+    t_steps = metrics.step_table(steps)
+    if t_steps.is_empty() or t is None:
         return None
-    s = steps.filter((pl.col("rank") == rank) & (pl.col("start") <= t) & (pl.col("end") >= t))
+    s = t_steps.filter((pl.col("rank") == rank) & (pl.col("start") - pl.col("data_wait_ns").fill_null(0) <= t)
+                       & (pl.col("end") >= t))
     return int(s["step"][0]) if s.height else None
 
 
-def divergence_cost(div: pl.DataFrame, compiles: pl.DataFrame, steps: pl.DataFrame | None = None,
-                    collectives: pl.DataFrame | None = None) -> pl.DataFrame:
-    """Per divergent compile: the other ranks' wait it caused.
+def _matched(collectives: pl.DataFrame | None) -> pl.DataFrame:
+    if collectives is None or collectives.is_empty():
+        return pl.DataFrame()
+    if "wait_ns" in collectives.columns and "last_rank" in collectives.columns:
+        return collectives
+    from workbench.analyses.collectives import match_collectives
 
-    Method, best first: ``collective`` — the first collective the compiling rank entered after the compile, matched
-    by process group and sequence number on the other ranks, whose time in it is the wait; ``step`` — the other ranks'
-    time in the same step minus their median step; ``compile_time`` — the compile time itself (an estimate: in SPMD
-    training the others block in the next collective for about that long). Adds ``wait_ns``, ``cost_method``,
-    ``waiting_ranks``, ``step`` (filled from ``steps`` when the log had none).
+    return match_collectives(collectives)
+
+
+def divergence_cost(div: pl.DataFrame, compiles: pl.DataFrame | None = None, steps: pl.DataFrame | None = None,
+                    collectives: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Per divergent compile, the wait it caused the other ranks, measured in the step of the compile.
+
+    Methods, best first: the waiting ranks' collective wait in that step (instances the compiling rank arrived at
+    last; ``collectives``: COLLECTIVES or :func:`match_collectives` rows) — measured; their step-time excess over
+    their median in that step (``steps``) — measured; when their own steps did not absorb the stall (asynchronous
+    device work) but the next step did, that excess — estimated; else the compile time — estimated. Never a
+    collective of another step. Output: :data:`DIVERGENCE_COST`.
     """
     rows = []
-    steps = _one_source(steps)
+    matched = _matched(collectives)
     for d in div.iter_rows(named=True):
-        comp_rank = d["ranks"][0] if d["ranks"] else None
+        comp = list(d["ranks"] or [])
+        waiting = list(d["missing_ranks"] or [])
         step = d["step"]
-        if step is None and comp_rank is not None:
-            step = _step_at(steps, comp_rank, d["start"])
-        wait, method, per_rank = None, "compile_time", {}
-        if collectives is not None and collectives.height and comp_rank is not None and d["end"] is not None:
-            mine = collectives.filter((pl.col("rank") == comp_rank) & (pl.col("start") >= d["end"])).sort("start")
-            if mine.height:
-                nxt = mine.row(0, named=True)
-                other = collectives.filter(
-                    pl.col("rank").is_in(d["missing_ranks"]) & (pl.col("pg_name") == nxt["pg_name"])
-                    & (pl.col("seq") == nxt["seq"]))
-                for o in other.iter_rows(named=True):
-                    s = o["kernel_start"] if o.get("kernel_start") is not None else o["start"]
-                    e = o["kernel_end"] if o.get("kernel_end") is not None else o["end"]
-                    if s is not None and e is not None:
-                        per_rank[o["rank"]] = int(e - s)
-                if per_rank:
-                    wait, method = max(per_rank.values()), "collective"
-        if wait is None and steps is not None and steps.height and step is not None:
-            for r in d["missing_ranks"]:
-                rs = steps.filter(pl.col("rank") == r)
-                this = rs.filter(pl.col("step") == step)
-                if this.height and rs.height > 1:
-                    med = rs.filter(pl.col("step") != step)["dur"].median()
-                    per_rank[r] = max(0, int(this["dur"][0] - (med or 0)))
+        if step is None and comp:
+            step = _step_at(steps, comp[0], d["start"])
+        per_rank: dict[int, int] = {}
+        basis, method = "estimated", "compile time of the compiling rank (no collective or step time recorded)"
+        if step is not None and not matched.is_empty():
+            m = matched.filter((pl.col("step") == step) & pl.col("rank").is_in(waiting) & ~pl.col("p2p")
+                               & pl.col("last_rank").is_in(comp))
+            per_rank = {int(r): int(w) for r, w in m.group_by("rank").agg(pl.col("wait_ns").sum()).iter_rows() if w}
             if per_rank:
-                wait, method = max(per_rank.values()), "step"
-        if wait is None:
-            wait = d["duration_ns"] or 0
-            per_rank = {r: wait for r in d["missing_ranks"]}
-        rows.append({**d, "step": step, "wait_ns": int(wait), "cost_method": method,
-                     "waiting_ranks": sorted(per_rank), "wait_by_rank": json.dumps({str(k): v for k, v in per_rank.items()})})
+                basis, method = "measured", f"collective wait in the same step (step {step})"
+        if not per_rank and step is not None and steps is not None and not steps.is_empty():
+            here = metrics.step_excess_ns(steps, step, waiting)
+            own = metrics.step_excess_ns(steps, step, comp)
+            after = metrics.step_excess_ns(steps, step + 1, waiting)
+            own_max = max(own.values(), default=0)
+            if here and max(here.values()) >= 0.25 * own_max:
+                per_rank, basis = here, "measured"
+                method = f"step-time excess over the rank's median in the same step (step {step})"
+            elif after and own_max and max(after.values()) > max(here.values(), default=0):
+                per_rank, basis = after, "estimated"
+                method = (f"step-time excess in the next step (step {step + 1}): the waiting ranks' step {step} did "
+                          "not block (asynchronous device work)")
+        wait: int | None
+        if per_rank:
+            wait = max(per_rank.values())
+        else:
+            wait = d["duration_ns"]
+            per_rank = {r: wait for r in waiting} if wait is not None else {}
+            if wait is None:
+                method = "unknown: no compile time, collective or step time recorded"
+        rows.append({**d, "step": step, "wait_ns": wait, "cost_basis": basis, "cost_method": method,
+                     "waiting_ranks": sorted(waiting),
+                     "wait_by_rank": json.dumps({str(k): v for k, v in per_rank.items()})})
     if not rows:
-        return div.with_columns(pl.lit(None, pl.Int64).alias("wait_ns"), pl.lit(None, pl.String).alias("cost_method"))
-    return pl.DataFrame(rows, schema_overrides={**DIVERGENT, "waiting_ranks": pl.List(pl.Int32)})
+        return schema.empty(DIVERGENCE_COST)
+    return schema.conform(pl.DataFrame(rows, schema_overrides={k: v for k, v in DIVERGENCE_COST.items()}),
+                          DIVERGENCE_COST)
 
 
 # ---------------------------------------------------------------------- findings
-def _finding(kind: str, severity: str, ranks: list[int], steps: list[int], cost_ns: int,
-             evidence: dict[str, Any], message: str) -> dict[str, Any]:
-    return {"kind": kind, "severity": severity, "ranks": sorted({int(r) for r in ranks}),
-            "steps": sorted({int(s) for s in steps if s is not None}), "cost_ns": int(cost_ns or 0),
-            "evidence": json.dumps(evidence, default=str), "message": message, "source": "recompiles"}
-
-
 def _s(ns: int | None) -> str:
-    return f"{(ns or 0) / 1e9:.2f} s"
+    return "unknown time" if ns is None else f"{ns / 1e9:.2f} s"
 
 
-def recompile_findings(compiles: pl.DataFrame, *, steps: pl.DataFrame | None = None,
-                       collectives: pl.DataFrame | None = None, fingerprints: pl.DataFrame | None = None,
-                       timeout_s: float | None = None, startup_compile_s: float = 60.0) -> pl.DataFrame:
-    """FINDINGS from the compiles table (plus steps/collectives/fingerprints when given), by ``cost_ns``.
+def _sum_known(values: list[Any]) -> int | None:
+    known = [int(v) for v in values if v is not None]
+    return sum(known) if known else None
 
-    Kinds: ``divergent_recompile`` (a compile id on some ranks only; ranks, step, compile time and the others' wait),
-    ``nccl_timeout_risk``, ``divergent_cache`` (cache hits on some ranks, misses on others),
-    ``divergent_collective_schedule``, ``divergent_config`` (torch version / config hash / fingerprint differs),
-    ``compile_skew`` (one compile id finishing at different times on different ranks), ``recompile_<cause>``,
-    ``recompile_limit`` (frame silently running eager), ``graph_break``, ``compile_failure``, ``compile_time``.
+
+def recompile_findings(compiles: pl.DataFrame, **kwargs: Any) -> pl.DataFrame:
+    """The FINDINGS frame view of :func:`recompile_finding_list` (same arguments), most costly first."""
+    from workbench.analyses.findings import sort_findings
+
+    return findings_frame(sort_findings(recompile_finding_list(compiles, **kwargs)))
+
+
+def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None = None,
+                           collectives: pl.DataFrame | None = None, fingerprints: pl.DataFrame | None = None,
+                           timeout_s: float | None = None, startup_compile_s: float = 60.0) -> list[Finding]:
+    """Typed findings from the compiles table (plus steps/collectives/fingerprints when given).
+
+    Kinds: ``divergent_recompile`` (one per divergent compile: ranks, step, the others' wait with its method; its
+    per-cause recompile is not reported again), ``different_programs``, ``nccl_timeout_risk``,
+    ``divergent_cache``, ``divergent_collective_schedule``, ``divergent_config``, ``divergent_fingerprint``,
+    ``compile_skew``, ``recompile_<cause>``, ``recompile_limit`` (frame silently running eager), ``graph_break``
+    (never a failure), ``compile_failure`` (a compiler error), ``compile_time``.
     """
     if compiles.height == 0:
-        return schema.empty(schema.FINDINGS)
+        return []
     c = _ensure_classified(compiles)
     timeout = timeout_s or DEFAULT_TIMEOUT_S
-    out: list[dict[str, Any]] = []
+    out: list[Finding] = []
     nranks = c["rank"].n_unique()
 
-    # --- cross-rank divergence
+    # --- cross-rank divergence (same code object, compiled on some ranks only)
     div = divergent_compiles(c)
-    divergent_ids: set[str] = set()
+    divergent_rows: set[tuple[int, str | None]] = set()  # (rank, compile_id) explained by a divergent finding
     if div.height:
         costed = divergence_cost(div, c, steps, collectives)
         for d in costed.iter_rows(named=True):
-            divergent_ids.add(d["compile_id"])
-            step_txt = f"at step {d['step']}" if d["step"] is not None else "at an unknown step (no step context in the log)"
-            ev = {"compile_id": d["compile_id"], "co_name": d["co_name"], "location": d["location"],
-                  "compiling_ranks": d["ranks"], "waiting_ranks": d["missing_ranks"], "step": d["step"],
-                  "compile_ns": d["duration_ns"], "wait_ns": d["wait_ns"], "cost_method": d["cost_method"],
-                  "wait_by_rank": json.loads(d["wait_by_rank"]), "cause": d["cause"],
-                  "cause_source": d["cause_source"], "start": d["start"], "timeout_s": timeout}
+            for r in d["ranks"]:
+                divergent_rows.add((r, d["compile_id"]))
+            step_txt = f"at step {d['step']}" if d["step"] is not None else "at an unknown step (no step context)"
             cause_txt = f" ({d['cause']}: {d['cause_source']})" if d["cause_source"] else f" ({d['cause']})"
             ranks_txt = ", ".join(map(str, d["ranks"]))
             waiting = ", ".join(map(str, d["missing_ranks"]))
-            out.append(_finding(
-                "divergent_recompile", "high", d["ranks"] + d["missing_ranks"], [d["step"]], d["wait_ns"], ev,
-                f"Rank {ranks_txt} alone compiled {d['compile_id']} of {d['co_name']} {step_txt}{cause_txt}; "
-                f"it took {_s(d['duration_ns'])} while rank {waiting} waited {_s(d['wait_ns'])} "
-                f"in the next collective ({d['cost_method']})."))
+            wait_by_rank = {int(k): int(v) for k, v in json.loads(d["wait_by_rank"]).items() if v is not None}
+            ev = DivergentRecompileEvidence(
+                compile_id=d["compile_id"], co_name=d["co_name"], location=d["location"],
+                compiling_ranks=tuple(d["ranks"]), waiting_ranks=tuple(d["missing_ranks"]), step=d["step"],
+                compile_ns=d["duration_ns"], compile_start=d["start"], compile_end=d["end"],
+                wait_by_rank=wait_by_rank, wait_ns=d["wait_ns"], cause=d["cause"], cause_detail=d["cause_detail"],
+                cause_source=d["cause_source"], timeout_s=timeout)
+            cost = Cost(d["wait_ns"], d["cost_basis"], d["cost_method"])
+            verb = "waited" if cost.basis == "measured" else "waited an estimated"
+            out.append(make_finding(
+                "divergent_recompile",
+                f"Rank {ranks_txt} alone recompiled {d['co_name']} ({d['compile_id']}) {step_txt}{cause_txt}; the "
+                f"compile took {_s(d['duration_ns'])} while rank {waiting} {verb} {_s(d['wait_ns'])} "
+                f"({d['cost_method']}).",
+                ev, cost, ranks=list(d["ranks"]) + list(d["missing_ranks"]), steps=[d["step"]],
+                source="recompiles", key=d["compile_id"] if div.height > 1 else ""))
             ratio = (d["duration_ns"] or 0) / 1e9 / timeout
             if ratio >= 0.1:
-                out.append(_finding(
-                    "nccl_timeout_risk", "high" if ratio >= 0.5 else "medium", d["ranks"] + d["missing_ranks"],
-                    [d["step"]], 0, {**ev, "ratio": ratio},
+                out.append(make_finding(
+                    "nccl_timeout_risk",
                     f"The divergent compile {d['compile_id']} on rank {ranks_txt} took {_s(d['duration_ns'])}, "
                     f"{ratio:.0%} of the {timeout:.0f} s collective timeout: a slower compile (inductor, bigger "
-                    f"model) would kill the job with a collective timeout."))
+                    f"model) would kill the job with a collective timeout.",
+                    TimeoutRiskEvidence(d["compile_id"], tuple(d["ranks"]), int(d["duration_ns"] or 0), timeout, ratio),
+                    Cost.none("none (a risk of a collective timeout)"),
+                    ranks=list(d["ranks"]) + list(d["missing_ranks"]), steps=[d["step"]], source="recompiles",
+                    key=d["compile_id"]))
+    programs = different_programs(c)
+    if programs is not None:
+        out.append(programs)
 
     # --- per-rank differences on shared compile ids
     if nranks > 1:
         shared = c.with_columns(_base_id().alias("_id"))
         by_id = shared.group_by("_id").agg(
             pl.col("rank"), pl.col("cache_hits"), pl.col("cache_misses"), pl.col("duration_ns").alias("duration"),
-            pl.col("start"),
-            pl.col("collective_schedule"), pl.col("co_name").first(),
+            pl.col("start"), pl.col("collective_schedule"), pl.col("co_name").first(),
         )
-        for r in by_id.iter_rows(named=True):
+        divergent_ids = {cid for _, cid in divergent_rows}
+        for r in by_id.sort("_id").iter_rows(named=True):
             if r["_id"] in divergent_ids or len(set(r["rank"])) < 2:
                 continue
             hits = {rk: (h or 0) for rk, h in zip(r["rank"], r["cache_hits"])}
             misses = {rk: (m or 0) for rk, m in zip(r["rank"], r["cache_misses"])}
-            hit_ranks = [rk for rk in hits if hits[rk] and not misses[rk]]
-            miss_ranks = [rk for rk in misses if misses[rk]]
+            hit_ranks = sorted(rk for rk in hits if hits[rk] and not misses[rk])
+            miss_ranks = sorted(rk for rk in misses if misses[rk])
             if hit_ranks and miss_ranks:
-                out.append(_finding(
-                    "divergent_cache", "medium", hit_ranks + miss_ranks, [], 0,
-                    {"compile_id": r["_id"], "hit_ranks": hit_ranks, "miss_ranks": miss_ranks},
+                out.append(make_finding(
+                    "divergent_cache",
                     f"Compile {r['_id']} hit the compile cache on rank {hit_ranks} but missed on rank {miss_ranks}: "
-                    f"the missing ranks compile longer and the others wait."))
+                    f"the missing ranks compile longer and the others wait.",
+                    CacheDivergenceEvidence(r["_id"], tuple(hit_ranks), tuple(miss_ranks)),
+                    Cost.none("none by itself (see compile_skew for the time)"),
+                    ranks=hit_ranks + miss_ranks, source="recompiles", key=r["_id"]))
             scheds = {rk: tuple(s) for rk, s in zip(r["rank"], r["collective_schedule"]) if s is not None}
             if len(set(scheds.values())) > 1:
                 groups: dict[tuple, list[int]] = {}
                 for rk, s in scheds.items():
                     groups.setdefault(s, []).append(rk)
-                out.append(_finding(
-                    "divergent_collective_schedule", "high", list(scheds), [], 0,
-                    {"compile_id": r["_id"], "schedules": [{"ranks": v, "schedule": list(k)} for k, v in groups.items()]},
+                out.append(make_finding(
+                    "divergent_collective_schedule",
                     f"Inductor scheduled the collectives of {r['_id']} differently on different ranks "
-                    f"({len(groups)} schedules): ranks can issue mismatched collectives and hang."))
+                    f"({len(groups)} schedules): ranks can issue mismatched collectives and hang.",
+                    CollectiveScheduleEvidence(r["_id"], tuple({"ranks": v, "schedule": list(k)}
+                                                               for k, v in groups.items())),
+                    Cost.none("none (a hang risk)"), ranks=list(scheds), source="recompiles", key=r["_id"]))
             durs = {rk: d for rk, d in zip(r["rank"], r["duration"]) if d is not None}
             starts = [t for t in r["start"] if t is not None]
             same_run = bool(starts) and max(starts) - min(starts) <= 600e9
@@ -416,32 +505,41 @@ def recompile_findings(compiles: pl.DataFrame, *, steps: pl.DataFrame | None = N
                 skew = max(durs.values()) - min(durs.values())
                 if skew >= 1_000_000_000:
                     slow = max(durs, key=durs.get)
-                    out.append(_finding(
-                        "compile_skew", "medium" if skew < 10e9 else "high", list(durs), [], skew,
-                        {"compile_id": r["_id"], "skew_ns": skew, "slowest_rank": slow,
-                         "compile_ns_by_rank": {str(k): v for k, v in durs.items()}},
+                    out.append(make_finding(
+                        "compile_skew",
                         f"Compile {r['_id']} ({r['co_name']}) took {_s(skew)} longer on rank {slow} than on the "
-                        f"fastest rank: the others waited that long at the first collective after it."))
+                        f"fastest rank: the others waited about that long at the first collective after it.",
+                        CompileSkewEvidence(r["_id"], r["co_name"], int(skew), int(slow),
+                                            {int(k): int(v) for k, v in durs.items()}),
+                        Cost.estimated(skew, "compile-time difference between the slowest and the fastest rank"),
+                        ranks=list(durs), source="recompiles", key=r["_id"]))
         for col, what in (("torch_version", "torch version"), ("config_hash", "dynamo/inductor config")):
             per = c.group_by("rank").agg(pl.col(col).drop_nulls().unique())
             vals = {r["rank"]: tuple(sorted(r[col])) for r in per.iter_rows(named=True) if r[col]}
             if len(set(vals.values())) > 1:
-                out.append(_finding(
-                    "divergent_config", "high", list(vals), [], 0, {"field": col, "by_rank": {str(k): list(v) for k, v in vals.items()}},
+                out.append(make_finding(
+                    "divergent_config",
                     f"The {what} differs across ranks: ranks can compile different graphs, recompile at different "
-                    f"times and hang."))
+                    f"times and hang.",
+                    ConfigDivergenceEvidence(col, {int(k): list(v) for k, v in vals.items()}),
+                    Cost.none("none (a hang risk)"), ranks=list(vals), source="recompiles", key=col))
     if fingerprints is not None and fingerprints.height > 1:
         for col in ("torch", "triton", "cuda", "cudnn", "nccl", "python", "config_hash"):
             if col not in fingerprints.columns:
                 continue
             vals = {r["rank"]: r[col] for r in fingerprints.select("rank", col).iter_rows(named=True)}
-            if len({v for v in vals.values()}) > 1:
-                out.append(_finding(
-                    "divergent_fingerprint", "high", list(vals), [], 0, {"field": col, "by_rank": {str(k): v for k, v in vals.items()}},
-                    f"{col} differs across ranks ({', '.join(f'rank {k}: {v}' for k, v in vals.items())})."))
+            if len(set(vals.values())) > 1:
+                out.append(make_finding(
+                    "divergent_fingerprint",
+                    f"{col} differs across ranks ({', '.join(f'rank {k}: {v}' for k, v in vals.items())}).",
+                    ConfigDivergenceEvidence(col, {int(k): v for k, v in vals.items()}),
+                    Cost.none("none (a hang risk)"), ranks=list(vals), source="recompiles", key=col))
 
-    # --- per-cause recompiles, limit, graph breaks, failures (grouped across ranks)
+    # --- per-cause recompiles, limit, graph breaks, failures (grouped across ranks); divergent ones left out
     rec = c.filter(~pl.col("cause").is_in(["first"]) & pl.col("cause").is_not_null())
+    if divergent_rows:
+        keep = [(r, cid) not in divergent_rows for r, cid in zip(rec["rank"].to_list(), rec["compile_id"].to_list())]
+        rec = rec.filter(pl.Series(keep, dtype=pl.Boolean))
     if rec.height:
         keys = ["cause", "cause_detail", "co_name", "co_filename", "co_firstlineno"]
         grouped = rec.group_by(keys, maintain_order=True).agg(
@@ -449,58 +547,69 @@ def recompile_findings(compiles: pl.DataFrame, *, steps: pl.DataFrame | None = N
             pl.col("step").drop_nulls().unique().sort().alias("steps"),
             pl.col("compile_id").unique().sort().alias("compile_ids"),
             pl.col("cause_source").drop_nulls().unique(maintain_order=True).alias("sources"),
-            pl.col("duration_ns").sum().alias("total_ns"),
+            pl.col("duration_ns").alias("durations"),
             pl.len().alias("count"),
             pl.col("recompile_reasons").first().alias("reasons"),
             pl.col("graph_breaks").first().alias("breaks"),
             pl.col("fail_reason").drop_nulls().first().alias("fail_reason"),
             pl.col("fail_user_frame").drop_nulls().first().alias("fail_user_frame"),
+            pl.col("status").drop_nulls().unique().sort().alias("statuses"),
         )
         for g in grouped.iter_rows(named=True):
             cause = g["cause"]
+            total = _sum_known(g["durations"])
             where = f"{g['co_name']} ({g['co_filename']}:{g['co_firstlineno']})"
-            ev = {"cause": cause, "cause_detail": g["cause_detail"], "sources": g["sources"][:10],
-                  "co_name": g["co_name"], "co_filename": g["co_filename"], "co_firstlineno": g["co_firstlineno"],
-                  "compile_ids": g["compile_ids"][:20], "count": g["count"], "compile_ns": g["total_ns"],
-                  "reasons": (g["reasons"] or [])[:3], "graph_breaks": [b[:600] for b in (g["breaks"] or [])[:3]],
-                  "fail_reason": (g["fail_reason"] or "")[:600] or None, "fail_user_frame": g["fail_user_frame"],
-                  "nranks": nranks}
+            key = f"{g['co_name']}@{g['co_firstlineno']}:{g['cause_detail'] or ''}"
+            ev = CompileGroupEvidence(
+                cause=cause, cause_detail=g["cause_detail"], sources=tuple(g["sources"][:10]), co_name=g["co_name"],
+                co_filename=g["co_filename"], co_firstlineno=g["co_firstlineno"],
+                compile_ids=tuple(g["compile_ids"][:20]), count=int(g["count"]), compile_ns=total,
+                reasons=tuple((g["reasons"] or [])[:3]), graph_breaks=tuple(b[:600] for b in (g["breaks"] or [])[:3]),
+                fail_reason=(g["fail_reason"] or "")[:600] or None, fail_user_frame=g["fail_user_frame"],
+                nranks=nranks, statuses=tuple(g["statuses"]))
+            compile_cost = (Cost.measured(total, "summed compile time of these compiles (compile log)")
+                            if total is not None else Cost.measured(None, "compile time not recorded in the log"))
             src = "; ".join(g["sources"][:3])
+            ranks_txt = ", ".join(map(str, g["ranks"]))
             if cause == "limit":
-                out.append(_finding(
-                    "recompile_limit", "high", g["ranks"], g["steps"], g["total_ns"], ev,
-                    f"{where} hit the recompile limit ({src}): the frame now runs eager, silently, for every new "
-                    f"input variant."))
+                out.append(make_finding(
+                    "recompile_limit",
+                    f"{where} hit the recompile limit on rank {ranks_txt} ({src}): the frame now runs eager, "
+                    "silently, for every new input variant.",
+                    ev, compile_cost, ranks=g["ranks"], steps=g["steps"], source="recompiles", key=key))
+            elif cause == "graph_break" and set(g["statuses"]) == {"failed"}:
+                out.append(make_finding(
+                    "compile_failure",
+                    f"fullgraph=True compile of {where} failed on rank {ranks_txt} at a graph break: {src}.",
+                    ev, Cost.none("none (the compile raised)"), ranks=g["ranks"], steps=g["steps"],
+                    source="recompiles", key=key))
             elif cause == "graph_break":
-                failed = bool(g["fail_reason"])
-                out.append(_finding(
-                    "graph_break" if not failed else "compile_failure", "high" if failed else "medium",
-                    g["ranks"], g["steps"], g["total_ns"] if not failed else 0, ev,
-                    f"{'fullgraph compile failed' if failed else 'Graph break'} in {where}: {src}."))
+                out.append(make_finding(
+                    "graph_break",
+                    f"Graph break in {where} on rank {ranks_txt}: {src}. The frame still compiles, split into "
+                    "pieces that run with Python in between.",
+                    ev, compile_cost, ranks=g["ranks"], steps=g["steps"], source="recompiles", key=key))
             elif cause == "compile_error":
-                out.append(_finding(
-                    "compile_failure", "high", g["ranks"], g["steps"], 0, ev,
-                    f"Compiling {where} failed ({g['cause_detail']}): {src}."))
+                out.append(make_finding(
+                    "compile_failure",
+                    f"Compiling {where} failed on rank {ranks_txt} ({g['cause_detail']}): {src}.",
+                    ev, Cost.none("none (the frame runs eager or the job stops)"), ranks=g["ranks"],
+                    steps=g["steps"], source="recompiles", key=key))
             else:
-                sev = "medium" if g["count"] >= 2 or (g["total_ns"] or 0) > 1e9 else "low"
-                out.append(_finding(
-                    f"recompile_{cause}", sev, g["ranks"], g["steps"], g["total_ns"], ev,
+                out.append(make_finding(
+                    f"recompile_{cause}",
                     f"{g['count']} recompile(s) of {where} caused by {cause}: {src} "
-                    f"({_s(g['total_ns'])} of compile time on rank {', '.join(map(str, g['ranks']))})."))
+                    f"({_s(total)} of compile time on rank {ranks_txt}).",
+                    ev, compile_cost, ranks=g["ranks"], steps=g["steps"], source="recompiles", key=key))
 
     # --- total compile time (start-up): candidate for a compile-cache warm start
-    per_rank = c.group_by("rank").agg(pl.col("duration_ns").sum().alias("ns"), pl.col("cache_hits").sum().alias("h"))
+    per_rank = c.group_by("rank").agg(pl.col("duration_ns").sum().alias("ns")).sort("rank")
     worst = per_rank.sort("ns", descending=True).row(0, named=True) if per_rank.height else None
     if worst and worst["ns"] and worst["ns"] / 1e9 >= startup_compile_s:
-        out.append(_finding(
-            "compile_time", "medium", per_rank["rank"].to_list(), [], 0,
-            {"compile_ns_by_rank": {str(r["rank"]): r["ns"] for r in per_rank.iter_rows(named=True)}},
+        out.append(make_finding(
+            "compile_time",
             f"Compiling took {_s(worst['ns'])} on rank {worst['rank']}: a compile-cache warm start would cut "
-            f"start-up."))
-
-    if not out:
-        return schema.empty(schema.FINDINGS)
-    sev_order = {"high": 0, "medium": 1, "low": 2, "info": 3}
-    df = schema.conform(pl.DataFrame(out), schema.FINDINGS)
-    return (df.with_columns(pl.col("severity").replace_strict(sev_order, default=9).alias("_s"))
-              .sort(["cost_ns", "_s"], descending=[True, False]).drop("_s"))
+            f"start-up.",
+            CompileTimeEvidence({int(r["rank"]): int(r["ns"] or 0) for r in per_rank.iter_rows(named=True)}),
+            Cost.none("none in the steps (start-up time)"), ranks=per_rank["rank"].to_list(), source="recompiles"))
+    return out

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from workbench.analyses.findings import finding, findings_frame, severity_for
+from workbench.analyses.findings import Cost, Finding, make_finding
+from workbench.analyses.kinds import StragglerEvidence
 
 
 def step_times(steps: pl.DataFrame, source: str | None = None) -> pl.DataFrame:
@@ -82,13 +83,15 @@ def _after_warmup(steps: pl.DataFrame, warmup_steps: int) -> pl.DataFrame:
 
 def straggler_ranks(
     steps: pl.DataFrame, matched: pl.DataFrame | None = None, min_hold_ns: int = 0, *,
-    warmup_steps: int = 2, use_step_starts: bool = True,
+    warmup_steps: int = 2, use_step_starts: bool = True, exclude_steps: frozenset[int] | set[int] = frozenset(),
 ) -> pl.DataFrame:
     """Per rank and signal, how often and how much it holds the others back.
 
     The first ``warmup_steps`` steps (compiles, set-up) are left out when at least three times as many exist.
     ``use_step_starts=False`` ignores step starts (pipeline stages start their steps at offsets set by the
-    schedule; that time is a bubble, not a straggler) and keeps the collective signal.
+    schedule; that time is a bubble, not a straggler) and keeps the collective signal. ``exclude_steps``: steps
+    left out of both signals (steps where some rank compiled: that rank's lateness is the compile, a cause of its
+    own, not a straggler).
 
     Columns: ``rank``, ``signal`` (``"collector_steps"``, ``"profiler_steps"`` or ``"collectives"``), ``events``
     (steps or collective instances seen), ``held_count`` (times it was the one holding back), ``held_pct``,
@@ -96,9 +99,14 @@ def straggler_ranks(
     time for collectives), ``held_share_pct`` (held_back / step time), ``first_step`` (first step where it held
     back more than ``min_hold_ns``), ``mean_data_wait_ns`` (collector steps), ``slope_ns_per_step``,
     ``change_ns``, ``trend`` (``steady`` / ``growing`` / ``shrinking`` of its per-step held-back time),
-    ``typical_held_ns`` (median held-back time when it held back × times it held back), ``typical_share_pct``.
+    ``typical_held_ns`` (median held-back time when it held back × times it held back), ``typical_share_pct``,
+    ``median_data_wait_ns``, ``held_steps`` (steps where it held the others back).
     """
     parts = []
+    if exclude_steps:
+        steps = steps.filter(~pl.col("step").is_in(sorted(exclude_steps)))
+        if matched is not None and not matched.is_empty():
+            matched = matched.filter(~pl.col("step").is_in(sorted(exclude_steps)))
     if not steps.is_empty():
         steps = _after_warmup(steps.with_columns(pl.col("source").cast(pl.String)), warmup_steps)
     for source, signal in (("collector", "collector_steps"), ("profiler", "profiler_steps")):
@@ -108,7 +116,9 @@ def straggler_ranks(
         if st.is_empty() or st["ranks"].max() < 2:
             continue
         st = st.filter(pl.col("ranks") > 1)
-        steps_total = st.group_by("step").agg(pl.col("median_dur").first()).get_column("median_dur").sum()
+        # step time per step (duration plus the batch wait, ``metrics`` definition), median over ranks
+        steps_total = (st.with_columns(_t=pl.col("dur") + pl.col("data_wait_ns").fill_null(0))
+                       .group_by("step").agg(pl.col("_t").median()).get_column("_t").sum())
         agg = st.group_by("rank").agg(
             events=pl.len(),
             held_count=pl.col("is_latest").sum().cast(pl.UInt32),
@@ -117,6 +127,8 @@ def straggler_ranks(
             * pl.col("is_latest").sum(),
             first_step=pl.col("step").filter(pl.col("held_back_ns") > min_hold_ns).min(),
             mean_data_wait_ns=pl.col("data_wait_ns").mean(),
+            median_data_wait_ns=pl.col("data_wait_ns").median(),
+            held_steps=pl.col("step").filter(pl.col("is_latest") & (pl.col("held_back_ns") > min_hold_ns)).sort(),
         ).with_columns(step_time_ns=pl.lit(int(steps_total), pl.Int64), signal=pl.lit(signal))
         parts.append(agg.join(_trend(st, "held_back_ns"), on="rank", how="left"))
     if matched is not None and not matched.is_empty():
@@ -142,17 +154,20 @@ def straggler_ranks(
                 typical_held_ns=pl.col("held_back_ns").filter(pl.col("n") > 0).median().fill_null(0)
                 * (pl.col("n") > 0).sum(),
                 first_step=pl.col("step").filter(pl.col("held_back_ns") > min_hold_ns).min(),
+                held_steps=pl.col("step").filter(pl.col("held_back_ns") > min_hold_ns).unique().sort(),
             ).with_columns(
                 events=pl.lit(inst.height, pl.UInt32), step_time_ns=pl.lit(total, pl.Int64),
-                mean_data_wait_ns=pl.lit(None, pl.Float64), signal=pl.lit("collectives"),
+                mean_data_wait_ns=pl.lit(None, pl.Float64), median_data_wait_ns=pl.lit(None, pl.Float64),
+                signal=pl.lit("collectives"),
             )
             parts.append(agg.join(_trend(per_step.drop_nulls("step"), "held_back_ns"), on="rank", how="left"))
     if not parts:
         return pl.DataFrame()
     cols = ["rank", "signal", "events", "held_count", "held_back_ns", "typical_held_ns", "step_time_ns", "first_step",
-            "mean_data_wait_ns", "slope_ns_per_step", "change_ns", "trend"]
-    out = pl.concat([p.select(cols).cast({"events": pl.UInt32, "held_back_ns": pl.Int64,
-                                          "typical_held_ns": pl.Int64}) for p in parts])
+            "mean_data_wait_ns", "median_data_wait_ns", "held_steps", "slope_ns_per_step", "change_ns", "trend"]
+    out = pl.concat([p.select(cols).cast({"events": pl.UInt32, "held_back_ns": pl.Int64, "typical_held_ns": pl.Int64,
+                                          "median_data_wait_ns": pl.Float64, "held_steps": pl.List(pl.Int32)})
+                     for p in parts])
     share = pl.when(pl.col("step_time_ns") > 0)
     return out.with_columns(
         held_pct=100.0 * pl.col("held_count") / pl.col("events"),
@@ -161,37 +176,46 @@ def straggler_ranks(
     ).sort("signal", "held_back_ns", descending=[False, True])
 
 
-def straggler_findings(ranks: pl.DataFrame, min_share_pct: float = 1.0, min_held_pct: float = 50.0) -> pl.DataFrame:
-    """FINDINGS of kind ``straggler``: one per straggling rank, with the evidence of every signal that names it.
+def straggler_findings(ranks: pl.DataFrame, min_share_pct: float = 1.0, min_held_pct: float = 50.0) -> list[Finding]:
+    """Findings of kind ``straggler``: one per straggling rank, with the evidence of every signal that names it.
 
     A rank must hold back in at least ``min_held_pct`` % of the events, and both its total and its typical
-    (median held time × events) share of the step time must reach ``min_share_pct``; the severity follows the typical
-    share, so one long stall does not make a high-severity straggler. Cost: the largest ``held_back_ns`` among its
-    signals (step time the job loses waiting for it).
+    (median held time × events) share of the step time must reach ``min_share_pct``, so one long stall does not
+    make a straggler. Cost: the largest ``held_back_ns`` among its signals (step time the job loses waiting for
+    it), measured. Slow data loading is named when the rank's median data wait is far above the others' median.
     """
     if ranks is None or ranks.is_empty():
-        return findings_frame([])
+        return []
     hits = ranks.filter((pl.col("held_pct") >= min_held_pct) & (pl.col("held_share_pct") >= min_share_pct)
                         & (pl.col("typical_share_pct") >= min_share_pct))
-    rows = []
+    out = []
     for rank in sorted(set(hits["rank"].to_list())):
         ev = hits.filter(pl.col("rank") == rank).sort("held_back_ns", descending=True)
         best = ev.row(0, named=True)
         share = best["held_share_pct"] or 0.0
-        typical = best["typical_share_pct"] or 0.0  # one long stall is not a straggler: rate on the median step
-        wait = best["mean_data_wait_ns"]
+        wait = best["median_data_wait_ns"]
         others = ranks.filter((pl.col("rank") != rank) & (pl.col("signal") == best["signal"]))
-        other_wait = others["mean_data_wait_ns"].drop_nulls().median() if not others.is_empty() else None
+        other_wait = others["median_data_wait_ns"].drop_nulls().median() if not others.is_empty() else None
         why = ""
         if wait is not None and other_wait is not None and wait > 2 * max(other_wait, 1) and wait - other_wait > 1e6:
-            why = f" Its data loading wait is {wait / 1e6:.1f} ms per step vs {other_wait / 1e6:.1f} ms on the others."
+            why = (f" Its data loading wait is {wait / 1e6:.1f} ms per step (median) vs {other_wait / 1e6:.1f} ms on "
+                   "the others: slow data loading.")
         since = f" since step {best['first_step']}" if best["first_step"] is not None else ""
-        rows.append(finding(
-            "straggler", severity_for(typical, 10.0, 3.0),
+        out.append(make_finding(
+            "straggler",
             f"Rank {rank} holds the other ranks back{since} ({best['trend']}): it was last in "
             f"{best['held_pct']:.0f}% of {best['events']} {best['signal'].replace('_', ' ')}, costing "
             f"{best['held_back_ns'] / 1e6:.1f} ms ({share:.1f}% of the step time).{why}",
-            "stragglers", ranks=[rank], steps=[best["first_step"]] if best["first_step"] is not None else [],
-            cost_ns=best["held_back_ns"], evidence={"signals": ev.to_dicts()},
-        ))
-    return findings_frame(rows)
+            StragglerEvidence(
+                rank=int(rank), signal=best["signal"], events=int(best["events"]), held_count=int(best["held_count"]),
+                held_back_ns=int(best["held_back_ns"]), held_share_pct=best["held_share_pct"],
+                typical_share_pct=best["typical_share_pct"], first_step=best["first_step"], trend=best["trend"],
+                held_steps=tuple(best["held_steps"] or ()),
+                data_wait_median_ns=None if wait is None else int(wait),
+                others_data_wait_median_ns=None if other_wait is None else int(other_wait),
+                signals=tuple(ev.to_dicts())),
+            Cost.measured(best["held_back_ns"], "time it held the others back: its step start (or collective "
+                          "arrival) minus the second-latest, summed"),
+            ranks=[rank], steps=[best["first_step"]] if best["first_step"] is not None else [],
+            source="stragglers"))
+    return out

@@ -8,10 +8,12 @@ times, collective waits, kernel class times, and the ranked findings.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import Any
 
 import polars as pl
 
+from workbench.analyses import metrics
 from workbench.analyses.breakdown import (
     KERNEL_WAIT_NS, breakdown_by_rank, breakdown_findings, idle_causes, idle_gaps, main_streams, time_breakdown,
 )
@@ -20,13 +22,16 @@ from workbench.analyses.collectives import (
     clock_offsets, collective_drift, collective_findings, collective_instances, collective_wait_by_rank,
     match_collectives, spans_hosts,
 )
-from workbench.analyses.findings import findings_to_dicts, rank_findings
+from workbench.analyses.findings import Cost, Finding, findings_frame, findings_to_dicts, make_finding
 from workbench.analyses.kernels import kernel_class_time, launch_stats, top_kernels
+from workbench.analyses.kinds import CompileGroupEvidence, DivergentRecompileEvidence, ProfilerOverheadEvidence
 from workbench.analyses.overlap import comm_compute_overlap
+from workbench.analyses.per_rank import event_tables
+from workbench.analyses.recompiles import classify_compiles, recompile_finding_list
+from workbench.analyses.rootcause import attribute, compiling_finding, device_time
 from workbench.analyses.stragglers import step_times, straggler_findings, straggler_ranks
 from workbench.analyses.window import Window, window_kernels
-from workbench.analyses.recompiles import recompile_findings
-from workbench.schema import COLLECTIVES, COMPILES, EVENTS, FINGERPRINTS, KERNELS, RANKS, STEPS, empty
+from workbench.schema import COLLECTIVES, COMPILES, EVENTS, FINGERPRINTS, KERNELS, RANKS, STEPS, conform, empty
 
 
 def _table(run: Any, name: str, schema: dict) -> pl.DataFrame:
@@ -34,45 +39,131 @@ def _table(run: Any, name: str, schema: dict) -> pl.DataFrame:
     return frame if isinstance(frame, pl.DataFrame) else empty(schema)
 
 
-def _recompile_findings(run: Any, timeout_s: float | None) -> pl.DataFrame:
-    """Findings of the recompile analysis, with steps, collectives and fingerprints so waits are measured."""
-    return recompile_findings(
-        _table(run, "compiles", COMPILES),
-        steps=_table(run, "steps", STEPS),
-        collectives=_table(run, "collectives", COLLECTIVES),
-        fingerprints=_table(run, "fingerprints", FINGERPRINTS),
-        timeout_s=timeout_s,
-    )
+@dataclass(frozen=True)
+class AnalysisTables:
+    """Every analysis output of one run (schemas in ``workbench.schema.ANALYSIS_TABLES``), plus the typed
+    findings (``roots``: root causes, most costly first, symptoms under them) and their frame view
+    (``findings``). ``tables["name"]`` still works during the transition from the old dict."""
+
+    breakdown: pl.DataFrame
+    breakdown_by_rank: pl.DataFrame
+    overlap: pl.DataFrame
+    idle_gaps: pl.DataFrame
+    idle_by_stream: pl.DataFrame
+    idle_by_step: pl.DataFrame
+    step_idle: pl.DataFrame
+    bubbles: pl.DataFrame
+    collectives: pl.DataFrame
+    collective_instances: pl.DataFrame
+    collective_wait: pl.DataFrame
+    clock_offsets: pl.DataFrame
+    collective_drift: pl.DataFrame
+    step_times: pl.DataFrame
+    stragglers: pl.DataFrame
+    top_kernels: pl.DataFrame
+    launch_stats: pl.DataFrame
+    kernel_class_time: pl.DataFrame
+    compiles_by_rank: pl.DataFrame
+    step_table: pl.DataFrame
+    findings: pl.DataFrame
+    roots: tuple[Finding, ...] = ()
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self.names():
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return getattr(self, name) if name in self.names() else default
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names()
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls) if f.name != "roots")
+
+    def keys(self) -> tuple[str, ...]:
+        return self.names()
+
+
+def _declared(name: str, frame: pl.DataFrame | None) -> pl.DataFrame:
+    """``frame`` in its declared schema (never a column-less empty frame)."""
+    from workbench.schema import ANALYSIS_TABLES
+
+    sch = ANALYSIS_TABLES.get(name)
+    if sch is None:
+        return frame if frame is not None else pl.DataFrame()
+    if frame is None or frame.width == 0:
+        return empty(sch)
+    extra = [c for c in frame.columns if c not in sch]
+    return conform(frame, sch) if not extra else conform(frame, sch).hstack(frame.select(extra))
+
+
+def _profiler_overhead(events: pl.DataFrame, ranks: pl.DataFrame) -> Finding | None:
+    """``profiler_overhead`` when the traces hold ``python_function`` events (recorded with ``with_stack``)."""
+    if events.is_empty() or "kind" not in events.columns:
+        return None
+    py = events.filter(pl.col("kind").cast(pl.String) == "python")
+    if py.is_empty():
+        return None
+    with_stack = sorted(set(py["rank"].to_list()))
+    shapes: list[int] = []
+    if "record_shapes" in ranks.columns:
+        shapes = sorted(ranks.filter(pl.col("record_shapes").fill_null(False))["rank"].to_list())
+    return make_finding(
+        "profiler_overhead",
+        f"The trace of rank {', '.join(map(str, with_stack))} was recorded with with_stack=True"
+        f"{' and record_shapes=True' if shapes else ''}: the profiler then slows every host-side op, so host time "
+        "and host-bound idle in this window are inflated. Record without them to measure the host cost.",
+        ProfilerOverheadEvidence(tuple(with_stack), py.height, tuple(shapes)),
+        Cost.none("none (it inflates the host time measured in the window)"), ranks=with_stack, source="summary")
+
+
+def _explained_compiles(findings: list[Finding]) -> set[tuple[int, str]]:
+    out: set[tuple[int, str]] = set()
+    for f in findings:
+        ev = f.evidence
+        if isinstance(ev, DivergentRecompileEvidence):
+            out |= {(r, ev.compile_id) for r in ev.compiling_ranks}
+        elif isinstance(ev, CompileGroupEvidence):
+            out |= {(r, cid) for r in f.ranks for cid in ev.compile_ids}
+    return out
+
+
+def _compile_steps(compiles: pl.DataFrame, steps: pl.DataFrame) -> set[int]:
+    """Steps in which some rank compiled (and the step after: its late start), for the straggler signal."""
+    if compiles.is_empty():
+        return set()
+    known = {int(s) for s in compiles.filter(pl.col("frame_compile_id").fill_null(0) > 0)["step"].drop_nulls()}
+    return known | {s + 1 for s in known}
 
 
 def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = KERNEL_WAIT_NS, *,
-                    timeout_s: float | None = None) -> dict[str, pl.DataFrame]:
-    """Every analysis frame for ``run`` (anything with ``kernels``, ``steps``, ``collectives``, ``events``,
-    ``ranks`` polars attributes, e.g. :class:`workbench.Run`).
-
-    Keys: ``breakdown`` (per rank and step), ``breakdown_by_rank``, ``overlap`` (per rank and step),
-    ``idle_gaps``, ``idle_by_stream``, ``idle_by_step``, ``step_idle`` (GPU idle fraction per rank and step),
-    ``bubbles``, ``collectives`` (matched, per rank and
-    instance), ``collective_instances``, ``collective_wait``, ``clock_offsets``, ``collective_drift``,
-    ``step_times``, ``stragglers``, ``top_kernels``, ``launch_stats``, ``kernel_class_time``, ``findings``.
-    """
-    kernels = _table(run, "kernels", KERNELS)
+                    timeout_s: float | None = None) -> AnalysisTables:
+    """Every analysis output for ``run`` (anything with ``kernels``, ``steps``, ``collectives``, ``events``,
+    ``ranks``, ``compiles``, ``fingerprints`` polars attributes, e.g. :class:`workbench.Run`), as
+    :class:`AnalysisTables`; its ``roots`` are the typed findings, root causes first."""
     steps = _table(run, "steps", STEPS)
     colls = _table(run, "collectives", COLLECTIVES)
-    events = _table(run, "events", EVENTS)
     ranks = _table(run, "ranks", RANKS)
+    ev = event_tables(run, steps, window, kernel_wait_ns)  # rank by rank on a workbench.Run: analyses/per_rank.py
+    compiles = _table(run, "compiles", COMPILES)
+    if compiles.height:
+        compiles = classify_compiles(compiles)
+    fingerprints = _table(run, "fingerprints", FINGERPRINTS)
 
     out: dict[str, pl.DataFrame] = {}
-    bd = time_breakdown(kernels, steps, window)
+    bd = ev["breakdown"]
     out["breakdown"] = bd
     out["breakdown_by_rank"] = breakdown_by_rank(bd)
     out["overlap"] = comm_compute_overlap(bd)
-    gaps = idle_gaps(kernels, steps, window, kernel_wait_ns)
+    gaps = ev["idle_gaps"]
     out["idle_gaps"] = gaps
     out["idle_by_stream"] = idle_causes(gaps, ("rank", "stream"))
     out["idle_by_step"] = idle_causes(gaps, ("rank", "step", "stream"))
     out["step_idle"] = step_idle(bd)
-    out["bubbles"] = pipeline_bubbles(events, steps, window)
+    out["bubbles"] = ev["bubbles"]
     matched = match_collectives(colls, ranks) if not colls.is_empty() else pl.DataFrame()
     out["collectives"] = matched
     out["collective_instances"] = collective_instances(matched)
@@ -80,39 +171,60 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
     out["clock_offsets"] = clock_offsets(colls, ranks)
     out["collective_drift"] = collective_drift(matched)
     out["step_times"] = step_times(steps) if not steps.is_empty() else pl.DataFrame()
+    out["step_table"] = metrics.step_table(steps)
     bub = out["bubbles"]
     pipeline = not bub.is_empty() and bool((bub.group_by("rank").agg(pl.col("forwards").median())["forwards"] >= 2).any())
-    out["stragglers"] = straggler_ranks(steps, matched, use_step_starts=not pipeline)
-    kw = window_kernels(kernels, steps, window)
-    out["top_kernels"] = top_kernels(kw)
-    out["launch_stats"] = launch_stats(kw)
-    out["kernel_class_time"] = kernel_class_time(kw)
-    out["compiles_by_rank"] = compiles_by_rank(_table(run, "compiles", COMPILES))
+    out["stragglers"] = straggler_ranks(steps, matched, use_step_starts=not pipeline,
+                                        exclude_steps=_compile_steps(compiles, steps))
+    out["top_kernels"] = ev["top_kernels"]
+    out["launch_stats"] = ev["launch_stats"]
+    out["kernel_class_time"] = ev["kernel_class_time"]
+    out["compiles_by_rank"] = compiles_by_rank(compiles)
 
-    main = main_streams(kw)
+    overhead = _profiler_overhead(ev["python_events"], ranks)
+    main = ev["main_streams"]
     main_causes = out["idle_by_stream"].join(main, on=["rank", "stream"], how="semi") if not main.is_empty() else None
-    out["findings"] = rank_findings([
-        breakdown_findings(out["breakdown_by_rank"], main_causes, out["launch_stats"]),
-        collective_findings(out["collective_instances"], out["clock_offsets"], out["collective_drift"],
-                            aligned=spans_hosts(ranks)),
-        straggler_findings(out["stragglers"]),
-        bubble_findings(out["bubbles"]),
-        _recompile_findings(run, timeout_s),
-    ])
-    return out
+    found: list[Finding] = [
+        *breakdown_findings(out["breakdown_by_rank"], main_causes, out["launch_stats"],
+                            profiler_inflated=overhead is not None),
+        *collective_findings(out["collective_instances"], out["clock_offsets"], out["collective_drift"],
+                             aligned=spans_hosts(ranks)),
+        *straggler_findings(out["stragglers"]),
+        *bubble_findings(out["bubbles"]),
+        *recompile_finding_list(compiles, steps=steps, collectives=matched if not matched.is_empty() else colls,
+                                fingerprints=fingerprints, timeout_s=timeout_s),
+    ]
+    if overhead is not None:
+        found.append(overhead)
+    device = ev["device_time"]
+    comp = compiling_finding(compiles, device.window, _explained_compiles(found))
+    if comp is not None:
+        found.append(comp)
+    wall = metrics.wall_ns(steps) or {r: sum(e - s for s, e in w) for r, w in device.window.items()}
+    roots = attribute(found, device=device, compiles=compiles, matched=matched, steps=steps, wall_ns=wall)
+    tables = {name: _declared(name, frame) for name, frame in out.items()}
+    return AnalysisTables(**tables, findings=findings_frame(roots), roots=tuple(roots))
+
+
+def run_findings(run: Any, window: Window = "steady", *, timeout_s: float | None = None) -> list[Finding]:
+    """The typed findings of ``run``: root causes, most costly first, each with its symptoms (``run.findings()``)."""
+    return list(analysis_tables(run, window, timeout_s=timeout_s).roots)
 
 
 def compiles_by_rank(compiles: pl.DataFrame) -> pl.DataFrame:
-    """Per rank: ``compiles`` (frame compiles), ``recompiles`` (compiles after a frame's first) and
-    ``compile_time_ns`` (their total duration)."""
+    """Per rank: ``compiles`` (frame compiles), ``recompiles`` (:func:`workbench.analyses.metrics.recompile_counts`)
+    and ``compile_time_ns`` (their known total duration; null when no duration is known)."""
+    from workbench.schema import ANALYSIS_TABLES
+
     if compiles.is_empty():
-        return pl.DataFrame(schema={"rank": pl.Int32, "compiles": pl.UInt32, "recompiles": pl.UInt32,
-                                    "compile_time_ns": pl.Int64})
-    return compiles.group_by("rank").agg(
+        return empty(ANALYSIS_TABLES["compiles_by_rank"])
+    re = metrics.recompile_counts(compiles)
+    out = compiles.group_by("rank").agg(
         compiles=pl.len(),
-        recompiles=(pl.col("frame_compile_id") > 0).sum(),
-        compile_time_ns=pl.col("duration_ns").sum(),
+        compile_time_ns=pl.when(pl.col("duration_ns").is_not_null().any()).then(pl.col("duration_ns").sum()),
     ).sort("rank")
+    return out.with_columns(recompiles=pl.col("rank").replace_strict(re, default=0, return_dtype=pl.UInt32)) \
+        .select("rank", "compiles", "recompiles", "compile_time_ns")
 
 
 def _num(v: Any, nd: int = 2) -> Any:
@@ -123,15 +235,15 @@ def _num(v: Any, nd: int = 2) -> Any:
     return v
 
 
-def summarize_tables(tables: dict[str, pl.DataFrame], rank_ids: list[int], window: str) -> dict[str, Any]:
+def summarize_tables(tables: AnalysisTables, rank_ids: list[int], window: str) -> dict[str, Any]:
     """The JSON-ready summary of :func:`analysis_tables` output (what :func:`analyze` returns)."""
     by_rank = {r["rank"]: r for r in tables["breakdown_by_rank"].iter_rows(named=True)}
-    wait = {r["rank"]: r for r in tables["collective_wait"].iter_rows(named=True)} if not tables["collective_wait"].is_empty() else {}
-    st = tables["step_times"]
+    wait = {r["rank"]: r for r in tables["collective_wait"].iter_rows(named=True)}
+    st = tables["step_table"]
     compiles = {r["rank"]: r for r in tables["compiles_by_rank"].iter_rows(named=True)}
     kct = tables["kernel_class_time"]
     ranks: dict[str, dict[str, Any]] = {}
-    for rank in sorted(set(rank_ids) | set(by_rank)):
+    for rank in sorted(set(rank_ids) | set(by_rank) | set(st["rank"].to_list())):
         b = by_rank.get(rank, {})
         entry: dict[str, Any] = {
             "compute_pct": _num(b.get("compute_pct")),
@@ -148,19 +260,18 @@ def summarize_tables(tables: dict[str, pl.DataFrame], rank_ids: list[int], windo
             "idle_ns": b.get("idle_ns"),
             "steps_analysed": b.get("steps"),
         }
-        if not st.is_empty():
-            mine = st.filter(pl.col("rank") == rank)
-            for source in ("collector", "profiler"):
-                s = mine.filter(pl.col("source") == source)
-                entry[f"{source}_steps"] = s.height
-                entry[f"{source}_step_time_ns"] = int(s["dur"].median()) if s.height else None
-            entry["step_time_ns"] = entry.get("collector_step_time_ns") or entry.get("profiler_step_time_ns")
-            src = mine.filter(pl.col("source") == ("collector" if entry.get("collector_steps") else "profiler"))
-            after_first = src.filter(pl.col("step") > src["step"].min()) if src.height > 1 else src
-            entry["max_step_time_ns"] = int(after_first["dur"].max()) if after_first.height else None
+        mine = st.filter(pl.col("rank") == rank)
+        entry["step_source"] = mine["source"][0] if mine.height else None
+        entry["steps"] = mine.height
+        entry["step_time_ns"] = int(mine["step_ns"].median()) if mine.height else None  # metrics.step_table
+        after_first = mine.filter(pl.col("step") > mine["step"].min()) if mine.height > 1 else mine
+        entry["max_step_time_ns"] = int(after_first["step_ns"].max()) if after_first.height else None
+        dw = mine["data_wait_ns"].drop_nulls()
+        entry["data_wait_median_ns"] = int(dw.median()) if dw.len() else None
         comp = compiles.get(rank)
+        entry["compiles"] = int(comp["compiles"]) if comp else 0
         entry["recompiles"] = int(comp["recompiles"]) if comp else 0
-        entry["compile_time_ns"] = int(comp["compile_time_ns"] or 0) if comp else 0
+        entry["compile_time_ns"] = comp["compile_time_ns"] if comp else 0
         w = wait.get(rank)
         entry["collective_wait_ns"] = w["wait_ns"] if w else None
         entry["collectives_last_pct"] = _num(w["last_pct"]) if w else None
@@ -183,7 +294,7 @@ def summarize_tables(tables: dict[str, pl.DataFrame], rank_ids: list[int], windo
         "window": window,
         "ranks": ranks,
         "collectives": coll,
-        "findings": findings_to_dicts(tables["findings"]),
+        "findings": findings_to_dicts(tables.roots),
     }
 
 

@@ -1,0 +1,293 @@
+"""Every finding kind, declared once: its evidence dataclass, one-line definition, cost method and role.
+
+Adding a fault kind = one evidence class and one :func:`~workbench.analyses.findings.declare_kind` call here, one
+detector in an analysis module, one fixer (``@register_fixer("kind")`` in ``analyses/recommendations.py``).
+
+Roles: ``cause`` findings can explain other findings' time (their symptoms); ``symptom`` findings (idle, exposed
+communication, collective waits) are attributed to a cause when they overlap it in time, else stay findings of
+their own; ``fact`` findings neither cost nor explain time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from workbench.analyses.findings import Evidence, declare_kind
+
+Row = dict[str, Any]
+
+#: Why a frame was compiled (``compiles.cause``), as ``analyses.recompiles.classify_compiles`` writes it.
+CAUSES: tuple[str, ...] = (
+    "first", "shape", "stride", "dtype", "device", "requires_grad", "grad_mode", "global_state", "tensor_meta",
+    "int_arg", "float_arg", "constant", "global", "module", "object_id", "type", "length", "backend", "limit",
+    "graph_break", "compile_error", "cache_miss", "other",
+)
+
+
+# ---------------------------------------------------------------------------------------------- compiles
+@dataclass(frozen=True, slots=True)
+class DivergentRecompileEvidence(Evidence):
+    compile_id: str
+    co_name: str | None
+    location: str | None              # co_filename:co_firstlineno of the compiled frame
+    compiling_ranks: tuple[int, ...]
+    waiting_ranks: tuple[int, ...]
+    step: int | None
+    compile_ns: int | None            # longest compile among the compiling ranks (null when unknown)
+    compile_start: int | None         # ns, absolute
+    compile_end: int | None
+    wait_by_rank: dict[int, int]      # waiting rank -> its measured (or estimated) wait
+    wait_ns: int | None               # the longest of them (the finding's cost)
+    cause: str | None
+    cause_detail: str | None
+    cause_source: str | None
+    timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class DifferentProgramsEvidence(Evidence):
+    frames_by_rank: dict[int, tuple[str, ...]]   # rank -> "co_name file:line" of every frame it compiled
+    only_on: dict[str, tuple[int, ...]]          # frame -> the ranks that compiled it (not every rank)
+
+
+@dataclass(frozen=True, slots=True)
+class CompileGroupEvidence(Evidence):
+    """Compiles of one frame with one cause (recompiles, limit, graph breaks, failures)."""
+
+    cause: str
+    cause_detail: str | None
+    sources: tuple[str, ...]
+    co_name: str | None
+    co_filename: str | None
+    co_firstlineno: int | None
+    compile_ids: tuple[str, ...]
+    count: int
+    compile_ns: int | None           # summed known compile time (null when none is known)
+    reasons: tuple[str, ...] = ()
+    graph_breaks: tuple[str, ...] = ()
+    fail_reason: str | None = None
+    fail_user_frame: str | None = None
+    nranks: int = 1
+    statuses: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TimeoutRiskEvidence(Evidence):
+    compile_id: str
+    compiling_ranks: tuple[int, ...]
+    compile_ns: int
+    timeout_s: float
+    ratio: float
+
+
+@dataclass(frozen=True, slots=True)
+class CacheDivergenceEvidence(Evidence):
+    compile_id: str
+    hit_ranks: tuple[int, ...]
+    miss_ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveScheduleEvidence(Evidence):
+    compile_id: str
+    schedules: tuple[Row, ...]       # {"ranks": [...], "schedule": [...]}
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigDivergenceEvidence(Evidence):
+    field: str
+    by_rank: dict[int, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class CompileSkewEvidence(Evidence):
+    compile_id: str
+    co_name: str | None
+    skew_ns: int
+    slowest_rank: int
+    compile_ns_by_rank: dict[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class CompileTimeEvidence(Evidence):
+    compile_ns_by_rank: dict[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class CompilingEvidence(Evidence):
+    """Compiles running inside a profiler window (their time is not the GPU's or the host's fault)."""
+
+    compile_ids_by_rank: dict[int, tuple[str, ...]]
+    compile_ns_by_rank: dict[int, int]   # compile time inside the analysed window
+    window_ns_by_rank: dict[int, int]
+
+
+# ---------------------------------------------------------------------------------------------- device time
+@dataclass(frozen=True, slots=True)
+class ExposedCommEvidence(Evidence):
+    per_rank: tuple[Row, ...]        # rank, comm_ns, comm_exposed_ns, comm_exposed_pct, comm_overlap_pct, window_ns
+
+
+@dataclass(frozen=True, slots=True)
+class IdleEvidence(Evidence):
+    per_rank: tuple[Row, ...]        # rank, stream, idle_ns, idle_pct, host_wait_pct, window_ns
+    short_kernel_pct: float | None = None
+    profiler_inflated: bool = False  # the trace was recorded with with_stack/record_shapes
+
+
+@dataclass(frozen=True, slots=True)
+class ExposedMemcpyEvidence(Evidence):
+    per_rank: tuple[Row, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveWaitEvidence(Evidence):
+    wait_by_rank: dict[int, int]
+    instances: int
+    steps: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProfilerOverheadEvidence(Evidence):
+    with_stack_ranks: tuple[int, ...]
+    python_events: int
+    record_shapes_ranks: tuple[int, ...] = ()
+
+
+# ---------------------------------------------------------------------------------------------- ranks
+@dataclass(frozen=True, slots=True)
+class StragglerEvidence(Evidence):
+    rank: int
+    signal: str
+    events: int
+    held_count: int
+    held_back_ns: int
+    held_share_pct: float | None
+    typical_share_pct: float | None
+    first_step: int | None
+    trend: str | None
+    held_steps: tuple[int, ...]
+    data_wait_median_ns: int | None          # this rank's median data wait per step
+    others_data_wait_median_ns: int | None   # the other ranks' median
+    signals: tuple[Row, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveMismatchEvidence(Evidence):
+    what: Literal["disagree", "missing"]
+    instances: int
+    examples: tuple[Row, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ClockOffsetEvidence(Evidence):
+    offsets: tuple[Row, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveDriftEvidence(Evidence):
+    rank: int
+    instances: int
+    steps: int
+    drift_ns: int
+    slope_ns_per_s: float | None
+    mean_offset_ns: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineBubbleEvidence(Evidence):
+    per_rank: tuple[Row, ...]
+    theoretical_pct: float | None = None
+    microbatches: float | None = None
+    stages: int | None = None
+
+
+# ---------------------------------------------------------------------------------------------- declarations
+def _declare() -> None:
+    declare_kind("divergent_recompile", DivergentRecompileEvidence,
+                 "A compile of the same code object on some ranks only, while the others wait for it.",
+                 "the waiting ranks' collective wait in the step of the compile (measured); else their step-time "
+                 "excess over their median in that step (measured); else the compile time (estimated)")
+    declare_kind("different_programs", DifferentProgramsEvidence,
+                 "Ranks compile different frames: they run different code, so their compiles are not comparable.",
+                 "none (a fact about the run)", role="fact")
+    declare_kind("nccl_timeout_risk", TimeoutRiskEvidence,
+                 "A one-rank compile takes ≥ 10 % of the collective timeout: a slower one kills the job.",
+                 "none (a risk)", role="fact", hazard=True)
+    declare_kind("divergent_cache", CacheDivergenceEvidence,
+                 "One compile hits the compile cache on some ranks and misses on others.", "none", role="fact")
+    declare_kind("divergent_collective_schedule", CollectiveScheduleEvidence,
+                 "Inductor ordered a graph's collectives differently on different ranks (hang risk).",
+                 "none (a risk)", role="fact", hazard=True)
+    declare_kind("divergent_config", ConfigDivergenceEvidence,
+                 "The torch version or dynamo/inductor config differs across ranks.", "none", role="fact",
+                 hazard=True)
+    declare_kind("divergent_fingerprint", ConfigDivergenceEvidence,
+                 "A library version or config hash in the collectors' fingerprints differs across ranks.", "none",
+                 role="fact", hazard=True)
+    declare_kind("compile_skew", CompileSkewEvidence,
+                 "One compile id takes ≥ 1 s longer on one rank than on the fastest.",
+                 "compile-time difference between the slowest and fastest rank (measured)")
+    declare_kind("compile_time", CompileTimeEvidence,
+                 "Total compile time on a rank ≥ 60 s: a compile-cache warm start would cut start-up.",
+                 "none (start-up time, outside the steps)", role="fact")
+    declare_kind("compiling", CompilingEvidence,
+                 "Compiles ran inside the profiler window: the idle GPU then waits for the compiler, not the host.",
+                 "compile time inside the analysed window (measured)")
+    for cause in CAUSES:
+        if cause in ("first", "limit", "graph_break", "compile_error"):
+            continue
+        declare_kind(f"recompile_{cause}", CompileGroupEvidence,
+                     f"Recompiles of one frame whose failed guard is a {cause.replace('_', ' ')} change.",
+                     "summed compile time of those recompiles (measured from the compile log)")
+    declare_kind("recompile_limit", CompileGroupEvidence,
+                 "A frame hit the recompile limit and now runs eager, silently, for new input variants.",
+                 "summed compile time before the limit (measured); the eager slowdown is not measured",
+                 hazard=True)
+    declare_kind("graph_break", CompileGroupEvidence,
+                 "Dynamo split a frame at unsupported code (the frame still compiles, in pieces).",
+                 "summed compile time of the frame's compiles (measured); the runtime cost of the break is not")
+    declare_kind("compile_failure", CompileGroupEvidence,
+                 "A compile raised (fullgraph=True at a graph break, or a compiler error).", "none",
+                 role="fact", hazard=True)
+
+    declare_kind("exposed_communication", ExposedCommEvidence,
+                 "Communication not overlapped with compute ≥ 5 % of a rank's analysed device window.",
+                 "exposed communication time on the worst rank (measured)", role="symptom")
+    declare_kind("host_bound", IdleEvidence,
+                 "GPU idle ≥ 20 % of the window, mostly waiting for the host to launch kernels.",
+                 "idle time on the worst rank (measured)", role="symptom")
+    declare_kind("launch_bound", IdleEvidence,
+                 "Host-bound idle where most compute kernels run < 10 µs: launch overhead dominates.",
+                 "idle time on the worst rank (measured)", role="symptom")
+    declare_kind("gpu_idle", IdleEvidence,
+                 "GPU idle ≥ 30 % of the window, not mainly waiting for kernel launches.",
+                 "idle time on the worst rank (measured)", role="symptom")
+    declare_kind("exposed_memcpy", ExposedMemcpyEvidence,
+                 "Memory copies/sets running alone on the GPU ≥ 5 % of the window.",
+                 "exposed copy time on the worst rank (measured)", role="symptom")
+    declare_kind("collective_wait", CollectiveWaitEvidence,
+                 "Time ranks spent in collectives waiting for the last rank to arrive.",
+                 "last arrival minus own arrival, summed per rank (measured)", role="symptom")
+    declare_kind("profiler_overhead", ProfilerOverheadEvidence,
+                 "The trace was recorded with with_stack/record_shapes: every host op ran slower while profiled.",
+                 "none (it inflates host time in the window; measure without them to compare)", role="fact")
+
+    declare_kind("straggler", StragglerEvidence,
+                 "One rank reaches the synchronisation points last in most steps and holds the others back.",
+                 "summed time it held the others back (its start minus the second-latest start, measured)")
+    declare_kind("collective_mismatch", CollectiveMismatchEvidence,
+                 "Ranks disagree on a collective's name, dtype or size, or a call is missing on some ranks.",
+                 "none (a hang risk)", role="fact", hazard=True)
+    declare_kind("clock_offset", ClockOffsetEvidence,
+                 "Ranks on several hosts with clocks > 100 µs apart (times were aligned).", "none", role="fact")
+    declare_kind("collective_drift", CollectiveDriftEvidence,
+                 "The rank whose arrival at collectives moved most relative to the others (> 1 ms).",
+                 "none (a trend, not lost time)", role="fact")
+    declare_kind("pipeline_bubble", PipelineBubbleEvidence,
+                 "Pipeline stages idle ≥ 20 % of the step with ≥ 2 micro-batches per step.",
+                 "summed bubble time on the worst stage (measured)")
+
+
+_declare()

@@ -1,0 +1,108 @@
+"""One definition per metric: step time, data wait, recompile count, analysed wall time, severity order.
+
+The CLI, the app, the report and every analysis take these numbers from here.
+
+* **Step time** of a rank's step: its duration plus the wait for its batch (``data_wait_ns``, collector steps),
+  i.e. the time from asking for the batch to the end of the step. Per rank, from one source: the collector's
+  steps when the rank has any (every step), else the profiler's.
+* **Typical step time**: the median step time of the rank.
+* **Data wait**: the median ``data_wait_ns`` per step of the rank (a median, so one stall does not move it).
+* **Recompile count**: per rank, compiles of a frame beyond its first (rows of a frame minus one, summed).
+* **Analysed wall time** of a rank: from its first step's batch request to its last step's end.
+* **Severity order**: :data:`workbench.analyses.findings.SEVERITIES`.
+
+Example:
+    >>> import polars as pl
+    >>> s = pl.DataFrame({"rank": [0, 0, 0], "step": [1, 2, 3], "source": ["collector"] * 3,
+    ...                   "start": [0, 10, 20], "end": [8, 18, 60], "dur": [8, 8, 40],
+    ...                   "data_wait_ns": [2, 2, 2]})
+    >>> step_table(s)["step_ns"].to_list()
+    [10, 10, 42]
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from workbench.analyses.findings import SEVERITIES
+
+__all__ = ["SEVERITIES", "step_table", "typical_step_ns", "data_wait_median_ns", "recompile_counts", "wall_ns",
+           "step_excess_ns"]
+
+STEP_TABLE: dict[str, pl.DataType] = {
+    "rank": pl.Int32,
+    "step": pl.Int32,
+    "source": pl.String,
+    "start": pl.Int64,       # the step's start (after its data wait)
+    "end": pl.Int64,
+    "dur": pl.Int64,
+    "data_wait_ns": pl.Int64,
+    "step_ns": pl.Int64,     # dur + data wait: the step time
+    "profiled": pl.Boolean,
+}
+
+
+def step_table(steps: pl.DataFrame | None) -> pl.DataFrame:
+    """Per rank and step: ``step_ns`` (the step time), from the collector's steps where the rank has any, else the
+    profiler's. Columns: :data:`STEP_TABLE`."""
+    if steps is None or steps.is_empty():
+        return pl.DataFrame(schema=STEP_TABLE)
+    s = steps.with_columns(pl.col("source").cast(pl.String)).filter(pl.col("dur").is_not_null())
+    has_collector = (pl.col("source") == "collector").any().over("rank")
+    s = s.filter(pl.when(has_collector).then(pl.col("source") == "collector").otherwise(True))
+    s = s.unique(["rank", "step"], keep="first", maintain_order=True)
+    wait = pl.col("data_wait_ns").fill_null(0) if "data_wait_ns" in s.columns else pl.lit(0)
+    s = s.with_columns(data_wait_ns=(pl.col("data_wait_ns") if "data_wait_ns" in s.columns else pl.lit(None))
+                       .cast(pl.Int64),
+                       step_ns=(pl.col("dur") + wait).cast(pl.Int64),
+                       profiled=(pl.col("profiled") if "profiled" in s.columns else pl.lit(None)).cast(pl.Boolean))
+    return s.select([pl.col(c).cast(t) for c, t in STEP_TABLE.items()]).sort("rank", "step")
+
+
+def typical_step_ns(steps: pl.DataFrame | None) -> dict[int, int]:
+    """Per rank: the median step time (ns)."""
+    t = step_table(steps)
+    return {r: int(v) for r, v in t.group_by("rank").agg(pl.col("step_ns").median()).iter_rows() if v is not None}
+
+
+def data_wait_median_ns(steps: pl.DataFrame | None) -> dict[int, int]:
+    """Per rank: the median data wait per step (ns); ranks without any data wait recorded are left out."""
+    t = step_table(steps).drop_nulls("data_wait_ns")
+    return {r: int(v) for r, v in t.group_by("rank").agg(pl.col("data_wait_ns").median()).iter_rows()
+            if v is not None}
+
+
+def recompile_counts(compiles: pl.DataFrame | None) -> dict[int, int]:
+    """Per rank: compiles of a frame beyond its first (a repeated compile id counts as another compile)."""
+    if compiles is None or compiles.is_empty():
+        return {}
+    per_frame = compiles.group_by("rank", "frame_id").agg(n=pl.len())
+    out = per_frame.group_by("rank").agg((pl.col("n") - 1).sum().alias("re"))
+    return {int(r): int(n) for r, n in out.iter_rows()}
+
+
+def wall_ns(steps: pl.DataFrame | None) -> dict[int, int]:
+    """Per rank: the analysed wall time, from the first step's batch request to the last step's end (ns)."""
+    t = step_table(steps)
+    if t.is_empty():
+        return {}
+    g = t.group_by("rank").agg(first=(pl.col("start") - pl.col("data_wait_ns").fill_null(0)).min(),
+                               last=pl.col("end").max())
+    return {int(r): int(b - a) for r, a, b in g.iter_rows() if a is not None and b is not None}
+
+
+def step_excess_ns(steps: pl.DataFrame | None, step: int, ranks: list[int] | tuple[int, ...] | None = None
+                   ) -> dict[int, int]:
+    """Per rank (of ``ranks``, default all): step ``step``'s step time minus the rank's median over its other
+    steps (≥ 0); ranks without that step, or with no other step, are left out."""
+    t = step_table(steps)
+    out: dict[int, int] = {}
+    for rank in sorted(set(t["rank"].to_list())):
+        if ranks is not None and rank not in ranks:
+            continue
+        mine = t.filter(pl.col("rank") == rank)
+        this = mine.filter(pl.col("step") == step)
+        rest = mine.filter(pl.col("step") != step)
+        if this.height and rest.height:
+            out[rank] = max(0, int(this["step_ns"][0] - (rest["step_ns"].median() or 0)))
+    return out

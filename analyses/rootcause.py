@@ -1,0 +1,292 @@
+"""Root causes and their symptoms, attributed by time, so no second is counted twice.
+
+Causes (compiles, a divergent recompile, a straggler) and symptoms (GPU idle, exposed communication, exposed
+copies) are both sets of intervals per rank (absolute ns):
+
+* a divergent recompile explains, on every rank it names, the time from the compile's start until the compiling
+  rank reached the collectives of that step;
+* any other compile finding explains its compiles' time on the rank that compiled;
+* a straggler explains the others' wait in the collectives it arrived at last, and its own data-wait time.
+
+Each symptom's intervals are intersected with the causes' (most costly cause first; time one cause claimed is not
+claimed again). The overlap becomes a symptom under that cause (cost measured: the overlapping time); what no
+cause explains stays a finding of its own if it still passes its detector's threshold on the rest of the window.
+Per rank, the causes' costs then never add up to more than the analysed wall time (each is capped there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from workbench.analyses.findings import (
+    Cost, Finding, finding_id, format_ns, kind_spec, make_finding, rescore, sort_findings,
+)
+from workbench.analyses.kinds import (
+    CollectiveWaitEvidence, CompileGroupEvidence, CompilingEvidence, DivergentRecompileEvidence, StragglerEvidence,
+)
+
+Spans = list[tuple[int, int]]
+#: Symptom time under a cause shorter than this is attributed (taken off the symptom) but not listed.
+MIN_SYMPTOM_NS = 1_000_000
+#: Share of the unexplained window a symptom's remainder must reach to stay a finding of its own (percent).
+REMAINDER_PCT: dict[str, float] = {"host_bound": 20.0, "launch_bound": 20.0, "gpu_idle": 30.0,
+                                   "exposed_communication": 5.0, "exposed_memcpy": 5.0}
+
+
+# ---------------------------------------------------------------------------------------------- interval lists
+def merge(spans: Iterable[tuple[int, int]]) -> Spans:
+    """Disjoint sorted union of ``spans``."""
+    out: Spans = []
+    for s, e in sorted((int(a), int(b)) for a, b in spans if a is not None and b is not None and b > a):
+        if out and s <= out[-1][1]:
+            if e > out[-1][1]:
+                out[-1] = (out[-1][0], e)
+        else:
+            out.append((s, e))
+    return out
+
+
+def intersect(a: Spans, b: Spans) -> Spans:
+    """Intersection of two merged lists."""
+    out: Spans = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        s, e = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if e > s:
+            out.append((s, e))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def subtract(a: Spans, b: Spans) -> Spans:
+    """``a`` minus ``b`` (both merged)."""
+    out: Spans = []
+    j = 0
+    for s, e in a:
+        cur = s
+        while j < len(b) and b[j][1] <= cur:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < e:
+            if b[k][0] > cur:
+                out.append((cur, b[k][0]))
+            cur = max(cur, b[k][1])
+            k += 1
+        if cur < e:
+            out.append((cur, e))
+    return out
+
+
+def length(a: Spans) -> int:
+    return sum(e - s for s, e in a)
+
+
+# ---------------------------------------------------------------------------------------------- symptom time
+@dataclass(slots=True)
+class DeviceTime:
+    """Per rank: the analysed device window and its idle / exposed-communication / exposed-copy intervals."""
+
+    window: dict[int, Spans] = field(default_factory=dict)
+    idle: dict[int, Spans] = field(default_factory=dict)
+    exposed_comm: dict[int, Spans] = field(default_factory=dict)
+    exposed_memory: dict[int, Spans] = field(default_factory=dict)
+
+    def of(self, kind: str) -> dict[int, Spans]:
+        return {"host_bound": self.idle, "launch_bound": self.idle, "gpu_idle": self.idle,
+                "exposed_communication": self.exposed_comm, "exposed_memcpy": self.exposed_memory}.get(kind, {})
+
+
+def device_time(window_kernels: pl.DataFrame) -> DeviceTime:
+    """:class:`DeviceTime` of the analysed window's device activity (KERNELS rows in the window)."""
+    out = DeviceTime()
+    if window_kernels is None or window_kernels.is_empty():
+        return out
+    k = window_kernels.select("rank", pl.col("kernel_class").cast(pl.String), "start", "end").drop_nulls(["start", "end"])
+    for (rank,), g in k.group_by(["rank"], maintain_order=True):
+        rank = int(rank)
+        rows = list(zip(g["start"].to_list(), g["end"].to_list(), g["kernel_class"].to_list()))
+        busy = merge((s, e) for s, e, _ in rows)
+        if not busy:
+            continue
+        win = [(busy[0][0], max(e for _, e in busy))]
+        compute = merge((s, e) for s, e, c in rows if c == "compute")
+        comm = merge((s, e) for s, e, c in rows if c == "communication")
+        mem = merge((s, e) for s, e, c in rows if c in ("memcpy", "memset"))
+        out.window[rank] = win
+        out.idle[rank] = subtract(win, busy)
+        out.exposed_comm[rank] = subtract(comm, compute)
+        out.exposed_memory[rank] = subtract(subtract(mem, compute), comm)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- cause time
+def cause_spans(f: Finding, compiles: pl.DataFrame, matched: pl.DataFrame, steps: pl.DataFrame) -> dict[int, Spans]:
+    """Per rank, the time ``f`` explains (empty for findings that explain no time)."""
+    ev = f.evidence
+    if isinstance(ev, DivergentRecompileEvidence):
+        if ev.compile_start is None:
+            return {}
+        end = ev.compile_end if ev.compile_end is not None else ev.compile_start
+        if ev.step is not None and matched is not None and not matched.is_empty():
+            m = matched.filter((pl.col("step") == ev.step) & pl.col("last_rank").is_in(list(ev.compiling_ranks)))
+            if m.height and m["last_arrival"].max() is not None:
+                end = max(end, int(m["last_arrival"].max()))
+        return {r: [(ev.compile_start, end)] for r in f.ranks}
+    if isinstance(ev, (CompileGroupEvidence, CompilingEvidence)) and compiles is not None and not compiles.is_empty():
+        ids = (ev.compile_ids if isinstance(ev, CompileGroupEvidence)
+               else tuple(i for ids in ev.compile_ids_by_rank.values() for i in ids))
+        c = compiles.filter(pl.col("rank").is_in(list(f.ranks)) & pl.col("compile_id").is_in(list(ids)))
+        if isinstance(ev, CompileGroupEvidence):
+            c = c.filter(pl.col("co_name") == ev.co_name) if ev.co_name is not None else c
+        out: dict[int, Spans] = {}
+        for r, s, e in c.select("rank", "start", "end").iter_rows():
+            if s is not None and e is not None:
+                out.setdefault(int(r), []).append((int(s), int(e)))
+        return {r: merge(v) for r, v in out.items()}
+    if isinstance(ev, StragglerEvidence):
+        out = {}
+        if matched is not None and not matched.is_empty():
+            m = matched.filter((pl.col("last_rank") == ev.rank) & (pl.col("rank") != ev.rank) & ~pl.col("p2p"))
+            for r, a, b in m.select("rank", "arrival", "last_arrival").iter_rows():
+                if a is not None and b is not None:
+                    out.setdefault(int(r), []).append((int(a), int(b)))
+        if steps is not None and not steps.is_empty() and "data_wait_ns" in steps.columns:
+            own = steps.filter((pl.col("rank") == ev.rank) & (pl.col("source").cast(pl.String) == "collector"))
+            for s, w in own.select("start", "data_wait_ns").iter_rows():
+                if s is not None and w:
+                    out.setdefault(ev.rank, []).append((int(s - w), int(s)))
+        return {r: merge(v) for r, v in out.items()}
+    return {}
+
+
+# ---------------------------------------------------------------------------------------------- attribution
+def _rank_of(f: Finding) -> int | None:
+    return f.ranks[0] if len(f.ranks) == 1 else None
+
+
+_NOUN: dict[str, str] = {"host_bound": "GPU idle waiting for the host", "launch_bound": "GPU idle waiting for launches",
+                         "gpu_idle": "GPU idle", "exposed_communication": "exposed communication",
+                         "exposed_memcpy": "exposed memory copies"}
+
+
+def _child(symptom: Finding, cause: Finding, ns: int) -> Finding:
+    rank = _rank_of(symptom)
+    method = f"{symptom.cost.method}, overlapping {cause.kind} {cause.id}"
+    return symptom.replace(
+        id=f"{symptom.id}@{cause.id}", cost=Cost.measured(ns, method),
+        message=f"{_NOUN.get(symptom.kind, symptom.kind)} on rank {rank}: {format_ns(ns)} while "
+                f"{cause.kind.replace('_', ' ')} ({cause.id}) was under way.",
+        symptoms=())
+
+
+def _wait_child(cause: Finding) -> Finding | None:
+    """The collective waits a divergent recompile's cost was measured from, as its symptom."""
+    ev = cause.evidence
+    if not isinstance(ev, DivergentRecompileEvidence) or not ev.wait_by_rank or not cause.cost.method.startswith(
+            "collective wait"):
+        return None
+    return make_finding(
+        "collective_wait",
+        f"Rank {', '.join(map(str, sorted(ev.wait_by_rank)))} waited "
+        + ", ".join(f"{format_ns(v)} (rank {k})" for k, v in sorted(ev.wait_by_rank.items()))
+        + f" in the collectives of step {ev.step} for rank {', '.join(map(str, ev.compiling_ranks))}'s compile.",
+        CollectiveWaitEvidence(dict(ev.wait_by_rank), len(ev.wait_by_rank), (ev.step,) if ev.step is not None else ()),
+        Cost.measured(max(ev.wait_by_rank.values()), cause.cost.method),
+        ranks=sorted(ev.wait_by_rank), steps=[ev.step] if ev.step is not None else [], source="rootcause",
+        key=cause.id)
+
+
+def attribute(findings: Sequence[Finding], *, device: DeviceTime, compiles: pl.DataFrame, matched: pl.DataFrame,
+              steps: pl.DataFrame, wall_ns: dict[int, int]) -> list[Finding]:
+    """Root causes with their symptoms under them, most costly first (see the module docstring)."""
+    causes = [f for f in sort_findings(findings) if kind_spec(f.kind).role == "cause"]
+    spans = {c.id: cause_spans(c, compiles, matched, steps) for c in causes}
+    children: dict[str, list[Finding]] = {c.id: [] for c in causes}
+    roots: list[Finding] = [f for f in findings if kind_spec(f.kind).role != "symptom"]
+    for s in (f for f in findings if kind_spec(f.kind).role == "symptom"):
+        rank = _rank_of(s)
+        remaining = device.of(s.kind).get(rank, []) if rank is not None else []
+        if not remaining:
+            roots.append(s)
+            continue
+        explained = 0
+        claimed: Spans = []
+        for c in causes:
+            ov = intersect(remaining, spans[c.id].get(rank, []))
+            ns = length(ov)
+            if ns <= 0:
+                continue
+            if ns >= MIN_SYMPTOM_NS:
+                children[c.id].append(_child(s, c, ns))
+            remaining = subtract(remaining, ov)
+            claimed = merge(claimed + spans[c.id].get(rank, []))
+            explained += ns
+        if not explained:
+            roots.append(s)
+            continue
+        rest = max(0, s.cost_ns - explained)
+        window = length(subtract(device.window.get(rank, []), claimed))
+        if window > 0 and 100.0 * rest / window >= REMAINDER_PCT.get(s.kind, 5.0):
+            roots.append(s.replace(
+                cost=Cost.measured(rest, f"{s.cost.method}, outside the time its causes explain"),
+                message=f"{s.message} ({format_ns(explained)} of it is explained by the causes above; "
+                        f"{format_ns(rest)} is not.)"))
+    out = []
+    for f in roots:
+        kids = children.get(f.id, [])
+        wait = _wait_child(f)
+        if wait is not None:
+            kids = [*kids, wait]
+        f = _cap(f, wall_ns)
+        out.append(rescore(f.replace(symptoms=tuple(rescore(k, _wall(k, wall_ns)) for k in kids)), _wall(f, wall_ns)))
+    return sort_findings(out)
+
+
+def _wall(f: Finding, wall_ns: dict[int, int]) -> int | None:
+    vals = [wall_ns[r] for r in f.ranks if r in wall_ns] or list(wall_ns.values())
+    return max(vals) if vals else None
+
+
+def _cap(f: Finding, wall_ns: dict[int, int]) -> Finding:
+    """``f`` with its cost capped at the analysed wall time of its ranks (a cost cannot exceed the run)."""
+    wall = _wall(f, wall_ns)
+    if wall and f.cost.ns is not None and f.cost.ns > wall:
+        return f.replace(cost=Cost(wall, f.cost.basis, f"{f.cost.method}, capped at the analysed wall time"))
+    return f
+
+
+def compiling_finding(compiles: pl.DataFrame, window: dict[int, Spans], explained: set[tuple[int, str]]
+                      ) -> Finding | None:
+    """``compiling``: compiles inside the analysed device window that no other compile finding names."""
+    if compiles is None or compiles.is_empty() or not window:
+        return None
+    ids: dict[int, list[str]] = {}
+    ns: dict[int, int] = {}
+    for r, cid, s, e in compiles.select("rank", "compile_id", "start", "end").iter_rows():
+        if s is None or e is None or (int(r), cid) in explained or int(r) not in window:
+            continue
+        ov = length(intersect(window[int(r)], [(int(s), int(e))]))
+        if ov > 0:
+            ids.setdefault(int(r), []).append(cid)
+            ns[int(r)] = ns.get(int(r), 0) + ov
+    if not ns:
+        return None
+    worst = max(ns, key=ns.get)
+    return make_finding(
+        "compiling",
+        f"torch.compile ran inside the profiler window on rank {', '.join(map(str, sorted(ns)))} "
+        f"({format_ns(ns[worst])} on rank {worst}): the GPU waited for the compiler, not for slow host code.",
+        CompilingEvidence({r: tuple(v) for r, v in ids.items()}, ns,
+                          {r: length(window[r]) for r in ns}),
+        Cost.measured(ns[worst], "compile time inside the analysed window (compile log)"),
+        ranks=sorted(ns), source="rootcause")
+
+
+__all__ = ["attribute", "cause_spans", "compiling_finding", "device_time", "DeviceTime", "finding_id", "merge",
+           "intersect", "subtract", "length"]
