@@ -200,7 +200,8 @@ FINGERPRINTS: dict[str, pl.DataType] = {
     "raw": pl.String,               # the whole fingerprint.json
 }
 
-#: Problems the analyses found, ranked by the step time they cost (``cost_ns``, descending).
+#: Problems the analyses found (the polars view of ``analyses.findings.Finding``): root causes most costly first,
+#: each followed by its symptoms (``cause_id`` = the root's ``id``).
 FINDINGS: dict[str, pl.DataType] = {
     "kind": pl.String,              # e.g. "straggler", "exposed_communication", "divergent_recompile"
     "severity": pl.String,          # "high", "medium", "low", "info"
@@ -210,6 +211,17 @@ FINDINGS: dict[str, pl.DataType] = {
     "evidence": pl.String,          # JSON object of the numbers behind the finding
     "message": pl.String,           # one sentence for a person
     "source": pl.String,            # analysis that emitted it
+    "id": pl.String,                # stable id: kind:r<ranks>:s<steps>[:key]
+    "cost_basis": pl.String,        # "measured" (this run's own timings) or "estimated"
+    "cost_method": pl.String,       # how the cost was obtained, e.g. "collective wait in the same step"
+    "cause_id": pl.String,          # null for a root cause; the root's id for a symptom
+    "is_root": pl.Boolean,
+}
+
+#: Every analysis output (``workbench.analyses.summary.AnalysisTables``), declared like the input tables.
+ANALYSIS_TABLES: dict[str, dict[str, pl.DataType]] = {
+    "compiles_by_rank": {"rank": pl.Int32, "compiles": pl.UInt32, "recompiles": pl.UInt32,
+                         "compile_time_ns": pl.Int64},
 }
 
 TABLES: dict[str, dict[str, pl.DataType]] = {
