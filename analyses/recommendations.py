@@ -29,7 +29,8 @@ from typing import Any
 import polars as pl
 
 from workbench import schema
-from workbench.analyses.findings import Finding, format_ns, register_fixer, fixers_for
+from workbench.analyses import applied as _applied  # noqa: F401  (declares config_not_applied)
+from workbench.analyses.findings import Finding, fixers_for, format_ns, register_fixer
 from workbench.analyses.kinds import (
     CompileGroupEvidence, CompileSkewEvidence, ConfigDivergenceEvidence, DivergentRecompileEvidence,
     PipelineBubbleEvidence, StragglerEvidence,
@@ -520,3 +521,14 @@ def to_compile_config(recommendations: pl.DataFrame, *, header: str | None = Non
 def _one_line(s: str | None, n: int = 240) -> str:
     s = " ".join((s or "").split())
     return s if len(s) <= n else s[: n - 1] + "…"
+
+
+@register_fixer("config_not_applied")
+def _not_applied(f: Finding) -> list[Fix]:
+    from workbench.analyses.applied import ConfigNotAppliedEvidence
+
+    ev: ConfigNotAppliedEvidence = f.evidence  # type: ignore[assignment]
+    return [Fix("make_setting_apply", f"Make {ev.setting} take effect", "the fix the config carries runs", 1.0,
+                "until it applies, the rerun cannot show whether the fix works",
+                code=f"{ev.reason}. For [compile]/[mark_dynamic], create the Collector before calling torch.compile; "
+                     f"for shapes prefer [compiler] dynamic_sources, which applies to any compiled model")]

@@ -22,7 +22,8 @@ measurements into the run's ground truth (``fault``, ``ranks``, ``steps``, ``cos
 step-time excess in the planted steps. The runner writes it to ``<run>/ground_truth.json`` beside ``run.json``
 after every rank has exited (so a rank that was killed or hung still leaves a ground truth).
 
-Modules whose names start with ``_`` and the modules ``registry``, ``runner``, ``truth`` are helpers, not faults.
+Modules whose names start with ``_`` and the modules ``registry``, ``runner``, ``truth``, ``common``, ``verify`` are
+helpers, not faults.
 Modules register themselves by being in this package: :func:`workbench.faults.registry.faults` imports every
 non-helper module and keeps those that define ``FAULT``. Run one with ``workbench faults run NAME --out DIR`` or
 ``python -m workbench.faults run NAME --out DIR``; list them with ``... faults list``.

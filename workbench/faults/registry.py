@@ -13,7 +13,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterator, Literal
 
-HELPER_MODULES = frozenset({"registry", "runner", "truth", "common"})
+HELPER_MODULES = frozenset({"registry", "runner", "truth", "common", "verify"})
 
 Fix = Literal["config", "code", "none"]
 

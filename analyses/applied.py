@@ -1,0 +1,74 @@
+"""``config_not_applied``: settings of the run's compile config that the collector could not apply, and why.
+
+The collector records every setting of the config it was given (``compile_config_applied`` in ``run.json`` and
+each rank's ``fingerprint.json``: ``setting``, ``value``, ``applied``, ``how``, ``reason``;
+``collectors/apply.py``). :func:`config_findings` turns the settings not applied into one finding per setting,
+naming the ranks and the reason, so a rerun whose fix never took effect says so instead of looking unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from workbench.analyses.findings import KINDS, Cost, Evidence, Finding, declare_kind, make_finding
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigNotAppliedEvidence(Evidence):
+    setting: str                      # "compiler.dynamic_sources", "mark_dynamic.0:0", "compile.mode"
+    value: Any
+    reason: str
+    ranks: tuple[int, ...]
+    config_path: str | None
+
+
+if "config_not_applied" not in KINDS:
+    declare_kind("config_not_applied", ConfigNotAppliedEvidence,
+                 "A setting of the run's compile config did not take effect (the collector recorded why).",
+                 "none (the fix it carries did not run)", role="fact", hazard=True)
+
+
+def _records(meta: dict[str, Any], fingerprints: pl.DataFrame | None) -> dict[int, list[dict[str, Any]]]:
+    """Per rank, the collector's ``compile_config_applied`` list (fingerprints first, run.json for rank 0)."""
+    out: dict[int, list[dict[str, Any]]] = {}
+    if fingerprints is not None and not fingerprints.is_empty() and "raw" in fingerprints.columns:
+        for rank, raw in fingerprints.select("rank", "raw").iter_rows():
+            try:
+                recs = json.loads(raw or "{}").get("compile_config_applied")
+            except (json.JSONDecodeError, AttributeError):
+                continue
+            if isinstance(recs, list):
+                out[int(rank)] = [r for r in recs if isinstance(r, dict)]
+    recs = (meta or {}).get("compile_config_applied")
+    if 0 not in out and isinstance(recs, list):
+        out[0] = [r for r in recs if isinstance(r, dict)]
+    return out
+
+
+def config_findings(meta: dict[str, Any], fingerprints: pl.DataFrame | None = None) -> list[Finding]:
+    """One ``config_not_applied`` finding per setting some rank did not apply (ranks and reason in it)."""
+    by_setting: dict[str, dict[str, Any]] = {}
+    for rank, recs in sorted(_records(meta, fingerprints).items()):
+        for r in recs:
+            if r.get("applied") is not False or not isinstance(r.get("setting"), str):
+                continue
+            entry = by_setting.setdefault(r["setting"], {"value": r.get("value"), "ranks": [], "reasons": []})
+            entry["ranks"].append(rank)
+            reason = str(r.get("reason") or "no reason recorded")
+            if reason not in entry["reasons"]:
+                entry["reasons"].append(reason)
+    path = (meta or {}).get("compile_config_path")
+    out = []
+    for setting, e in by_setting.items():
+        reason = "; ".join(e["reasons"])[:400]
+        ranks = tuple(e["ranks"])
+        out.append(make_finding(
+            "config_not_applied",
+            f"config {setting} not applied on rank {', '.join(map(str, ranks))}: {reason}",
+            ConfigNotAppliedEvidence(setting, e["value"], reason, ranks, path),
+            Cost.none("none: the setting did not take effect"), ranks=ranks, source="applied", key=setting))
+    return out
