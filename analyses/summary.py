@@ -23,6 +23,7 @@ from workbench.analyses.collectives import (
     match_collectives, spans_hosts,
 )
 from workbench.analyses.findings import Cost, Finding, findings_frame, findings_to_dicts, make_finding
+from workbench.analyses.hangs import hang_analysis, job_failure_first
 from workbench.analyses.kernels import kernel_class_time, launch_stats, top_kernels
 from workbench.analyses.kinds import CompileGroupEvidence, DivergentRecompileEvidence, ProfilerOverheadEvidence
 from workbench.analyses.overlap import comm_compute_overlap
@@ -31,6 +32,7 @@ from workbench.analyses.recompiles import classify_compiles, recompile_finding_l
 from workbench.analyses.rootcause import attribute, compiling_finding, device_time
 from workbench.analyses.stragglers import step_times, straggler_findings, straggler_ranks
 from workbench.analyses.window import Window, window_kernels
+from workbench.flight_recorder import run_hangs
 from workbench.schema import COLLECTIVES, COMPILES, EVENTS, FINGERPRINTS, KERNELS, RANKS, STEPS, conform, empty
 
 
@@ -193,6 +195,7 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
         *bubble_findings(out["bubbles"]),
         *recompile_finding_list(compiles, steps=steps, collectives=matched if not matched.is_empty() else colls,
                                 fingerprints=fingerprints, timeout_s=timeout_s),
+        *hang_analysis(run_hangs(run), steps, compiles, getattr(run, "world_size", None))[1],  # analyses/hangs.py
     ]
     if overhead is not None:
         found.append(overhead)
@@ -202,6 +205,7 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
         found.append(comp)
     wall = metrics.wall_ns(steps) or {r: sum(e - s for s, e in w) for r, w in device.window.items()}
     roots = attribute(found, device=device, compiles=compiles, matched=matched, steps=steps, wall_ns=wall)
+    roots = job_failure_first(roots)  # why the job stopped comes first (analyses/hangs.py)
     tables = {name: _declared(name, frame) for name, frame in out.items()}
     return AnalysisTables(**tables, findings=findings_frame(roots), roots=tuple(roots))
 

@@ -527,3 +527,47 @@ def load_hang_tables(root: str | Path, compile_logs: list[tuple[Path, int | None
     graphs = (pl.DataFrame(graph_rows, schema=GRAPH_COLLECTIVES) if graph_rows
               else pl.DataFrame(schema=GRAPH_COLLECTIVES))
     return HangTables(entries, status, rank_state, graphs, problems)
+
+
+# ---------------------------------------------------------------------------------------------- a Run's view
+def discover_with_dumps(path: str | Path) -> Any:
+    """:func:`workbench.discover.discover`, except that a folder holding only Flight Recorder dumps (or one dump)
+    is a source too (an empty :class:`~workbench.discover.Sources`: its hang tables come from :func:`run_hangs`)."""
+    from workbench.discover import Sources, discover
+    from workbench.errors import InputError
+
+    try:
+        return discover(path)
+    except InputError:
+        if Path(path).exists() and has_dumps(path):
+            return Sources(root=Path(path))
+        raise
+
+
+def run_hangs(run: Any) -> HangTables:
+    """The :class:`HangTables` of a :class:`workbench.Run` (read once, then kept on the run): the dumps and hang
+    files under ``run.path``, and the compiled collectives of the compile logs its ``compiles`` came from."""
+    cached = getattr(run, "_hang_tables", None)
+    if isinstance(cached, HangTables):
+        return cached
+    logs: list[tuple[Path, int | None]] = []
+    compiles = getattr(run, "compiles", None)
+    if isinstance(compiles, pl.DataFrame) and not compiles.is_empty() and "log_file" in compiles.columns:
+        pairs = compiles.select("log_file", "rank").unique().drop_nulls("log_file").sort("log_file")
+        seen: set[str] = set()
+        for f, r in pairs.iter_rows():
+            if f not in seen:
+                seen.add(f)
+                logs.append((Path(f), r))
+    where = getattr(run, "path", None)
+    path = Path(where) if isinstance(where, (str, Path)) else None
+    try:
+        tables = load_hang_tables(path, logs) if path is not None and path.exists() else empty_hang_tables()
+    except OSError as exc:
+        tables = empty_hang_tables()
+        tables.problems.append(f"{path}: hang files unreadable ({exc.strerror or exc})")
+    try:
+        run._hang_tables = tables
+    except AttributeError:   # a run object without a __dict__: read again next time
+        pass
+    return tables

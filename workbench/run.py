@@ -222,7 +222,8 @@ def open(  # noqa: A001 - the notebook entry point is deliberately ``workbench.o
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
     root = Path(path)
-    sources = discover(root)
+    from workbench.flight_recorder import discover_with_dumps  # a folder of Flight Recorder dumps is a run too
+    sources = discover_with_dumps(root)
     if rank is not None and len(sources.traces) != 1:
         raise InputError(f"{root}: --rank applies to a single trace file, but {len(sources.traces)} were found")
     problems: list[str] = []
