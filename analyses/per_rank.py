@@ -1,7 +1,8 @@
-"""The analyses that read ``events`` / ``kernels``, run one rank at a time so a large run never holds them all.
+"""The analyses that read ``events`` / ``kernels``, run on a few ranks at a time so a large run never holds them all.
 
 Breakdown, idle gaps, pipeline bubbles, launch statistics, kernel class time and the main stream are per-rank
-results: computed on each rank's rows and stacked they equal the whole-table result. The top kernels rank kernels
+results: computed on the rows of a batch of ranks (``Run.rank_batches``: about 500k events at a time) and stacked,
+they equal the whole-table result. The top kernels rank kernels
 across ranks, so each rank contributes its per-kernel totals (count, sum, min, max) and the ranking is done once
 on those. Only these results (a few rows per rank and step, the idle gaps) stay in memory.
 
@@ -117,13 +118,15 @@ def _merge_device_times(parts: list[Any]) -> Any:
     return out
 
 
-def event_tables(run: Any, steps: pl.DataFrame, window: Window, kernel_wait_ns: int) -> dict[str, Any]:
-    """:data:`KEYS` for ``run``: rank by rank when it offers ``per_rank`` (:class:`workbench.Run`), else on its
-    whole ``kernels`` and ``events`` frames."""
-    per_rank = getattr(run, "per_rank", None)
-    if callable(per_rank):
-        results = [rank_tables(t["kernels"], t["events"], steps.filter(pl.col("rank") == rank), window,
-                               kernel_wait_ns) for rank, t in per_rank("kernels", "events")]
+def event_tables(run: Any, steps: pl.DataFrame, window: Window, kernel_wait_ns: int, *,
+                 max_events: int | None = None) -> dict[str, Any]:
+    """:data:`KEYS` for ``run``: batch by batch of ranks when it offers ``rank_batches`` (:class:`workbench.Run`),
+    else on its whole ``kernels`` and ``events`` frames. ``max_events`` overrides the batch size."""
+    batches = getattr(run, "rank_batches", None)
+    if callable(batches):
+        results = [rank_tables(t["kernels"], t["events"], steps.filter(pl.col("rank").is_in(ranks)), window,
+                               kernel_wait_ns)
+                   for ranks, t in batches("kernels", "events", **({"max_events": max_events} if max_events else {}))]
         if results:
             return merge_rank_tables(results)
     kernels = getattr(run, "kernels", None)

@@ -77,6 +77,17 @@ def part_stats(events: pl.DataFrame, kernels: pl.DataFrame) -> dict[str, Any]:
     }
 
 
+#: Events held at once when analyses go through a run in batches of ranks (about 100 MB of frames).
+BATCH_EVENTS = 500_000
+
+
+def _stack(frames: list[pl.DataFrame], table: str) -> pl.DataFrame:
+    full = [f for f in frames if f.height]
+    if not full:
+        return schema.empty(_SCHEMAS[table])
+    return pl.concat(full, how="vertical") if len(full) > 1 else full[0]
+
+
 class BigTables:
     """``events`` and ``kernels`` of every part of a run, materialised only when asked for."""
 
@@ -117,6 +128,27 @@ class BigTables:
             if f.height:
                 ranks |= set(f.get_column("rank").unique().drop_nulls().to_list())
         return sorted(ranks)
+
+    def batches(self, tables: tuple[str, ...] = BIG, max_events: int = BATCH_EVENTS,
+                ) -> Iterator[tuple[list[int], dict[str, pl.DataFrame]]]:
+        """``(ranks, {table: frame})``: consecutive ranks (ascending) together, as many as hold about
+        ``max_events`` events (at least one rank), so per-query costs are shared without holding every rank."""
+        batch: list[int] = []
+        frames: dict[str, list[pl.DataFrame]] = {t: [] for t in tables}
+        n = 0
+        events_of = {}
+        for p in self.parts:
+            events_of[p.rank] = events_of.get(p.rank, 0) + int(p.stats.get("events", 0))
+        for rank, t in self.per_rank(tables):
+            if batch and n + events_of.get(rank, 0) > max_events:
+                yield batch, {k: _stack(v, k) for k, v in frames.items()}
+                batch, frames, n = [], {k: [] for k in tables}, 0
+            batch.append(rank)
+            n += events_of.get(rank, 0)
+            for k, f in t.items():
+                frames[k].append(f)
+        if batch:
+            yield batch, {k: _stack(v, k) for k, v in frames.items()}
 
     def per_rank(self, tables: tuple[str, ...] = BIG) -> Iterator[tuple[int, dict[str, pl.DataFrame]]]:
         """``(rank, {table: frame})`` for every rank in ascending order, one rank's rows in memory at a time

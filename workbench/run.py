@@ -9,6 +9,7 @@ Example:
 from __future__ import annotations
 
 import os
+from itertools import islice
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,8 +22,8 @@ from workbench import cache as table_cache
 from workbench import rundir, schema
 from workbench.discover import Sources, TraceSource, discover
 from workbench.errors import InputError, TraceError
-from workbench.kineto import read_trace
-from workbench.lazy import BIG, BigTables, RankPart
+from workbench.kineto import ASSUMED_RANK, read_trace, same_rank_windows
+from workbench.lazy import BATCH_EVENTS, BIG, BigTables, RankPart
 
 OnError = Literal["raise", "skip"]
 ProgressCallback = Callable[[str, int, int], None]
@@ -77,6 +78,12 @@ class Run:
     def per_rank(self, *tables: str) -> Iterator[tuple[int, dict[str, pl.DataFrame]]]:
         """``(rank, {"events": ..., "kernels": ...})`` for every rank, ascending, one rank in memory at a time."""
         return self._big.per_rank(tables or BIG)
+
+    def rank_batches(self, *tables: str, max_events: int = BATCH_EVENTS,
+                     ) -> Iterator[tuple[list[int], dict[str, pl.DataFrame]]]:
+        """``(ranks, {"events": ..., "kernels": ...})``: consecutive ranks together, about ``max_events``
+        events at a time (what the analyses use: the per-query cost is shared, memory stays bounded)."""
+        return self._big.batches(tables or BIG, max_events)
 
     def scan(self, table: str) -> pl.LazyFrame:
         """A polars LazyFrame over ``events`` or ``kernels`` (parquet scans of the cache), or any table."""
@@ -226,7 +233,7 @@ def open(  # noqa: A001 - the notebook entry point is deliberately ``workbench.o
     sources = discover_with_dumps(root)
     if rank is not None and len(sources.traces) != 1:
         raise InputError(f"{root}: --rank applies to a single trace file, but {len(sources.traces)} were found")
-    problems: list[str] = []
+    problems: list[str] = list(sources.notes)  # what the folder walk skipped, one line each
     cache_dir = None
     if cache and sources.traces:
         cache_dir, why = table_cache.find_cache_root(root)
@@ -239,8 +246,7 @@ def open(  # noqa: A001 - the notebook entry point is deliberately ``workbench.o
         parts = read_on_cluster(cluster, sources.traces, rank, on_error, problems, cache_dir, progress)
     else:
         parts = _read_traces(sources.traces, rank, on_error, problems, cache_dir, progress, workers)
-    if not sources.is_run_dir:
-        _check_unique_ranks(parts)
+    notes = same_rank_windows(parts) if not sources.is_run_dir else []
     meta = rundir.read_json(sources.run_json) if sources.run_json else {}
     compiles, compile_skipped = _read_compiles(sources, on_error, problems)
     steps_collector, steps_skipped = _read_steps_files(sources.steps_files)
@@ -258,11 +264,18 @@ def open(  # noqa: A001 - the notebook entry point is deliberately ``workbench.o
         meta=dict(meta),
         big=BigTables(parts),
     )
+    notes += [f"{p.path}: no rank recorded and one process: read as rank 0" for p in parts
+              if p.rank_source == ASSUMED_RANK]
+    if notes:
+        run.meta["notes"] = notes
     ws = run._stated_world_size()
     if ws and ranks.height:
-        missing = sorted(set(range(ws)) - set(ranks.get_column("rank").to_list()))
+        present = set(ranks.get_column("rank").to_list())
+        missing = list(islice((r for r in range(ws) if r not in present), 64))  # never one object per rank
+        n_missing = ws - len({r for r in present if 0 <= r < ws})
         if missing and sources.is_run_dir:
-            run.problems.append(f"{root}: ranks missing from the run: {_short_list(missing)} (world size {ws})")
+            listed = _short_list(missing[:16]) + (f", … ({n_missing} in all)" if n_missing > 16 else "")
+            run.problems.append(f"{root}: ranks missing from the run: {listed} (world size {ws})")
         run.meta["missing_ranks"] = missing if len(missing) < 64 else []
     return run
 
@@ -372,7 +385,7 @@ def _read_compiles(sources: Sources, on_error: OnError, problems: list[str]) -> 
         by_rank.setdefault(r, []).append(p)
     for r, paths in by_rank.items():
         try:
-            c, s = read_compile_logs(paths, rank=r)
+            c, s = read_compile_logs(paths, rank=r, problems=problems if on_error == "skip" else None)
         except TraceError as exc:
             if on_error == "raise":
                 raise
