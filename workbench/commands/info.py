@@ -8,10 +8,12 @@ from typing import Any
 import orjson
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 import workbench
+from workbench.errors import InputError
 from workbench.run import Run
 
 PATH_ARG = typer.Argument(..., help="Run directory, folder of Kineto traces, one trace file, or TORCH_TRACE logs.")
@@ -29,7 +31,12 @@ def open_with_progress(path: Path, *, rank: int | None, skip_bad: bool, show: bo
         def progress(stage: str, done: int, total: int) -> None:
             bar.update(task, total=total, completed=done, description=f"reading {stage}")
 
-        return workbench.open(path, rank=rank, on_error="skip" if skip_bad else "raise", progress=progress)
+        run = workbench.open(path, rank=rank, on_error="skip" if skip_bad else "raise", progress=progress)
+    if skip_bad and run.ranks.height == 0 and run.compiles.height == 0:
+        first = run.problems[0] if run.problems else f"{path}: nothing readable"
+        more = f" (and {len(run.problems) - 1} more bad file(s))" if len(run.problems) > 1 else ""
+        raise InputError(f"no rank could be loaded: {first}{more}")
+    return run
 
 
 def _fmt_ns(ns: int) -> str:
@@ -63,8 +70,10 @@ def print_info(info: dict[str, Any]) -> None:
     if info["skipped"]:
         t.add_row("not kept", "  ".join(f"{k}: {v:,}" for k, v in info["skipped"].items()))
     console.print(t)
+    for n in info.get("notes") or []:
+        console.print(f"[cyan]note:[/] {escape(n)}", highlight=False)
     for p in info["problems"]:
-        console.print(f"[yellow]problem:[/] {p}")
+        console.print(f"[yellow]problem:[/] {escape(p)}", highlight=False)
 
 
 def _range(ids: list[int]) -> str:
@@ -86,6 +95,7 @@ def register(app: typer.Typer) -> None:
         """Summarise any torch.profiler / torch.compile output: ranks, steps, events, kernels, collectives."""
         run = open_with_progress(path, rank=rank, skip_bad=skip_bad, show=not json)
         summary = run.info()
+        summary.setdefault("notes", run.meta.get("notes", []))
         if json:
             typer.echo(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
         else:
