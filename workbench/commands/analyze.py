@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -26,30 +27,66 @@ def _pct(v: Any) -> str:
     return "-" if v is None else f"{v:.1f}%"
 
 
-def _ms(v: Any) -> str:
-    return "-" if v is None else f"{v / 1e6:.2f} ms"
+def _cost(c: dict[str, Any]) -> str:
+    from workbench.analyses.findings import format_ns
+
+    if c.get("ns") is None:
+        return f"unknown ({c['basis']}: {c['method']})"
+    return f"{format_ns(c['ns'])} {c['basis']} ({c['method']})"
 
 
 def print_summary(summary: dict[str, Any], path: Path) -> None:
-    """Human-readable table of :func:`workbench.analyses.summary.analyze` output."""
-    console = Console()
-    t = Table(title=f"workbench analyze — {path} (window: {summary['window']})", title_justify="left")
-    for col in ("rank", "step time", "compute", "idle", "comm overlap", "exposed comm", "collective wait"):
-        t.add_column(col, justify="right")
+    """Human-readable :func:`workbench.analyses.summary.analyze` output: the per-rank table, then the root causes,
+    most costly first, each with its symptoms indented under it and every cost labelled measured/estimated."""
+    from workbench.analyses.findings import format_ns
+
+    console = Console(width=max(Console().width, 110))
+    t = Table(title=f"workbench analyze — {path} (window: {summary['window']})", title_justify="left",
+              box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("rank", "step", "data wait", "compute", "idle", "overlap", "exposed", "coll wait", "recomp"):
+        t.add_column(col, justify="right", no_wrap=True)
     for rank, e in summary["ranks"].items():
-        t.add_row(rank, _ms(e.get("step_time_ns")), _pct(e["compute_pct"]), _pct(e["idle_pct"]),
-                  _pct(e["comm_compute_overlap_pct"]), _pct(e["exposed_comm_pct"]), _ms(e.get("collective_wait_ns")))
+        t.add_row(rank, format_ns(e.get("step_time_ns")), format_ns(e.get("data_wait_median_ns")),
+                  _pct(e["compute_pct"]), _pct(e["idle_pct"]), _pct(e["comm_compute_overlap_pct"]),
+                  _pct(e["exposed_comm_pct"]), format_ns(e.get("collective_wait_ns")), str(e.get("recompiles", 0)))
     console.print(t)
+    console.print("step: median step time (duration + data wait); data wait: median per step; overlap: "
+                  "communication under compute; exposed: communication alone, % of the device window.",
+                  markup=False, highlight=False, style="dim")
     findings = summary["findings"]
     if not findings:
         console.print("No findings.")
         return
-    f = Table(title="Findings (most costly first)", title_justify="left")
-    for col in ("severity", "kind", "ranks", "cost", "message"):
-        f.add_column(col, overflow="fold")
-    for x in findings:
-        f.add_row(x["severity"], x["kind"], ",".join(map(str, x["ranks"])) or "-", _ms(x["cost_ns"]), x["message"])
-    console.print(f)
+    console.print("")
+    console.print("Root causes (most costly first), symptoms under them:", style="bold")
+    for n, x in enumerate(findings, 1):
+        _print_finding(console, x, f"{n}. ", "   ")
+
+
+def _print_finding(console: Console, x: dict[str, Any], head: str, indent: str) -> None:
+    where = []
+    if x["ranks"]:
+        where.append(f"rank {','.join(map(str, x['ranks']))}")
+    if x["steps"]:
+        where.append(f"step {','.join(map(str, x['steps']))}")
+    console.print(f"{head}[{x['severity']}] {x['kind']} ({'; '.join(where) or 'run'}) — {_cost(x['cost'])}",
+                  markup=False, highlight=False, style="bold" if not head.startswith(" ") else None)
+    console.print(f"{indent}{x['message']}", markup=False, highlight=False)
+    for s in x.get("symptoms", []):
+        _print_finding(console, s, f"{indent}└ ", indent + "  ")
+
+
+FAIL_ON = ("none", "high", "medium", "low")
+
+
+def failing(summary: dict[str, Any], level: str) -> list[dict[str, Any]]:
+    """Root findings at or above severity ``level`` (``none``: nothing fails)."""
+    from workbench.analyses.findings import SEVERITIES
+
+    if level == "none":
+        return []
+    limit = SEVERITIES.index(level)
+    return [f for f in summary["findings"] if SEVERITIES.index(f["severity"]) <= limit]
 
 
 def register(app: typer.Typer) -> None:
@@ -58,14 +95,18 @@ def register(app: typer.Typer) -> None:
     @app.command("analyze")
     def analyze_cmd(
         path: Path = typer.Argument(..., help="Run directory, folder of Kineto traces, or one trace file."),
-        json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+        json_out: bool = typer.Option(False, "--json", help="Print the summary (findings as a tree) as JSON."),
         window: str = WINDOW_OPT,
         rank: int = typer.Option(None, "--rank", help="Rank of a lone trace file that names none."),
         skip_bad: bool = typer.Option(False, "--skip-bad", help="Analyse the good ranks, list the bad files."),
+        fail_on: str = typer.Option("none", "--fail-on", help="high|medium|low: exit 1 (the reason on one line) "
+                                    "when a root cause is at least that severe (for CI)."),
     ) -> None:
-        """Time breakdown, overlap, idle causes, collectives, stragglers and findings per rank."""
+        """Per-rank time breakdown, then root causes most costly first with their symptoms under them."""
         if window not in WINDOWS:
             raise typer.BadParameter(f"--window must be one of {', '.join(WINDOWS)}")
+        if fail_on not in FAIL_ON:
+            raise typer.BadParameter(f"--fail-on must be one of {', '.join(FAIL_ON)}")
         run = _open(path, rank, skip_bad, json_out)
         summary = analyze(run, window=window)  # type: ignore[arg-type]
         summary["path"] = str(path)
@@ -75,3 +116,9 @@ def register(app: typer.Typer) -> None:
             typer.echo(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
         else:
             print_summary(summary, path)
+        bad = failing(summary, fail_on)
+        if bad:
+            top = bad[0]
+            typer.echo(f"workbench analyze: {len(bad)} root cause(s) at or above {fail_on}; first: {top['id']} "
+                       f"[{top['severity']}] {_cost(top['cost'])}: {top['message']}", err=True)
+            raise SystemExit(1)  # click returns (does not raise) typer.Exit in non-standalone mode
