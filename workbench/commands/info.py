@@ -21,7 +21,8 @@ RANK_OPT = typer.Option(None, "--rank", help="Rank of a lone trace file that nam
 SKIP_OPT = typer.Option(False, "--skip-bad", help="Load the good ranks and list the bad files instead of stopping.")
 
 
-def open_with_progress(path: Path, *, rank: int | None, skip_bad: bool, show: bool = True) -> Run:
+def open_with_progress(path: Path, *, rank: int | None, skip_bad: bool, show: bool = True,
+                       cluster: str | None = None) -> Run:
     """``workbench.open`` with a progress bar on stderr for long reads."""
     console = Console(stderr=True)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TaskProgressColumn(),
@@ -31,7 +32,8 @@ def open_with_progress(path: Path, *, rank: int | None, skip_bad: bool, show: bo
         def progress(stage: str, done: int, total: int) -> None:
             bar.update(task, total=total, completed=done, description=f"reading {stage}")
 
-        run = workbench.open(path, rank=rank, on_error="skip" if skip_bad else "raise", progress=progress)
+        run = workbench.open(path, rank=rank, on_error="skip" if skip_bad else "raise", progress=progress,
+                             cluster=cluster)
     if skip_bad and run.ranks.height == 0 and run.compiles.height == 0:
         first = run.problems[0] if run.problems else f"{path}: nothing readable"
         more = f" (and {len(run.problems) - 1} more bad file(s))" if len(run.problems) > 1 else ""
@@ -102,11 +104,15 @@ def register(app: typer.Typer) -> None:
             print_info(summary)
 
     @app.command()
-    def ingest(path: Path = PATH_ARG, rank: int | None = RANK_OPT, skip_bad: bool = SKIP_OPT) -> None:
+    def ingest(path: Path = PATH_ARG, rank: int | None = RANK_OPT, skip_bad: bool = SKIP_OPT,
+               cluster: str | None = typer.Option(None, "--cluster", envvar="WORKBENCH_DASK_SCHEDULER",
+                                                  help="Dask scheduler address (tcp://host:8786) whose workers "
+                                                       "parse the files (needs Dask: the scale extra)."),
+               ) -> None:
         """Build the cached tables (parquet under PATH/.workbench/) so later opens are fast."""
-        run = open_with_progress(path, rank=rank, skip_bad=skip_bad)
-        typer.echo(f"ingested {len(run.ranks)} rank(s), {run.events.height:,} events, "
-                   f"{run.kernels.height:,} kernels, {run.collectives.height:,} collectives, "
+        run = open_with_progress(path, rank=rank, skip_bad=skip_bad, cluster=cluster)
+        typer.echo(f"ingested {len(run.ranks)} rank(s), {run.count('events'):,} events, "
+                   f"{run.count('kernels'):,} kernels, {run.collectives.height:,} collectives, "
                    f"{run.compiles.height:,} compiles")
         for p in run.problems:
             typer.echo(f"problem: {p}", err=True)
