@@ -373,6 +373,10 @@ def _ranks_text(ranks: Any) -> str:
     return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(map(str, rs))
 
 
+def _were(ranks: Any) -> str:
+    return "was" if len(list(ranks)) == 1 else "were"
+
+
 def _wall(steps: pl.DataFrame, ranks: list[int]) -> int | None:
     cs = _collector_steps(steps)
     if cs.is_empty():
@@ -396,9 +400,11 @@ def _compile_during(status_row: dict[str, Any], t0: int | None, t1: int | None) 
 
 
 def hang_findings(entries: pl.DataFrame, status: pl.DataFrame, rank_state: pl.DataFrame, steps: pl.DataFrame,
-                  compiles: pl.DataFrame, world_size: int | None = None) -> list[Finding]:
+                  compiles: pl.DataFrame, world_size: int | None = None,
+                  compiled: list[Finding] | None = None) -> list[Finding]:
     """The ``desync`` / ``hang`` / ``rank_died`` finding of a job that did not end cleanly (at most one: the first
-    thing that went wrong; its consequences are in its evidence), plus ``compiled_desync`` from nothing here."""
+    thing that went wrong; its consequences are in its evidence). ``compiled``: the ``compiled_desync`` findings
+    (:func:`compiled_collective_findings`), which explain a rank that aborted inside a compiled graph."""
     st = rank_status(entries, status, rank_state, steps, compiles, world_size)
     if st.is_empty():
         return []
@@ -406,6 +412,8 @@ def hang_findings(entries: pl.DataFrame, status: pl.DataFrame, rank_state: pl.Da
     bad = {r for r, x in rows.items() if x["state"] not in ("finished", "unknown")}
     if not bad:
         return []
+    if all(rows[r]["state"] == "gone" for r in rows):
+        return []   # no rank wrote an exit: still running, or the whole job was killed at once (nothing outlived)
     ent = entry_steps(entries, steps) if not entries.is_empty() else entries
     finished = {r for r, x in rows.items() if x["state"] == "finished"}
     mm = first_mismatch(ent, finished) if not ent.is_empty() else None
@@ -541,6 +549,25 @@ def hang_findings(entries: pl.DataFrame, status: pl.DataFrame, rank_state: pl.Da
                   or rows[r]["state"] == "aborted")
     # 2. a rank aborted inside a collective: a mismatch gloo caught (its own Flight Recorder died with it)
     aborted = [r for r in gone if rows[r]["state"] == "aborted" and rows[r].get("fatal_op")]
+    in_graph = {r: f for f in (compiled or []) for r in f.ranks}
+    if aborted and rows[aborted[0]].get("fatal_op") == "compiled graph" and aborted[0] in in_graph:
+        r = aborted[0]
+        x = rows[r]
+        cf = in_graph[r]
+        ev_c = cf.evidence
+        healthy = [h for h in rows if h not in aborted]
+        ref = stuck(healthy)
+        odd_text = {r: f"aborted inside compiled graph [{ev_c.compile_id}], which issues an extra or different "
+                       f"collective from {_short(ev_c.odd_call_site)}"}
+        msg = (f"Desync: rank {r} aborted in step {x.get('step_reached')} inside compiled graph "
+               f"[{ev_c.compile_id}] ({ev_c.graph}), whose collectives differ from the other ranks' at position "
+               f"{ev_c.index} (from {_short(ev_c.odd_call_site)})"
+               + (f"; {_ranks_text(healthy)} {_were(healthy)} in {where(ref['pg_name'], ref['pg_desc'], ref['seq'])} "
+                  f"{ref['op']} {_sizes_text(ref['in_sizes'], ref['in_dtypes'])} from {_short(ref['call_site'])} "
+                  f"in step {ref.get('step')}" if ref else "") + ".")
+        return [finding("desync", "extra", msg, (r,), ref.get("pg_name") if ref else None,
+                        ref.get("pg_desc") if ref else None, ref.get("seq") if ref else None, ref, odd_text,
+                        ev_c.odd_call_site, ev_c.fix, extra_sources=("fatal_traceback", "compile_log"))]
     if aborted:
         r = aborted[0]
         x = rows[r]
@@ -557,7 +584,7 @@ def hang_findings(entries: pl.DataFrame, status: pl.DataFrame, rank_state: pl.Da
                         "— its tensor differs (size or dtype; gloo aborts on a received-size mismatch)")
         else:
             problem = "extra"
-            msg_tail = (f"while {_ranks_text(healthy)} were in {where(ref['pg_name'], ref['pg_desc'], ref['seq'])} "
+            msg_tail = (f"while {_ranks_text(healthy)} {_were(healthy)} in {where(ref['pg_name'], ref['pg_desc'], ref['seq'])} "
                         f"{ref['op']} {_sizes_text(ref['in_sizes'], ref['in_dtypes'])} from "
                         f"{_short(ref['call_site'])} in step {ref.get('step')}: an extra or different collective")
         odd_text = {r: f"aborted in {x.get('fatal_op')} from {_short(x.get('fatal_call_site'))} in step "
@@ -666,11 +693,14 @@ def compiled_collective_findings(graph_collectives: pl.DataFrame) -> list[Findin
         per.setdefault((r["compile_id"], r["graph"]), {}).setdefault(int(r["rank"]), []).append(r)
         ranks_with_cid.setdefault(r["compile_id"], set()).add(int(r["rank"]))
     all_ranks = set(gc.get_column("rank").to_list())
-    for (cid, graph), by_rank in per.items():
+    reported: set[str] = set()
+    order = {"dynamo_output_graph": 0, "aot_backward_graph": 1, "inductor_output_code": 2}
+    for (cid, graph), by_rank in sorted(per.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 9))):
         # a rank that compiled this graph with no collectives at all has no rows: count it as an empty list
         lists = {r: tuple(_coll_text(x) for x in by_rank.get(r, [])) for r in all_ranks}
-        if len(set(lists.values())) <= 1:
+        if len(set(lists.values())) <= 1 or cid in reported:
             continue
+        reported.add(cid)   # one finding per compile id (its forward graph first; the backward repeats it)
         major = _majority(lists)
         odd = tuple(sorted(r for r, v in lists.items() if v != major))
         o = lists[odd[0]]
@@ -707,6 +737,6 @@ def hang_analysis(hang: Any, steps: pl.DataFrame, compiles: pl.DataFrame,
     if hang is None:
         return pl.DataFrame(schema=RANK_STATUS), []
     st = rank_status(hang.entries, hang.status, hang.rank_state, steps, compiles, world_size)
-    found = hang_findings(hang.entries, hang.status, hang.rank_state, steps, compiles, world_size)
-    found += compiled_collective_findings(hang.graph_collectives)
-    return st, found
+    compiled = compiled_collective_findings(hang.graph_collectives)
+    return st, hang_findings(hang.entries, hang.status, hang.rank_state, steps, compiles, world_size,
+                             compiled) + compiled

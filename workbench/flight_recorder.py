@@ -147,7 +147,7 @@ def looks_like_dump(path: Path) -> bool:
     except OSError:
         return False
     if head[:1] == b"\x80":
-        return b"entries" in head or b"version" in head
+        return True   # a pickle named like a per-rank dump: read_dump decides (and refuses one that asks for code)
     return head.lstrip()[:1] == b"{" and b'"entries"' in head and (b'"comm_lib_version"' in head
                                                                   or b'"pg_config"' in head)
 
@@ -384,6 +384,9 @@ def read_fatal(path: Path) -> tuple[str | None, str | None] | None:
     site = next((f"{f['file']}:{f['line']} in {f['name']}" for f in frames if not _is_internal(f["file"])), None)
     op = next((f["name"] for f in frames if "/torch/distributed/" in f["file"].replace("\\", "/")
                and f["name"] not in ("wrapper", "_wrap")), None)
+    if op is None and any(f["file"].startswith("<eval_with_key>") or "/torch/_inductor/" in f["file"]
+                          for f in frames):
+        op = "compiled graph"   # inside a compiled graph (its collectives are ops of the graph, not Python calls)
     return site, op
 
 
