@@ -240,7 +240,9 @@ def rank_status(entries: pl.DataFrame, status: pl.DataFrame, rank_state: pl.Data
             lc = done.get((rank, e["pg_name"]))
             row.update(pg_name=e["pg_name"], seq=e["seq"], op=e["op"], sizes=e["in_sizes"], dtypes=e["in_dtypes"],
                        call_site=e["call_site"], entered_ns=e["created_ns"],
-                       completed=(e["seq"] is not None and lc is not None and e["seq"] <= lc))
+                       # gloo counts a collective that failed as completed: the one an error left did not
+                       completed=(e["seq"] is not None and lc is not None and e["seq"] <= lc
+                                  and state not in ("timeout", "peer_lost", "error", "stalled")))
             row["has_dump"] = True
         elif rs is not None and rs.get("fatal_op"):
             row.update(op=rs["fatal_op"], call_site=rs.get("fatal_call_site"), completed=False)
@@ -371,6 +373,16 @@ def _sizes_text(sizes: str | None, dtypes: str | None) -> str:
 def _ranks_text(ranks: Any) -> str:
     rs = sorted(int(r) for r in ranks)
     return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(map(str, rs))
+
+
+def short_site(site: str | None) -> str:
+    """``"faults/x.py:43 in main"``: a call site with only the last two path parts."""
+    return _short(site)
+
+
+def sizes_text(sizes: str | None, dtypes: str | None) -> str:
+    """``"Float[433]"`` for one tensor, else the dtypes and sizes lists."""
+    return _sizes_text(sizes, dtypes)
 
 
 def _were(ranks: Any) -> str:

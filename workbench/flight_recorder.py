@@ -574,3 +574,37 @@ def run_hangs(run: Any) -> HangTables:
     except AttributeError:   # a run object without a __dict__: read again next time
         pass
     return tables
+
+
+def rank_last_rows(run: Any) -> list[dict[str, Any]]:
+    """Per rank of ``run``: how it ended, its last step and its last collective (``workbench info``, the app).
+
+    Keys: ``rank``, ``state``, ``last_step``, ``step_reached``, ``last_collective`` (text, or None),
+    ``pg_name``, ``seq``, ``op``, ``call_site``, ``completed``, ``compile`` (its last compile, text)."""
+    from workbench.analyses.hangs import rank_status, short_site, sizes_text
+
+    hang = run_hangs(run)
+    steps = getattr(run, "steps", None)
+    compiles = getattr(run, "compiles", None)
+    st = rank_status(hang.entries, hang.status, hang.rank_state,
+                     steps if isinstance(steps, pl.DataFrame) else pl.DataFrame(),
+                     compiles if isinstance(compiles, pl.DataFrame) else pl.DataFrame(),
+                     getattr(run, "world_size", None))
+    out = []
+    for r in st.iter_rows(named=True):
+        coll = None
+        if r["op"]:
+            where = f"pg {r['pg_name']} seq {r['seq']} " if r["pg_name"] is not None else ""
+            sizes = f" {sizes_text(r['sizes'], r['dtypes'])}" if r["sizes"] else ""
+            done = "" if r["completed"] is None else (" (completed)" if r["completed"] else " (not completed)")
+            coll = f"{where}{r['op']}{sizes}{done}" + (f" from {short_site(r['call_site'])}" if r["call_site"] else "")
+        comp = None
+        if r["compile_id"]:
+            comp = f"{r['co_name'] or '?'} [{r['compile_id']}] {r['compile_status'] or ''}".strip()
+            if r["compile_step"] is not None:
+                comp += f" at step {r['compile_step']}"
+        out.append({"rank": r["rank"], "state": r["state"], "last_step": r["last_step"],
+                    "step_reached": r["step_reached"], "last_collective": coll, "pg_name": r["pg_name"],
+                    "seq": r["seq"], "op": r["op"], "call_site": r["call_site"], "completed": r["completed"],
+                    "compile": comp})
+    return out

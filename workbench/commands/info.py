@@ -14,6 +14,7 @@ from rich.table import Table
 
 import workbench
 from workbench.errors import InputError
+from workbench.flight_recorder import rank_last_rows
 from workbench.run import Run
 
 PATH_ARG = typer.Argument(..., help="Run directory, folder of Kineto traces, one trace file, or TORCH_TRACE logs.")
@@ -72,10 +73,24 @@ def print_info(info: dict[str, Any]) -> None:
     if info["skipped"]:
         t.add_row("not kept", "  ".join(f"{k}: {v:,}" for k, v in info["skipped"].items()))
     console.print(t)
+    print_ranks_last(console, info.get("ranks_last") or [])
     for n in info.get("notes") or []:
         console.print(f"[cyan]note:[/] {escape(n)}", highlight=False)
     for p in info["problems"]:
         console.print(f"[yellow]problem:[/] {escape(p)}", highlight=False)
+
+
+def print_ranks_last(console: Console, rows: list[dict[str, Any]]) -> None:
+    """Each rank's end state, last step and last collective (from workbench.flight_recorder.rank_last_rows)."""
+    if not rows or all(r["last_collective"] is None and r["state"] in ("finished", "unknown") for r in rows):
+        return
+    t = Table(title="ranks: last step and last collective", title_justify="left")
+    for col in ("rank", "state", "last step", "in step", "last collective", "last compile"):
+        t.add_column(col)
+    for r in rows[:64]:
+        t.add_row(str(r["rank"]), r["state"], str(r["last_step"]), str(r["step_reached"]),
+                  escape(r["last_collective"] or "-"), escape(r["compile"] or "-"))
+    console.print(t)
 
 
 def _range(ids: list[int]) -> str:
@@ -98,6 +113,7 @@ def register(app: typer.Typer) -> None:
         run = open_with_progress(path, rank=rank, skip_bad=skip_bad, show=not json)
         summary = run.info()
         summary.setdefault("notes", run.meta.get("notes", []))
+        summary["ranks_last"] = rank_last_rows(run)  # each rank's last step and collective (docs/hangs.md)
         if json:
             typer.echo(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
         else:
