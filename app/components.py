@@ -86,6 +86,17 @@ def pct_column(field: str, header: str, *, digits: int = 1, **kw: Any) -> dict[s
             "valueFormatter": {"function": _number_js(digits, " %")}, **kw}
 
 
+def duration_column(field: str, header: str, **kw: Any) -> dict[str, Any]:
+    """A grid column of a duration in ns (the row holds the integer), shown with the unit that reads best
+    (``"307 ns"``, ``"12 µs"``, ``"1.25 ms"``, ``"2.57 s"``, as :func:`fmt_time`), sorted as a number."""
+    js = ("(function(v){ if (v == null) return '–'; var a = Math.abs(v), f = function(x, d){ return "
+          "x.toLocaleString('en-US', {minimumFractionDigits: d, maximumFractionDigits: d}); };"
+          " if (a >= 1e9) return f(v / 1e9, 2) + ' s'; if (a >= 1e8) return f(v / 1e6, 1) + ' ms';"
+          " if (a >= 1e6) return f(v / 1e6, 2) + ' ms'; if (a >= 1e3) return f(v / 1e3, 0) + ' µs';"
+          " return f(v, 0) + ' ns'; })(params.value)")
+    return {"field": field, "headerName": header, "type": "rightAligned", "valueFormatter": {"function": js}, **kw}
+
+
 def col(field: str, header: str, **kw: Any) -> dict[str, Any]:
     """A plain grid column with a full header."""
     return {"field": field, "headerName": header, **kw}
@@ -138,7 +149,7 @@ def grid(frame: pl.DataFrame, *, id: str, columns: list[dict] | None = None, hei
         id=id,
         rowData=rows,
         columnDefs=cols,
-        defaultColDef={"sortable": True, "filter": True, "resizable": True, "minWidth": 70,
+        defaultColDef={"sortable": True, "filter": True, "resizable": True, "minWidth": 100,
                        "wrapHeaderText": True, "autoHeaderHeight": True},
         columnSize="responsiveSizeToFit",
         dashGridOptions=options,

@@ -98,11 +98,9 @@ def _finding_frame(raw: Any) -> pl.DataFrame:
 
 
 def findings(store: RunStore, rid: str) -> pl.DataFrame:
-    """Every finding of the run (root causes and symptoms), most costly first, with :data:`FINDING_COLUMNS`."""
-    def go():
-        f = _finding_frame(table(store, rid, "findings"))
-        return f.sort("cost_ns", descending=True, nulls_last=True, maintain_order=True)
-    return _cached(store, rid, "findings", go)
+    """Every finding of the run with :data:`FINDING_COLUMNS`, in the analyses' order: root causes most costly
+    first, each followed by the symptoms it explains."""
+    return _cached(store, rid, "findings", lambda: _finding_frame(table(store, rid, "findings")))
 
 
 def root_causes(store: RunStore, rid: str) -> pl.DataFrame:
@@ -221,3 +219,73 @@ def diff(store: RunStore, before: str, after: str) -> Any:
     """:func:`workbench.analyses.diff.diff_runs` of two runs (a typed ``RunDiff``): what ``workbench diff`` shows."""
     return _cached(store, before, f"diff:{after}",
                    lambda: diff_analysis.diff_runs(diff_input(store, before), diff_input(store, after)))
+
+
+# ------------------------------------------------------------------------------------- user's line of a compile
+
+#: Frames of these files are torch's (or Python's), not the user's.
+_LIBRARY_FRAME = ("/site-packages/", "/dist-packages/", "/torch/", "<frozen", "/lib/python3")
+
+
+def _user_frame(stack: list[dict], strings: dict[int, str]) -> str | None:
+    """The innermost frame of a dynamo_start stack that is the user's code: ``"train.py:86 in main: loss = …"``."""
+    for fr in reversed(stack or []):
+        f = fr.get("filename")
+        path = strings.get(f, str(f)) if isinstance(f, int) else str(f or "")
+        if not path or any(p in path for p in _LIBRARY_FRAME):
+            continue
+        loc = (fr.get("loc") or "").strip()
+        where = f"{path.rsplit('/', 1)[-1]}:{fr.get('line')} in {fr.get('name')}"
+        return f"{where}: {loc}" if loc else where
+    return None
+
+
+def read_user_frames(log_file: str) -> dict[str, str]:
+    """``compile id → user's line`` from the ``dynamo_start`` stacks of one TORCH_TRACE log (only the interned
+    file names and the dynamo_start records are parsed)."""
+    import orjson
+
+    strings: dict[int, str] = {}
+    out: dict[str, str] = {}
+    try:
+        fh = open(log_file, "rb")  # noqa: SIM115
+    except OSError:
+        return out
+    with fh:
+        for line in fh:
+            if b'{"str": ' not in line and b'"dynamo_start"' not in line:
+                continue
+            brace = line.find(b"{")
+            try:
+                rec = orjson.loads(line[brace:])
+            except orjson.JSONDecodeError:
+                continue
+            if "str" in rec and isinstance(rec["str"], list) and len(rec["str"]) == 2:
+                strings[int(rec["str"][1])] = str(rec["str"][0])
+            elif "dynamo_start" in rec and rec.get("frame_id") is not None:
+                cid = f"{rec['frame_id']}/{rec.get('frame_compile_id', 0)}"
+                if rec.get("attempt"):
+                    cid += f"_{rec['attempt']}"
+                frame = _user_frame((rec.get("dynamo_start") or {}).get("stack") or [], strings)
+                if frame and cid not in out:
+                    out[cid] = frame
+    return out
+
+
+def user_frames(store: RunStore, rid: str) -> pl.DataFrame:
+    """Per compile (``rank``, ``compile_id``): ``user_frame``, the user's line that was being compiled (the innermost
+    non-torch frame of the compile's stack in its TORCH_TRACE log), or null where the log has no stack."""
+    def go():
+        c = store.run(rid).compiles
+        schema = {"rank": pl.Int32, "compile_id": pl.String, "user_frame": pl.String}
+        if c.is_empty() or "log_file" not in c.columns:
+            return pl.DataFrame(schema=schema)
+        rows = []
+        for (rank, log), part in c.group_by("rank", "log_file"):
+            if not log:
+                continue
+            frames = read_user_frames(str(log))
+            rows += [{"rank": rank, "compile_id": cid, "user_frame": frames.get(cid) or frames.get(cid.split("_")[0])}
+                     for cid in part["compile_id"].unique().to_list()]
+        return pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)
+    return _cached(store, rid, "user_frames", go)

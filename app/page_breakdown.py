@@ -9,7 +9,9 @@ from dash import Input, Output, State, dcc, html
 
 from workbench import figures
 from workbench.app import compute
-from workbench.app.components import error_panel, fmt_ms, fmt_pct, graph, grid, safe, section
+from workbench.app.components import (
+    col, error_panel, graph, grid, ms_column, ns_to_ms, pct_column, safe, section,
+)
 from workbench.app.store import RunStore
 
 PATH = "/breakdown"
@@ -20,15 +22,27 @@ PARTS = ["compute_ns", "comm_exposed_ns", "memory_exposed_ns", "idle_ns"]
 
 
 def rank_table(br: pl.DataFrame) -> pl.DataFrame:
-    """What the per-rank grid shows (tests compare it with the analyses' ``breakdown_by_rank``)."""
-    return br.select(
-        "rank",
-        pl.col("steps"),
-        pl.col("window_ns").map_elements(fmt_ms, return_dtype=pl.String).alias("window_ms"),
-        *[pl.col(c).map_elements(fmt_pct, return_dtype=pl.String, skip_nulls=False).alias(c) for c in
-          ("compute_pct", "comm_exposed_pct", "memory_exposed_pct", "idle_pct", "comm_overlap_pct",
-           "comm_overlap_of_max_pct")],
-    )
+    """What the per-rank grid holds (tests compare it with the analyses' ``breakdown_by_rank``): the window in ms,
+    the parts in percent of it."""
+    return ns_to_ms(br.select(
+        "rank", "steps", "window_ns",
+        *[pl.col(c) for c in ("compute_pct", "comm_exposed_pct", "memory_exposed_pct", "idle_pct", "comm_overlap_pct",
+                              "comm_overlap_of_max_pct")],
+    ), "window_ns")
+
+
+RANK_COLUMNS = [
+    col("rank", "Rank", maxWidth=110), col("steps", "Steps analysed"), ms_column("window_ms", "Window"),
+    pct_column("compute_pct", "Compute"), pct_column("comm_exposed_pct", "Exposed communication"),
+    pct_column("memory_exposed_pct", "Exposed memory copies/sets"), pct_column("idle_pct", "Idle"),
+    pct_column("comm_overlap_pct", "Communication hidden behind compute"),
+    pct_column("comm_overlap_of_max_pct", "Hidden, of what could be hidden"),
+]
+IDLE_COLUMNS = [
+    col("rank", "Rank", maxWidth=110), col("stream", "Stream", maxWidth=90),
+    ms_column("host_wait_ms", "Waiting for the host to launch"), ms_column("kernel_wait_ms", "Waiting for a kernel/event"),
+    ms_column("other_ms", "Other"), ms_column("idle_ms", "Idle in all"), col("gaps", "Gaps"),
+]
 
 
 def layout(pctx) -> Any:
@@ -51,7 +65,9 @@ def _layout(store: RunStore, rid: str) -> Any:
                 graph(figures.stacked_bar_figure(br, x="rank", parts=PARTS, scale=1e6, unit="ms",
                                                  x_title="rank", title="Device time per rank"),
                       id="breakdown-rank-figure"),
-                grid(rank_table(br), id="breakdown-grid")),
+                grid(rank_table(br), id="breakdown-grid", columns=RANK_COLUMNS),
+                html.Div("Compute + exposed communication + exposed memory copies/sets + idle = the window (complete "
+                         "profiler steps). Exposed means no compute kernel ran at the same time.", className="muted")),
         section("Per step",
                 html.Div([html.Label("Rank"), dcc.Dropdown(id="breakdown-rank", options=ranks, value=ranks[0],
                                                            clearable=False)], className="controls"),
@@ -72,11 +88,12 @@ def _per_step(store: RunStore, rid: str, rank: int) -> Any:
     st = compute.breakdown_steps(store, rid).filter(pl.col("rank") == rank)
     parts = [graph(figures.stacked_bar_figure(st, x="step", parts=PARTS, scale=1e6, unit="ms",
                                               title=f"Device time per step, rank {rank}"), id="breakdown-step-figure")]
-    ov = safe_frame(lambda: compute.overlap(store, rid, "step"))
+    ov = safe_frame(lambda: compute.overlap(store, rid))
     if ov is not None and not ov.is_empty():
         o = ov.filter(pl.col("rank") == rank)
-        parts.append(graph(figures.line_figure(o, x="step", y="overlap_pct", unit="% of communication overlapped",
-                                               title=f"Comm–compute overlap per step, rank {rank}"),
+        parts.append(graph(figures.line_figure(o, x="step", y="overlap_pct", percent=True,
+                                               y_title="communication hidden behind compute",
+                                               title=f"Communication hidden behind compute per step, rank {rank}"),
                            id="overlap-step-figure"))
     return parts
 
@@ -85,13 +102,9 @@ def _idle(store: RunStore, rid: str) -> Any:
     ic = compute.table(store, rid, "idle_by_stream")
     if ic.is_empty():
         return html.Div("No idle gaps.", className="muted")
-    show = ic.select(
-        "rank", "stream",
-        *[pl.col(f"{c}_ns").map_elements(fmt_ms, return_dtype=pl.String).alias(f"{c}_ms")
-          for c in ("host_wait", "kernel_wait", "other", "idle")],
-        "gaps",
-    )
-    return grid(show, id="idle-grid")
+    show = ns_to_ms(ic.select("rank", "stream", "host_wait_ns", "kernel_wait_ns", "other_ns", "idle_ns", "gaps"),
+                    "host_wait_ns", "kernel_wait_ns", "other_ns", "idle_ns")
+    return grid(show, id="idle-grid", columns=IDLE_COLUMNS)
 
 
 def register(app, store: RunStore) -> None:

@@ -1,4 +1,6 @@
-"""Drift: step time per rank over time, collective arrival skew (rank × instance), stragglers."""
+"""Drift: each rank's step period over the run (data loading included), who holds the others back (stragglers),
+each rank's wait at every collective (rank × instance, log colour scale), and how each rank's arrival at the
+collectives moves relative to the others — with the sign of every offset spelled out."""
 
 from __future__ import annotations
 
@@ -9,24 +11,37 @@ from dash import html
 
 from workbench import figures
 from workbench.app import compute
-from workbench.app.components import error_panel, fmt_ms, fmt_pct, graph, grid, run_problems, safe, section
+from workbench.app.components import (
+    col, duration_column, error_panel, graph, grid, ms_column, ns_to_ms, pct_column, run_problems, safe, section,
+)
 from workbench.app.store import RunStore
 
 PATH = "/drift"
 NAME = "Drift"
 KEY = "drift"
 
+SIGNALS = {"collector_steps": "collector steps", "profiler_steps": "profiler steps",
+           "collectives": "collective arrivals"}
+
 
 def straggler_table(s: pl.DataFrame) -> pl.DataFrame:
     """The stragglers grid as shown (tests compare it with :func:`workbench.analyses.stragglers.straggler_ranks`)."""
-    return s.sort(["held_back_ns", "rank", "signal"], descending=[True, False, False]).select(
-        "rank", "signal", "events", "held_count",
-        pl.col("held_pct").map_elements(fmt_pct, return_dtype=pl.String, skip_nulls=False).alias("held_pct"),
-        pl.col("held_back_ns").map_elements(fmt_ms, return_dtype=pl.String, skip_nulls=False).alias("held_back_ms"),
-        pl.col("held_share_pct").map_elements(fmt_pct, return_dtype=pl.String, skip_nulls=False).alias("held_share_pct"),
-        pl.col("first_step"),
-        pl.col("trend"),
+    out = s.sort(["held_back_ns", "rank", "signal"], descending=[True, False, False]).select(
+        "rank",
+        pl.col("signal").cast(pl.String).replace(SIGNALS).alias("signal"),
+        "events", "held_count", "held_pct", "held_back_ns", "held_share_pct", "first_step", "trend",
+        *[c for c in ("median_data_wait_ns",) if c in s.columns],
     )
+    return ns_to_ms(out, "held_back_ns", "median_data_wait_ns")
+
+
+STRAGGLER_COLUMNS = [
+    col("rank", "Rank", maxWidth=110), col("signal", "Signal"), col("events", "Steps or collectives seen"),
+    col("held_count", "Times it held the others back"), pct_column("held_pct", "Share of those it held back"),
+    ms_column("held_back_ms", "Time it held the others back"), pct_column("held_share_pct", "Share of step time"),
+    col("first_step", "First step it held back"), col("trend", "Trend"),
+    ms_column("median_data_wait_ms", "Median data wait per step"),
+]
 
 
 def layout(pctx) -> Any:
@@ -39,12 +54,16 @@ def _layout(store: RunStore, rid: str) -> Any:
     run = store.run(rid)
     return html.Div([
         run_problems(run),
-        section("Step time per rank", graph(figures.step_time_figure(run.steps), id="step-time-figure")),
+        section("Step period per rank", graph(figures.step_time_figure(run.steps), id="step-time-figure"),
+                html.Div("The period is from a step's start to the next step's start: the step itself plus the wait "
+                         "for the next batch, so a rank that waits for its data loader shows here. Hover a point "
+                         "for the split.", className="muted")),
         section("Stragglers: who holds the others back", safe("Stragglers", _stragglers, store, rid),
                 id="stragglers-section"),
-        section("Collective arrival skew (each rank's wait for the last rank, ms)",
+        section("Collective waits: each rank's wait for the last rank to arrive",
                 safe("Collective skew", _skew, store, rid)),
-        section("Drift of collective arrival across ranks", safe("Collective drift", _drift, store, rid)),
+        section("Arrival drift: when each rank reaches the collectives, relative to the others",
+                safe("Collective drift", _drift, store, rid)),
     ])
 
 
@@ -55,7 +74,15 @@ def _stragglers(store: RunStore, rid: str) -> Any:
         html.Div("No rank holds the others back enough to be called a straggler.", className="muted")]
     if s.is_empty():
         return html.Div(msgs)
-    return html.Div([*msgs, grid(straggler_table(s), id="stragglers-grid")])
+    return html.Div([*msgs, grid(straggler_table(s), id="stragglers-grid", columns=STRAGGLER_COLUMNS)])
+
+
+SKEW_COLUMNS = [
+    col("step", "Step", maxWidth=80), col("order", "Collective # in step", maxWidth=120),
+    col("collective", "Collective"), col("pg_name", "Process group", maxWidth=120),
+    col("last_rank", "Last rank to arrive"), ms_column("skew_ms", "Arrival skew (first to last)"),
+    ms_column("held_back_ms", "Time the last rank held the others"), col("consistent", "Same op on every rank"),
+]
 
 
 def _skew(store: RunStore, rid: str) -> Any:
@@ -64,25 +91,56 @@ def _skew(store: RunStore, rid: str) -> Any:
         return html.Div("No collective seen on more than one rank.", className="muted")
     fig = figures.collective_skew_figure(matched)
     inst = compute.table(store, rid, "collective_instances")
-    top = inst.filter(pl.col("skew_ns").is_not_null()).sort("skew_ns", descending=True).head(20).select(
-        "pg_name", "step", "order", "collective", "last_rank",
-        pl.col("skew_ns").map_elements(fmt_ms, return_dtype=pl.String).alias("skew_ms"),
-        pl.col("held_back_ns").map_elements(fmt_ms, return_dtype=pl.String, skip_nulls=False).alias("held_back_ms"),
-        "consistent",
-    )
-    return html.Div([graph(fig, id="skew-heatmap"), html.H4("Largest arrival skews"), grid(top, id="skew-grid")])
+    top = ns_to_ms(inst.filter(pl.col("skew_ns").is_not_null()).sort("skew_ns", descending=True).head(20).select(
+        "step", "order", pl.col("collective").cast(pl.String), "pg_name", "last_rank", "skew_ns", "held_back_ns",
+        "consistent"), "skew_ns", "held_back_ns")
+    return html.Div([
+        graph(fig, id="skew-heatmap"),
+        html.Div("Log colour scale: a 30 ms wait and a 2.5 s stall both show. Hover a cell for the collective, its "
+                 "step and the rank everyone waited for.", className="muted"),
+        html.H4("Largest arrival skews"), grid(top, id="skew-grid", columns=SKEW_COLUMNS),
+    ])
+
+
+DRIFT_COLUMNS = [
+    col("rank", "Rank", maxWidth=110), col("instances", "Collectives"),
+    ms_column("mean_offset_ms", "Mean arrival offset (+ later)"),
+    ms_column("first_offset_ms", "First offset"), ms_column("last_offset_ms", "Last offset"),
+    ms_column("drift_ms", "Drift: last third − first third (+ falling behind)"),
+]
+CLOCK_COLUMNS = [
+    col("rank", "Rank", maxWidth=110), col("host", "Host"), duration_column("offset_ns", "Clock offset vs the lowest rank"),
+    duration_column("spread_ns", "Spread of the estimate"), col("samples", "Collectives used"),
+]
 
 
 def _drift(store: RunStore, rid: str) -> Any:
+    matched = compute.table(store, rid, "collectives")
     d = compute.table(store, rid, "collective_drift")
     if d.is_empty():
         return html.Div("No matched collectives.", className="muted")
-    return grid(d.select(
-        "rank", "instances",
-        *[pl.col(c).map_elements(fmt_ms, return_dtype=pl.String, skip_nulls=False).alias(c.replace("_ns", "_ms"))
-          for c in ("mean_offset_ns", "first_offset_ns", "last_offset_ns", "drift_ns") if c in d.columns],
-        pl.col("slope_ns_per_s").round(1) if "slope_ns_per_s" in d.columns else pl.lit(None).alias("slope_ns_per_s"),
-    ), id="drift-grid")
+    drift = ns_to_ms(d.select("rank", "instances", *[c for c in ("mean_offset_ns", "first_offset_ns", "last_offset_ns",
+                                                                "drift_ns") if c in d.columns]),
+                     "mean_offset_ns", "first_offset_ns", "last_offset_ns", "drift_ns")
+    parts: list[Any] = [
+        graph(figures.arrival_offset_figure(matched), id="arrival-offset-figure"),
+        html.Div("Offset = this rank's arrival at a collective minus the median rank's arrival at the same "
+                 "collective. Positive: it arrives later and the others wait for it; negative: it arrives earlier "
+                 "and waits. With two ranks the offsets mirror each other (±): the one above zero is the one being "
+                 "waited for.", className="muted", id="offset-sign"),
+        grid(drift, id="drift-grid", columns=DRIFT_COLUMNS),
+    ]
+    clocks = compute.table(store, rid, "clock_offsets")
+    if not clocks.is_empty():
+        parts += [
+            html.H4("Clock offsets"),
+            html.Div("Estimated from when each collective ends on every rank (it ends at the same instant "
+                     "everywhere): this rank's clock minus the lowest rank's clock. Positive: its clock runs ahead; "
+                     "subtract the offset to put its events on the lowest rank's clock. Ranks on one host share a "
+                     "clock, so their offsets are about 0.", className="muted", id="clock-sign"),
+            grid(clocks, id="clock-grid", columns=CLOCK_COLUMNS),
+        ]
+    return html.Div(parts)
 
 
 def register(app, store: RunStore) -> None:

@@ -48,9 +48,8 @@ def cost_label(cost_ns: Any, basis: str | None, method: str | None = None) -> st
 
 
 def findings_table(f: pl.DataFrame) -> pl.DataFrame:
-    """Every finding as the grid shows it: most costly first, the root cause a symptom belongs to, cost in ms
-    (tests compare this with the grid)."""
-    f = f.sort("cost_ns", descending=True, nulls_last=True, maintain_order=True)
+    """Every finding as the grid shows it, in the analyses' order (each root cause, then its symptoms), with the
+    root cause a symptom belongs to and the cost in ms (tests compare this with the grid)."""
     kinds = dict(zip(f["id"].to_list(), f["kind"].to_list()))
     return f.select(
         pl.int_range(1, f.height + 1).alias("n"),
@@ -112,7 +111,8 @@ def _run_row(store: RunStore, entry, current: str | None) -> html.Tr:
             cause, cost = html.Span("nothing found", className="muted"), ""
         else:
             cause = html.Span(kind_title(h.kind), title=h.message or "")
-            share = f" · {100 * h.cost_ns / h.wall_ns:.0f} % of the run" if h.wall_ns and h.cost_ns else ""
+            pct = 100 * h.cost_ns / h.wall_ns if h.wall_ns and h.cost_ns else None
+            share = f" · {pct:.0f} % of the run's span" if pct is not None and pct <= 100 else ""
             cost = cost_label(h.cost_ns, h.cost_basis) + share
     return html.Tr([html.Td(link), html.Td(what), html.Td(cause, className="run-cause"),
                     html.Td(cost, className="run-cost"), html.Td("◀ shown below" if entry.id == current else "",

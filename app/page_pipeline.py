@@ -41,7 +41,7 @@ STAGE_COLUMNS = [
     col("rank", "Stage (rank)"), col("steps", "Steps analysed"), col("microbatches", "Micro-batches per step"),
     ms_column("step_ms", "Median step"), ms_column("work_ms", "Work (forward + backward)"),
     ms_column("bubble_ms", "Bubble"), pct_column("bubble_pct", "Bubble share of the step"),
-    ms_column("first_forward_delay_ms", "Step start to first forward"), col("timeline", "Ranges from"),
+    col("timeline", "Work measured on"),
 ]
 
 
@@ -76,8 +76,8 @@ def _layout(store: RunStore, rid: str) -> Any:
     step = default_step(bub)
     f = compute.findings(store, rid).filter(pl.col("kind") == "pipeline_bubble")
     msgs = [html.Div([html.Strong("Finding: "), html.Span(r["message"]), html.Span(
-        f" ({fmt_time(r['cost_ns'])} {r['cost_basis'] or ''})", className="muted")], className="rec pipeline-finding")
-        for r in f.iter_rows(named=True)]
+        f" ({' '.join(x for x in (fmt_time(r['cost_ns']), r['cost_basis']) if x)})", className="muted")],
+        className="rec pipeline-finding") for r in f.iter_rows(named=True)]
     steps = sorted(bub["step"].unique().to_list())
     return html.Div([
         stats_row([
@@ -97,14 +97,15 @@ def _layout(store: RunStore, rid: str) -> Any:
                                                            clearable=False)], className="controls"),
                 html.Div(_schedule(store, rid, step), id="pipeline-schedule"),
                 html.Div(f"{plural(stages, 'stage')}, one row each; F3 / B3 = forward / backward of micro-batch 3; "
-                         "grey = idle (the bubble).", className="muted")),
+                         "grey = idle (the bubble). Host-side ranges: on a GPU the kernels of each range run a little later.",
+                         className="muted")),
         dcc.Store(id="pipeline-run", data=rid),
     ])
 
 
 def _schedule(store: RunStore, rid: str, step: int) -> Any:
-    bub = compute.table(store, rid, "bubbles")
-    return graph(figures.pipeline_schedule_figure(microbatches(store, rid), bub, step=step), id="schedule-figure")
+    steps = figures.drawn_steps(store.run(rid).steps)
+    return graph(figures.pipeline_schedule_figure(microbatches(store, rid), steps, step=step), id="schedule-figure")
 
 
 def register(app, store: RunStore) -> None:

@@ -1,22 +1,24 @@
 """Recommendations: fixes for the run's findings with evidence and expected effect, a preview of the
 compile-config TOML, and "Apply", which writes that file inside the run directory.
 
-Safety: the only file the app ever writes is ``<run>/compile_config.toml`` (:data:`workbench.rundir.COMPILE_CONFIG_FILE`)
-of a run it was started with; the browser sends the run id only, never a path.
+Safety: the only files the app ever writes are ``<run>/compile_config.toml`` (:data:`workbench.rundir.COMPILE_CONFIG_FILE`)
+and, on later Applies, ``<run>/compile_config-N.toml`` — new files only, never over an earlier one, and never in a run
+folder that is gone; the browser sends the run id only, never a path.
 """
 
 from __future__ import annotations
 
+import json
+import shlex
 import tomllib
 from pathlib import Path
 from typing import Any
 
-import polars as pl
 from dash import Input, Output, State, html, no_update
 
 from workbench import rundir
 from workbench.app import compute
-from workbench.app.components import error_panel, info_panel, safe, section
+from workbench.app.components import error_panel, fmt_time, info_panel, safe, section
 from workbench.app.store import RunStore
 
 PATH = "/recommendations"
@@ -25,12 +27,37 @@ KEY = "recommendations"
 
 
 def config_path(store: RunStore, rid: str) -> Path | None:
-    """Where Apply writes: inside the run directory; ``None`` for anything else (a lone trace file, a plain
-    folder of traces), so the app never drops a file among someone's traces."""
+    """Where the next Apply writes, inside the run directory: ``compile_config.toml``, or the next free
+    ``compile_config-N.toml`` when earlier ones are there (Apply never overwrites a config); ``None`` for anything
+    but a run directory (a lone trace file, a plain folder of traces), so the app never drops a file among
+    someone's traces."""
     entry = store.entry(rid)
     if entry is None or not entry.is_run_dir:
         return None
-    return entry.path / rundir.COMPILE_CONFIG_FILE
+    return next_config_path(entry.path)
+
+
+def next_config_path(run_dir: Path) -> Path:
+    """``run_dir/compile_config.toml`` if free, else ``compile_config-2.toml``, ``-3``, … (the first free one)."""
+    first = run_dir / rundir.COMPILE_CONFIG_FILE
+    if not first.exists():
+        return first
+    stem, suffix = first.stem, first.suffix
+    n = 2
+    while (run_dir / f"{stem}-{n}{suffix}").exists():
+        n += 1
+    return run_dir / f"{stem}-{n}{suffix}"
+
+
+def existing_configs(store: RunStore, rid: str) -> list[Path]:
+    """Configs Apply wrote into the run directory before, oldest first."""
+    entry = store.entry(rid)
+    if entry is None or not entry.is_run_dir or not entry.path.is_dir():
+        return []
+    stem = Path(rundir.COMPILE_CONFIG_FILE).stem
+    found = [p for p in entry.path.glob(f"{stem}*.toml") if p.name == rundir.COMPILE_CONFIG_FILE
+             or p.stem.removeprefix(stem + "-").isdigit()]
+    return sorted(found, key=lambda p: int(p.stem.rsplit("-", 1)[1]) if "-" in p.stem else 1)
 
 
 def config_header(path: Path | None) -> str:
@@ -40,12 +67,39 @@ def config_header(path: Path | None) -> str:
             f"apply with Collector(..., compile_config=\"{where}\") or WORKBENCH_COMPILE_CONFIG={where}")
 
 
-def how_to_use(path: Path) -> html.Div:
+def next_command(run_dir: Path, config: Path) -> tuple[str, str | None]:
+    """The exact command that reruns this job with ``config`` (from the argv and world size in its
+    ``run.json``; the output folder gets ``-fixed``), and the diff that checks the fix — or a template when the
+    run does not say how it was started."""
+    try:
+        meta = json.loads((run_dir / rundir.RUN_JSON).read_text())
+    except (OSError, ValueError):
+        meta = {}
+    argv = [str(a) for a in meta.get("argv") or [] if a is not None]
+    if not argv:
+        return f"WORKBENCH_COMPILE_CONFIG={shlex.quote(str(config))} torchrun ... train.py", None
+    out = None
+    for i, a in enumerate(argv[:-1]):
+        if a in ("--out", "--output", "--run-dir", "-o"):
+            out = argv[i + 1] + "-fixed"
+            argv[i + 1] = out
+    nproc = int(meta.get("world_size") or 1)
+    launcher = f"torchrun --nproc-per-node={nproc} " if nproc > 1 else "python "
+    cmd = (f"WORKBENCH_COMPILE_CONFIG={shlex.quote(str(config))} {launcher}"
+           + " ".join(shlex.quote(a) for a in argv))
+    check = f"workbench diff {shlex.quote(str(run_dir))} {shlex.quote(out)}" if out else None
+    return cmd, check
+
+
+def how_to_use(path: Path, run_dir: Path | None = None) -> html.Div:
+    cmd, check = next_command(run_dir, path) if run_dir is not None else (None, None)
     return html.Div([
-        html.Div("The next run picks it up in either of two ways:"),
+        html.Div("Next: rerun the job with it (the exact command, from this run's run.json):") if cmd else None,
+        html.Pre(cmd, className="toml usage-next", id="next-command") if cmd else None,
+        html.Div("or from Python:"),
         html.Pre(f'collector = Collector("runs/next", compile_config="{path}")', className="toml usage-collector"),
         html.Pre(f"WORKBENCH_COMPILE_CONFIG={path} torchrun ... train.py", className="toml usage-env"),
-        html.Div(["Then compare the two runs: ", html.Code("workbench diff BEFORE AFTER"),
+        html.Div(["Then check the fix worked: ", html.Code(check or "workbench diff BEFORE AFTER", id="diff-command"),
                   " or the Compare page."], className="muted"),
     ])
 
@@ -56,98 +110,120 @@ def layout(pctx) -> Any:
     return safe("Recommendations", _layout, pctx.store, pctx.run_id)
 
 
+def _has_settings(toml_text: str) -> bool:
+    return any(ln.strip() and not ln.lstrip().startswith("#") for ln in toml_text.splitlines())
+
+
 def _layout(store: RunStore, rid: str) -> Any:
     recs = compute.recommendations(store, rid)
-    table = compute.recommendation_rows(recs)
     target = config_path(store, rid)
     toml_text = compute.recommendation_toml(recs, header=config_header(target))
-    existing = target if target is not None and target.is_file() else None
-    if table.height:
-        # per finding: the fix that goes into the TOML (or the first one) in full, the alternatives folded
+    earlier = existing_configs(store, rid)
+    if recs.height:
+        # per finding: the fix that goes into the TOML (or its best one) in full, the alternatives folded
         main, alt = [], []
         seen: set = set()
-        for r in table.sort("rank").iter_rows(named=True):
+        for r in recs.sort("rank").iter_rows(named=True):
             key = (r.get("finding_kind"), r.get("finding_index"))
-            if r.get("apply") or key not in seen:
-                main.append(_rec_item(r))
-            else:
-                alt.append(_rec_item(r))
+            (main if r.get("apply") or key not in seen else alt).append(r)
             seen.add(key)
-        items = main + ([html.Details([html.Summary(f"{len(alt)} alternative fix(es)"), *alt], id="rec-alternatives")]
-                        if alt else [])
+        items = [_rec_item(r, i) for i, r in enumerate(main, 1)]
+        if alt:
+            items.append(html.Details([html.Summary(f"{len(alt)} alternative fix{'es' if len(alt) != 1 else ''}"),
+                                       *[_rec_item(r, f"{len(main) + i}") for i, r in enumerate(alt, 1)]],
+                                      id="rec-alternatives"))
     else:
         items = [html.Div("No recommendations: the analyses found nothing a fix would address.", className="muted",
                           id="no-recommendations")]
     apply_part: list[Any] = []
-    if not toml_text.strip() or not any(l.strip() and not l.lstrip().startswith("#") for l in toml_text.splitlines()):
-        apply_part.append(html.Div("No configuration change to apply (the fixes above need code changes).",
+    if not _has_settings(toml_text):
+        apply_part.append(html.Div("No configuration change to apply: the fixes above are code changes.",
                                    className="muted", id="apply-none"))
     elif target is None:
-        apply_part.append(html.Div("This run is a single trace file, not a folder: Apply needs a run directory.",
-                                   className="muted"))
+        apply_part.append(html.Div("This run is a single trace file or a plain folder of traces, not a run "
+                                   "directory: Apply needs a run directory.", className="muted"))
     else:
         apply_part += [
             html.Button("Apply", id="apply-config", n_clicks=0, className="primary"),
-            html.Span(f"  writes {target}", className="muted"),
+            html.Span([" writes ", html.Code(str(target), id="apply-target"),
+                       " (a new file: earlier configs are kept)" if earlier else ""], className="muted"),
         ]
     return html.Div([
-        section("Fixes, ranked", *items, id="recs-section"),
+        section("Fixes, best first", *items, id="recs-section"),
         section("Compile config (TOML)", html.Pre(toml_text or "# nothing to configure", id="toml-preview",
                                                   className="toml"),
                 *apply_part,
-                html.Div(info_panel([html.Div(f"A config is already in place: {existing}"), how_to_use(existing)])
-                         if existing else None, id="apply-result")),
+                html.Div(info_panel([html.Div(["Configs already written for this run: ",
+                                               *[html.Code(str(p), className="existing-config") for p in earlier]]),
+                                     how_to_use(earlier[-1], store.entry(rid).path)])
+                         if earlier else None, id="apply-result")),
     ])
 
 
-def _rec_item(r: dict[str, Any]) -> html.Div:
-    def row(label: str, key: str, code: bool = False):
-        v = r.get(key)
-        if v in (None, "", []):
+def _rec_item(r: dict[str, Any], n: int | str) -> html.Div:
+    def row(label: str, value: Any, code: bool = False):
+        if value in (None, "", []):
             return None
-        return html.Div([html.Strong(label + ": "), html.Code(str(v)) if code else html.Span(str(v))])
+        return html.Div([html.Strong(label + ": "), html.Code(str(value)) if code else html.Span(str(value))])
 
-    tag = "applied in the TOML" if r.get("apply") else ("code change" if r.get("code_advice") and not r.get("config")
-                                                         else "alternative")
+    tag = "in the TOML below" if r.get("apply") else ("code change" if r.get("code_advice") and not r.get("config")
+                                                      else "alternative")
+    effect = r.get("expected_effect")
+    if not effect or effect.strip().lower() in ("see the finding", "see finding"):
+        effect = f"up to {fmt_time(r.get('cost_ns'))}: the time its finding costs" if r.get("cost_ns") else None
+    code = r.get("code_advice")
+    if code and code == r.get("evidence"):
+        code = None  # the evidence repeated is no advice
     return html.Div([
-        html.Div([html.Strong(f"{r['rank']}. {r.get('title')}"), html.Span(f"  [{tag}]", className="muted")]),
-        row("Answers", "finding_kind"), row("Evidence", "evidence"), row("Expected effect", "expected_effect"),
-        row("Config", "config", True), row("Code", "code_advice"), row("Where", "location", True),
-    ], className="rec rec-item", id=f"rec-{r['rank']}")
+        html.Div([html.Strong(f"{n}. {r.get('title')}", className="rec-title"),
+                  html.Span(f"  [{tag}]", className="muted")]),
+        row("Answers", (r.get("finding_kind") or "").replace("_", " ")),
+        row("Evidence", r.get("evidence")), row("Expected effect", effect),
+        row("Config", r.get("config"), True), row("Code", code), row("Where", r.get("location"), True),
+    ], className="rec rec-item", id=f"rec-{n}")
 
 
 def apply(store: RunStore, rid: str) -> tuple[Path, str]:
-    """Write the recommended compile config into the run directory; returns the path and the text written.
+    """Write the recommended compile config into the run directory, as a new file (never over an earlier one);
+    returns the path and the text written.
 
-    The text is parsed and validated (:mod:`workbench.compile_config`) before it is written atomically.
+    The text is parsed and validated (:mod:`workbench.compile_config`) before it is written atomically. A run
+    folder that is gone is not recreated: :class:`FileNotFoundError`, nothing written.
     """
     from workbench.compile_config import CompileConfig
 
-    target = config_path(store, rid)
-    if target is None:
+    entry = store.entry(rid)
+    if entry is None or not entry.is_run_dir:
         raise ValueError("this run is not a run directory (a lone trace or a folder of traces); nothing written")
+    if not entry.path.is_dir():
+        raise FileNotFoundError(f"the run folder {entry.path} no longer exists; nothing written")
+    target = next_config_path(entry.path)
     text = compute.recommendation_toml(compute.recommendations(store, rid), header=config_header(target))
     CompileConfig.from_dict(tomllib.loads(text), validate="auto")
-    rundir.write_atomic(target, text.encode())
+    if not entry.path.is_dir():  # removed while validating: still never recreate it
+        raise FileNotFoundError(f"the run folder {entry.path} no longer exists; nothing written")
+    with open(target, "x", encoding="utf-8") as fh:  # "x": fails rather than overwrite a file that appeared
+        fh.write(text)
     return target, text
 
 
 def register(app, store: RunStore) -> None:
-    @app.callback(Output("apply-result", "children"), Input("apply-config", "n_clicks"), State("url", "search"),
-                  prevent_initial_call=True)
+    @app.callback(Output("apply-result", "children"), Output("apply-target", "children"),
+                  Input("apply-config", "n_clicks"), State("url", "search"), prevent_initial_call=True)
     def on_apply(n, search):
         from workbench.app.main import parse_query
 
         if not n:
-            return no_update
+            return no_update, no_update
         rid = parse_query(search).get("run") or store.default_id()
         try:
             path, _ = apply(store, rid)
         except Exception as exc:  # noqa: BLE001 - shown, never raised into Dash
             return error_panel("Could not write the compile config", f"{type(exc).__name__}: {exc}",
-                               id="apply-error")
-        return info_panel([html.Div(["Written: ", html.Code(str(path), id="applied-path")]), how_to_use(path)],
-                          id="apply-ok")
+                               id="apply-error"), no_update
+        nxt = config_path(store, rid)
+        return info_panel([html.Div(["Written: ", html.Code(str(path), id="applied-path")]),
+                           how_to_use(path, store.entry(rid).path)], id="apply-ok"), str(nxt) if nxt else no_update
 
 
-__all__ = ["apply", "config_path", "layout", "register", "pl"]
+__all__ = ["apply", "config_path", "layout", "next_command", "register"]

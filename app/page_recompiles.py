@@ -10,7 +10,9 @@ from dash import Input, Output, State, dcc, html, no_update
 
 from workbench import figures
 from workbench.app import compute
-from workbench.app.components import error_panel, fmt_ms, graph, grid, run_problems, safe, section, stats_row
+from workbench.app.components import (
+    col, error_panel, fmt_time, graph, grid, ms_column, ns_to_ms, ranks_phrase, run_problems, safe, section, stats_row,
+)
 from workbench.app.store import RunStore
 
 PATH = "/recompiles"
@@ -18,33 +20,62 @@ NAME = "Recompiles"
 KEY = "recompiles"
 
 
-def divergent_table(div: pl.DataFrame) -> pl.DataFrame:
-    """The divergent-recompile grid as shown (tests compare it with the analysis)."""
-    return div.select(
+def _join_frames(frame: pl.DataFrame, frames: pl.DataFrame, rank_col: str = "rank") -> pl.DataFrame:
+    """``frame`` with ``user_frame`` (the user's line being compiled) joined on rank and compile id."""
+    if frames.is_empty():
+        return frame.with_columns(pl.lit(None, pl.String).alias("user_frame"))
+    if rank_col == "rank":
+        return frame.join(frames, on=["rank", "compile_id"], how="left")
+    first = frames.group_by("compile_id").agg(pl.col("user_frame").drop_nulls().first())
+    return frame.join(first, on="compile_id", how="left")
+
+
+def divergent_table(div: pl.DataFrame, frames: pl.DataFrame | None = None) -> pl.DataFrame:
+    """The divergent-recompile grid as shown (tests compare it with the analysis): waits in ms, the user's line."""
+    d = _join_frames(div, frames if frames is not None else pl.DataFrame(), rank_col="any")
+    out = d.select(
         "compile_id",
         pl.col("ranks").list.eval(pl.element().cast(pl.String)).list.join(", ").alias("ranks"),
         pl.col("missing_ranks").list.eval(pl.element().cast(pl.String)).list.join(", ").alias("waiting_ranks"),
         "step",
         "cause",
         "cause_source",
-        pl.col("duration_ns").map_elements(fmt_ms, return_dtype=pl.String, skip_nulls=False).alias("compile_ms"),
-        (pl.col("wait_ns") if "wait_ns" in div.columns else pl.lit(None, pl.Int64))
-        .map_elements(fmt_ms, return_dtype=pl.String, skip_nulls=False).alias("wait_ms"),
-        (pl.col("cost_method") if "cost_method" in div.columns else pl.lit(None, pl.String)).alias("wait_from"),
-        "location",
+        pl.col("duration_ns").alias("compile_ns"),
+        (pl.col("wait_ns") if "wait_ns" in d.columns else pl.lit(None, pl.Int64)).alias("wait_ns"),
+        (pl.col("cost_method") if "cost_method" in d.columns else pl.lit(None, pl.String)).alias("wait_from"),
+        pl.coalesce("user_frame", "location").alias("user_line"),
     )
+    return ns_to_ms(out, "compile_ns", "wait_ns")
+
+
+DIVERGENT_COLUMNS = [
+    col("compile_id", "Compile id", maxWidth=100), col("ranks", "Compiled on"), col("waiting_ranks", "Waiting ranks"),
+    col("step", "Step", maxWidth=80), col("cause", "Cause"), col("cause_source", "What changed"),
+    ms_column("compile_ms", "Compile time"), ms_column("wait_ms", "Others waited"), col("wait_from", "Wait measured from"),
+    col("user_line", "Your code being compiled", flex=2, minWidth=260, wrapText=True, autoHeight=True),
+]
 
 
 def per_rank_table(c: pl.DataFrame) -> pl.DataFrame:
-    """Per rank: compiles, recompiles (compile ids other than ``N/0``), graph breaks, total compile time."""
+    """Per rank: compiles, recompiles (compile ids other than ``N/0``), graph breaks, total compile time (ms)."""
     frame_compile = pl.col("compile_id").str.extract(r"^\d+/(\d+)", 1).cast(pl.Int32, strict=False)
-    return c.group_by("rank").agg(
+    out = c.group_by("rank").agg(
         pl.len().alias("compiles"),
         (frame_compile > 0).sum().alias("recompiles"),
         (pl.col("cause") == "graph_break").sum().alias("graph_breaks"),
-        pl.col("duration_ns").sum().alias("_t"),
-    ).sort("rank").with_columns(
-        pl.col("_t").map_elements(fmt_ms, return_dtype=pl.String).alias("compile_ms")).drop("_t")
+        pl.col("duration_ns").sum().alias("compile_ns"),
+    ).sort("rank")
+    return ns_to_ms(out, "compile_ns")
+
+
+PER_RANK_COLUMNS = [col("rank", "Rank", maxWidth=110), col("compiles", "Compiles"), col("recompiles", "Recompiles"),
+                    col("graph_breaks", "Graph breaks"), ms_column("compile_ms", "Compile time")]
+
+
+def causes_table(c: pl.DataFrame) -> pl.DataFrame:
+    """Compiles per rank and cause, one column per cause (what the old heatmap showed, readable at any width)."""
+    t = c.with_columns(pl.col("cause").fill_null("unknown")).group_by("rank", "cause").len()
+    return t.pivot(on="cause", index="rank", values="len").fill_null(0).sort("rank")
 
 
 def layout(pctx) -> Any:
@@ -60,52 +91,68 @@ def _layout(store: RunStore, rid: str) -> Any:
             "This run has no torch.compile events (no TORCH_TRACE logs or collector compile capture).",
             className="panel panel-unavailable", id="no-compiles")])
     c = compute.compiles(store, rid)
-    causes = c.group_by("rank", "cause").len().sort("rank", "cause")
+    frames = compute.user_frames(store, rid)
+    causes = causes_table(c)
+    every = _join_frames(c, frames).sort("rank", "start", nulls_last=True).select(
+        "rank", "compile_id", "co_name", "cause",
+        *[x for x in ("cause_detail",) if x in c.columns], "cause_source", "step", "status",
+        pl.col("duration_ns").alias("compile_ns"),
+        pl.col("recompile_reasons").list.join(" | ").alias("reasons"),
+        pl.coalesce("user_frame", pl.col("co_name")).alias("user_line"),
+    )
     return html.Div([
         run_problems(run),
         stats_row([
             ("compiles", "compile events", f"{c.height:,}"),
             ("compile_ranks", "ranks with compiles", str(c["rank"].n_unique())),
-            ("compile_time", "compile time, all ranks (ms)", fmt_ms(c["duration_ns"].sum(), 1)),
+            ("compile_time", "compile time, all ranks", fmt_time(c["duration_ns"].sum())),
         ]),
-        section("Divergent recompiles: compile ids on some ranks only", safe("Divergence", _divergent, store, rid, c),
-                id="divergent-section"),
+        section("Divergent recompiles: compile ids on some ranks only",
+                safe("Divergence", _divergent, store, rid, frames), id="divergent-section"),
         section("Rank × compile id",
                 html.Div("Click a cell to see that rank around that compile on the timeline.", className="muted"),
                 graph(figures.divergence_matrix_figure(c), id="divergence-matrix"),
                 dcc.Store(id="recompiles-run", data=rid)),
-        html.Div([
-            section("Per rank", grid(per_rank_table(c), id="compiles-rank-grid")),
-            section("Causes per rank", graph(figures.heatmap_figure(
-                causes, x="cause", y="rank", z="len", colorscale="Blues", unit="compiles",
-                title="Compiles by cause"), id="causes-figure")),
-        ], className="two-col"),
-        section("Every compile", grid(c.sort("rank", "start", nulls_last=True).select(
-            "rank", "compile_id", "co_name", "cause",
-            *[x for x in ("cause_detail",) if x in c.columns], "cause_source", "step", "status",
-            pl.col("duration_ns").map_elements(fmt_ms, return_dtype=pl.String, skip_nulls=False).alias("compile_ms"),
-            pl.col("recompile_reasons").list.join(" | ").alias("reasons"),
-        ), id="compiles-grid", page_size=50)),
+        section("Per rank", grid(per_rank_table(c), id="compiles-rank-grid", columns=PER_RANK_COLUMNS)),
+        section("Causes per rank (compiles)", grid(causes, id="causes-grid",
+                                                   columns=[col("rank", "Rank", maxWidth=110)] + [
+                                                       col(k, k.replace("_", " ")) for k in causes.columns
+                                                       if k != "rank"])),
+        section("Every compile", grid(ns_to_ms(every, "compile_ns"), id="compiles-grid", page_size=50, columns=[
+            col("rank", "Rank", maxWidth=110), col("compile_id", "Compile id", maxWidth=100),
+            col("co_name", "Function"), col("cause", "Cause"), col("cause_detail", "Detail"),
+            col("cause_source", "What changed"), col("step", "Step", maxWidth=70), col("status", "Status"),
+            ms_column("compile_ms", "Compile time"), col("reasons", "Guard failures", wrapText=True, autoHeight=True),
+            col("user_line", "Your code being compiled", flex=2, minWidth=240, wrapText=True, autoHeight=True),
+        ])),
     ])
 
 
-def _divergent(store: RunStore, rid: str, c: pl.DataFrame) -> Any:
+def _divergent(store: RunStore, rid: str, frames: pl.DataFrame) -> Any:
     div = compute.divergent(store, rid)
     if div.is_empty():
         return html.Div("Every rank compiled the same compile ids.", className="muted", id="no-divergence")
     links = []
+    first_frames = frames.group_by("compile_id").agg(pl.col("user_frame").drop_nulls().first()) \
+        if not frames.is_empty() else pl.DataFrame(schema={"compile_id": pl.String, "user_frame": pl.String})
+    where = dict(zip(first_frames["compile_id"].to_list(), first_frames["user_frame"].to_list()))
     for d in div.iter_rows(named=True):
         q = f"?run={rid}" + (f"&step={d['step']}" if d["step"] is not None else "")
-        wait = fmt_ms(d.get("wait_ns"))
+        waiting = d["missing_ranks"] or []
+        verb = "waits" if len(waiting) == 1 else "wait"
+        wait = d.get("wait_ns")
+        line = where.get(d["compile_id"]) or d.get("location")
         links.append(html.Div([
             html.Strong(f"compile {d['compile_id']}"),
-            html.Span(f" on rank(s) {', '.join(map(str, d['ranks']))} only"
+            html.Span(f" on {ranks_phrase(d['ranks'])} only"
                       f"{' at step ' + str(d['step']) if d['step'] is not None else ''}"
-                      f" ({d['cause'] or '?'}{': ' + d['cause_source'] if d.get('cause_source') else ''}); "
-                      f"ranks {', '.join(map(str, d['missing_ranks']))} waited {wait} ms. "),
+                      f" ({d['cause'] or 'cause unknown'}{': ' + d['cause_source'] if d.get('cause_source') else ''})"
+                      f"; {ranks_phrase(waiting)} {verb} "
+                      f"{fmt_time(wait) if wait is not None else 'an unmeasured time'} for it. "),
+            html.Div(["Your code: ", html.Code(line)], className="user-line") if line else None,
             dcc.Link("Show on the timeline", href="/timeline" + q, className="divergent-link"),
         ], className="rec divergent-item"))
-    return html.Div([*links, grid(divergent_table(div), id="divergent-grid")])
+    return html.Div([*links, grid(divergent_table(div, frames), id="divergent-grid", columns=DIVERGENT_COLUMNS)])
 
 
 def cell_link(store: RunStore, rid: str, point: dict) -> str | None:

@@ -356,16 +356,17 @@ MICROBATCH_PATTERN = r"(?i)^(forward|backward|fwd|bwd)[_ ]?(mb|microbatch)?[_ ]?
 
 def microbatch_ranges(events: pl.DataFrame | None) -> pl.DataFrame:
     """Forward/backward micro-batch ranges of a pipeline run, per rank: ``rank``, ``start``, ``end``, ``phase``
-    (``"forward"``/``"backward"``), ``mb`` (micro-batch number), ``step``, ``timeline`` (``"gpu"``/``"cpu"``).
+    (``"forward"``/``"backward"``), ``mb`` (micro-batch number), ``step``, ``name``.
 
-    Ranges are annotations named like ``forward_mb3``; the device ranges are used for a rank that has both
-    forward and backward ones on the device, else its CPU ranges. Empty when the run has none.
+    Ranges are the host-side annotations named like ``forward_mb3`` (or ``Forward 3`` where a rank has no
+    ``_mb`` names): on a GPU the device copies of backward ranges are empty, so the host ranges are the ones
+    that show the schedule. Empty when the run has none.
     """
     cols = {"rank": pl.Int32, "start": pl.Int64, "end": pl.Int64, "phase": pl.String, "mb": pl.Int32,
-            "step": pl.Int32, "timeline": pl.String}
+            "step": pl.Int32, "name": pl.String}
     if events is None or events.is_empty():
         return pl.DataFrame(schema=cols)
-    ann = events.filter(pl.col("kind").cast(pl.String).is_in(["annotation", "gpu_annotation"])).with_columns(
+    ann = events.filter(pl.col("kind").cast(pl.String) == "annotation").with_columns(
         name=pl.col("name").cast(pl.String)).filter(pl.col("name").str.contains(MICROBATCH_PATTERN))
     if ann.is_empty():
         return pl.DataFrame(schema=cols)
@@ -373,12 +374,10 @@ def microbatch_ranges(events: pl.DataFrame | None) -> pl.DataFrame:
         phase=pl.when(pl.col("name").str.to_lowercase().str.contains("^(forward|fwd)")).then(pl.lit("forward"))
         .otherwise(pl.lit("backward")),
         mb=pl.col("name").str.extract(r"(\d+)$", 1).cast(pl.Int32),
-        timeline=pl.when(pl.col("kind").cast(pl.String) == "gpu_annotation").then(pl.lit("gpu")).otherwise(pl.lit("cpu")),
+        is_mb=pl.col("name").str.to_lowercase().str.contains("mb|microbatch"),
     )
-    gpu_ok = ann.filter(pl.col("timeline") == "gpu").group_by("rank").agg(
-        ok=pl.col("phase").n_unique() == 2)
-    ann = ann.join(gpu_ok, on="rank", how="left").filter(
-        (pl.col("timeline") == "gpu") == pl.col("ok").fill_null(False))
+    has_mb = ann.group_by("rank").agg(any_mb=pl.col("is_mb").any())
+    ann = ann.join(has_mb, on="rank").filter(pl.col("is_mb") == pl.col("any_mb"))
     return ann.select(*[pl.col(c).cast(t) for c, t in cols.items()]).sort("rank", "start")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+
 READY_JS = """
 (key) => {
   const root = document.getElementById('page-' + key);
@@ -51,3 +52,40 @@ def pick(page, dropdown_id: str, value: str) -> None:
     """Choose ``value`` in a Dash 4 ``dcc.Dropdown``: open it and click the option."""
     page.click(f"#{dropdown_id}")
     page.click(f".dash-dropdown-option:has(input[value='{value}'])", timeout=10_000)
+
+
+#: Elements that spill out of their card, and texts cut short: a list of "what · where" strings (empty = fine).
+#: Inside a card, every rendered element must lie within the card's left and right edges (grids scroll inside
+#: themselves, so their scrolled contents are skipped); an AG Grid header must show its full text; a plotly
+#: text (tick label, bar label, annotation) must lie within its figure.
+OVERFLOW_JS = """
+() => {
+  const bad = [];
+  const name = (el) => (el.id ? '#' + el.id : el.tagName.toLowerCase() + '.' + (el.className.baseVal ?? el.className))
+                         .slice(0, 60) + ' "' + (el.textContent || '').trim().slice(0, 40) + '"';
+  const inside = '.ag-body-viewport, .ag-center-cols-viewport, .ag-header-viewport, .ag-body-horizontal-scroll,'
+               + ' .ag-header-container, .ag-center-cols-container, .ag-floating-top, .ag-floating-bottom,'
+               + ' .ag-sticky-top, .ag-paging-panel, .ag-overlay, .modebar, .dash-dropdown, .toml, svg';
+  for (const card of document.querySelectorAll('.section, .stat-card, .rec, .panel')) {
+    const r = card.getBoundingClientRect();
+    for (const el of card.querySelectorAll('*')) {
+      if (el.closest(inside)) continue;
+      const b = el.getBoundingClientRect();
+      if (b.width === 0 || b.height === 0) continue;
+      if (b.right > r.right + 1 || b.left < r.left - 1) bad.push('spills: ' + name(el));
+    }
+  }
+  for (const h of document.querySelectorAll('.ag-header-cell-text')) {
+    if (h.scrollWidth > h.clientWidth + 1) bad.push('header cut: ' + name(h));
+  }
+  for (const svg of document.querySelectorAll('.js-plotly-plot .main-svg:first-of-type')) {
+    const r = svg.getBoundingClientRect();
+    for (const t of svg.parentElement.querySelectorAll('svg text')) {
+      const b = t.getBoundingClientRect();
+      if (b.width === 0 || !t.textContent.trim()) continue;
+      if (b.right > r.right + 2 || b.left < r.left - 2) bad.push('plot text cut: ' + name(t));
+    }
+  }
+  return bad;
+}
+"""

@@ -109,3 +109,46 @@ def test_least_recently_used_runs_are_closed(tmp_path):
     assert store.status("b") == "not opened" and store.status("a") == "ok" and store.status("c") == "ok"
     store.run("b")
     assert opened == ["a", "b", "c", "b"]
+
+
+def test_apply_writes_a_new_file_each_time_and_never_recreates_a_deleted_run(tmp_path, monkeypatch):
+    from workbench.app import compute, page_recommendations
+
+    _trace_dir(tmp_path / "run" / "rank0")
+    (tmp_path / "run" / rundir.RUN_JSON).write_text("{}")
+    store = RunStore([tmp_path / "run"], opener=lambda p: object())
+    monkeypatch.setattr(compute, "recommendations", lambda s, rid: "recs")
+    monkeypatch.setattr(compute, "recommendation_toml", lambda recs, header=None: "[compile]\ndynamic = true\n")
+    first, _ = page_recommendations.apply(store, "run")
+    second, _ = page_recommendations.apply(store, "run")
+    assert first.name == rundir.COMPILE_CONFIG_FILE and second.name == "compile_config-2.toml"
+    assert page_recommendations.existing_configs(store, "run") == [first, second]
+    import shutil
+
+    shutil.rmtree(tmp_path / "run")
+    with pytest.raises(FileNotFoundError, match="no longer exists"):
+        page_recommendations.apply(store, "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_next_command_reruns_the_job_with_the_config(tmp_path):
+    from workbench.app.page_recommendations import next_command
+
+    (tmp_path / rundir.RUN_JSON).write_text('{"world_size": 2, "argv": ["train.py", "--out", "runs/a b", "--lr", "1"]}')
+    cmd, check = next_command(tmp_path, tmp_path / "compile_config.toml")
+    assert cmd == (f"WORKBENCH_COMPILE_CONFIG={tmp_path / 'compile_config.toml'} torchrun --nproc-per-node=2 "
+                   "train.py --out 'runs/a b-fixed' --lr 1")
+    assert check == f"workbench diff {tmp_path} 'runs/a b-fixed'"
+
+
+def test_lands_on_a_gpu_run_and_reads_the_users_line():
+    root = Path(__file__).resolve().parents[2] / "sample_traces"
+    if not (root / "h200x2-planted").is_dir():
+        pytest.skip("sample_traces/h200x2-planted is absent")
+    from workbench.app.compute import read_user_frames
+
+    store = RunStore([root])
+    assert store.default_id().startswith("h200")
+    log = next((root / "h200x2-planted" / "rank1" / "compile").glob("*.log"))
+    frames = read_user_frames(str(log))
+    assert frames["0/1"].startswith("cpu_gloo_4rank.py:86 in main: loss = ")
