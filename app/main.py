@@ -8,6 +8,7 @@ Example:
 
 from __future__ import annotations
 
+import threading
 import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -22,16 +23,19 @@ from workbench.app import (
     page_compare,
     page_drift,
     page_overview,
+    page_pipeline,
     page_recommendations,
     page_recompiles,
     page_timeline,
 )
+from workbench.app import compute
 from workbench.app.components import error_panel
 from workbench.app.store import RunStore
+from workbench.app import security
 
 #: Pages in menu order; each module has ``PATH``, ``NAME``, ``layout(ctx)`` and ``register(app, store)``.
-PAGES = (page_overview, page_timeline, page_breakdown, page_drift, page_recompiles, page_recommendations,
-         page_compare)
+PAGES = (page_overview, page_timeline, page_breakdown, page_drift, page_pipeline, page_recompiles,
+         page_recommendations, page_compare)
 #: Query keys kept when the user picks another run in the header.
 _STICKY = ("other",)
 
@@ -76,8 +80,13 @@ def _header(store: RunStore) -> html.Div:
     )
 
 
-def create_app(paths: Iterable[str | Path] | None = None, *, store: RunStore | None = None) -> Dash:
-    """The Dash app over the runs under ``paths`` (default: the bundled ``sample_traces/``)."""
+def create_app(paths: Iterable[str | Path] | None = None, *, store: RunStore | None = None,
+               bind: str | None = None, allow_hosts: Iterable[str] = (), background: bool = True) -> Dash:
+    """The Dash app over the runs under ``paths`` (default: the bundled ``sample_traces/``).
+
+    It answers only requests addressed to the localhost names, ``bind`` and ``allow_hosts`` (app/security.py).
+    With ``background``, a daemon thread opens and analyses the landing run, then every other run's run-list line.
+    """
     store = store or RunStore(list(paths) if paths else default_roots())
     app = Dash(
         __name__,
@@ -120,7 +129,11 @@ def create_app(paths: Iterable[str | Path] | None = None, *, store: RunStore | N
 
     for p in PAGES:
         p.register(app, store)
+    security.install(app.server, security.allowed_hosts(bind, allow_hosts))
     app.workbench_store = store  # type: ignore[attr-defined]
+    if background and store.entries:
+        threading.Thread(target=compute.prefetch, args=(store, store.default_id()), daemon=True,
+                         name="workbench-prefetch").start()
     return app
 
 
