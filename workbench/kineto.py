@@ -79,13 +79,14 @@ _EVENT_FIELDS: dict[str, pl.DataType] = {
 _PG_CONFIG = pl.Struct({"pg_name": pl.String, "pg_desc": pl.String, "backend_config": pl.String,
                         "pg_size": pl.Int64, "ranks": pl.List(pl.Int64)})
 
+_DEVICE_FIELDS: dict[str, pl.DataType] = {"id": pl.Int64, "name": pl.String, "totalGlobalMem": pl.Int64,
+                                           "computeMajor": pl.Int64, "computeMinor": pl.Int64, "numSms": pl.Int64}
+
 _DOCUMENT_SCHEMA: dict[str, pl.DataType] = {
     "schemaVersion": pl.Int64,
     "baseTimeNanoseconds": pl.Int64,
     "traceName": pl.String,
-    "deviceProperties": pl.List(pl.Struct({"id": pl.Int64, "name": pl.String, "totalGlobalMem": pl.Int64,
-                                           "computeMajor": pl.Int64, "computeMinor": pl.Int64,
-                                           "numSms": pl.Int64})),
+    "deviceProperties": pl.List(pl.Struct(_DEVICE_FIELDS)),
     "distributedInfo": pl.Struct({"backend": pl.String, "rank": pl.Int64, "world_size": pl.Int64,
                                   "nccl_version": pl.String, "pg_count": pl.Int64,
                                   "pg_config": pl.List(_PG_CONFIG)}),
@@ -406,10 +407,12 @@ def _parse_generic(path: Path, data: bytes) -> tuple[pl.DataFrame, pl.DataFrame]
         a = ev.get("args")
         args_rows.append({k: _coerce(a.get(k), t) for k, t in _ARG_FIELDS.items()} if isinstance(a, dict) else None)
     events = pl.DataFrame({**columns, "args": args_rows}, schema=_EVENT_FIELDS)
-    header = {k: v for k, v in top.items() if k != "traceEvents" and k in _DOCUMENT_SCHEMA}
-    di = header.get("distributedInfo")
+    header = {k: _coerce(v, _DOCUMENT_SCHEMA[k]) for k, v in top.items()
+              if k in ("schemaVersion", "baseTimeNanoseconds", "traceName")}
+    di = top.get("distributedInfo")
     if isinstance(di, dict):
-        header["distributedInfo"] = {k: di.get(k) for k in _DOCUMENT_SCHEMA["distributedInfo"].to_schema()}
+        fields = _DOCUMENT_SCHEMA["distributedInfo"].to_schema()  # type: ignore[attr-defined]
+        header["distributedInfo"] = {k: _coerce(di.get(k), t) for k, t in fields.items() if k != "pg_config"}
         header["distributedInfo"]["pg_config"] = None
     for k in ("deviceProperties",):
         header.pop(k, None)
@@ -418,7 +421,7 @@ def _parse_generic(path: Path, data: bytes) -> tuple[pl.DataFrame, pl.DataFrame]
     }, strict=False)
     if isinstance(top.get("deviceProperties"), list):
         doc = doc.with_columns(pl.Series("deviceProperties", [[
-            {f: d.get(f) for f in ("id", "name", "totalGlobalMem", "computeMajor", "computeMinor", "numSms")}
+            {f: _coerce(d.get(f), t) for f, t in _DEVICE_FIELDS.items()}
             for d in top["deviceProperties"] if isinstance(d, dict)]], dtype=_DOCUMENT_SCHEMA["deviceProperties"]))
     return doc, events
 
@@ -828,6 +831,17 @@ def read_trace(path: str | Path, *, rank: int | None = None, threads: int = 1) -
     number, and clock outliers, are dropped and counted in ``skipped`` with the reason.
     """
     path = Path(path)
+    try:
+        return _read_trace(path, rank, threads)
+    except TraceError:
+        raise
+    except MemoryError:
+        raise TraceError(path, "not enough memory to read this trace") from None
+    except Exception as exc:  # a shape no real trace has: one line naming the file, never a traceback
+        raise TraceError(path, f"could not be read ({type(exc).__name__}: {exc})") from exc
+
+
+def _read_trace(path: Path, rank: int | None, threads: int) -> TraceTables:
     data = read_bytes(path)
     parsed = _parse_pieces(data, threads)
     if parsed is None:
