@@ -176,23 +176,24 @@ def straggler_ranks(
     ).sort("signal", "held_back_ns", descending=[False, True])
 
 
-def straggler_findings(ranks: pl.DataFrame, min_share_pct: float = 1.0, min_held_pct: float = 50.0) -> list[Finding]:
+def straggler_findings(ranks: pl.DataFrame, min_share_pct: float = 1.0, min_held_pct: float = 50.0,
+                       min_events: int = 3) -> list[Finding]:
     """Findings of kind ``straggler``: one per straggling rank, with the evidence of every signal that names it.
 
     A rank must hold back in at least ``min_held_pct`` % of the events, and both its total and its typical
     (median held time × events) share of the step time must reach ``min_share_pct``, so one long stall does not
-    make a straggler. Cost: the largest ``held_back_ns`` among its signals (step time the job loses waiting for
+    make a straggler; a signal needs at least ``min_events`` steps (or collectives). Cost: the largest ``held_back_ns`` among its signals (step time the job loses waiting for
     it), measured. Slow data loading is named when the rank's median data wait is far above the others' median.
     """
     if ranks is None or ranks.is_empty():
         return []
-    hits = ranks.filter((pl.col("held_pct") >= min_held_pct) & (pl.col("held_share_pct") >= min_share_pct)
+    hits = ranks.filter((pl.col("events") >= min_events) & (pl.col("held_pct") >= min_held_pct)
+                        & (pl.col("held_share_pct") >= min_share_pct)
                         & (pl.col("typical_share_pct") >= min_share_pct))
     out = []
     for rank in sorted(set(hits["rank"].to_list())):
-        ev = hits.filter(pl.col("rank") == rank).sort("held_back_ns", descending=True)
+        ev = hits.filter(pl.col("rank") == rank).sort("typical_held_ns", descending=True)
         best = ev.row(0, named=True)
-        share = best["held_share_pct"] or 0.0
         wait = best["median_data_wait_ns"]
         others = ranks.filter((pl.col("rank") != rank) & (pl.col("signal") == best["signal"]))
         other_wait = others["median_data_wait_ns"].drop_nulls().median() if not others.is_empty() else None
@@ -204,8 +205,9 @@ def straggler_findings(ranks: pl.DataFrame, min_share_pct: float = 1.0, min_held
         out.append(make_finding(
             "straggler",
             f"Rank {rank} holds the other ranks back{since} ({best['trend']}): it was last in "
-            f"{best['held_pct']:.0f}% of {best['events']} {best['signal'].replace('_', ' ')}, costing "
-            f"{best['held_back_ns'] / 1e6:.1f} ms ({share:.1f}% of the step time).{why}",
+            f"{best['held_pct']:.0f}% of {best['events']} {best['signal'].replace('_', ' ')}, typically costing "
+            f"{best['typical_held_ns'] / 1e6:.1f} ms in all ({best['typical_share_pct'] or 0:.1f}% of the "
+            f"{'step' if best['signal'] != 'collectives' else 'collective'} time).{why}",
             StragglerEvidence(
                 rank=int(rank), signal=best["signal"], events=int(best["events"]), held_count=int(best["held_count"]),
                 held_back_ns=int(best["held_back_ns"]), held_share_pct=best["held_share_pct"],
@@ -214,8 +216,9 @@ def straggler_findings(ranks: pl.DataFrame, min_share_pct: float = 1.0, min_held
                 data_wait_median_ns=None if wait is None else int(wait),
                 others_data_wait_median_ns=None if other_wait is None else int(other_wait),
                 signals=tuple(ev.to_dicts())),
-            Cost.measured(best["held_back_ns"], "time it held the others back: its step start (or collective "
-                          "arrival) minus the second-latest, summed"),
+            Cost.measured(best["typical_held_ns"], "median time it held the others back (its step start or "
+                          "collective arrival minus the second-latest) × the times it did, so one stall does not "
+                          "count as straggling"),
             ranks=[rank], steps=[best["first_step"]] if best["first_step"] is not None else [],
             source="stragglers"))
     return out

@@ -23,6 +23,7 @@ from workbench.analyses.collectives import (
     match_collectives, spans_hosts,
 )
 from workbench.analyses.findings import Cost, Finding, findings_frame, findings_to_dicts, make_finding
+from workbench.analyses.applied import config_findings
 from workbench.analyses.hangs import hang_analysis, job_failure_first
 from workbench.analyses.kernels import kernel_class_time, launch_stats, top_kernels
 from workbench.analyses.kinds import CompileGroupEvidence, DivergentRecompileEvidence, ProfilerOverheadEvidence
@@ -133,12 +134,18 @@ def _explained_compiles(findings: list[Finding]) -> set[tuple[int, str]]:
     return out
 
 
-def _compile_steps(compiles: pl.DataFrame, steps: pl.DataFrame) -> set[int]:
-    """Steps in which some rank compiled (and the step after: its late start), for the straggler signal."""
-    if compiles.is_empty():
-        return set()
-    known = {int(s) for s in compiles.filter(pl.col("frame_compile_id").fill_null(0) > 0)["step"].drop_nulls()}
-    return known | {s + 1 for s in known}
+def _distorted_steps(compiles: pl.DataFrame, steps: pl.DataFrame) -> set[int]:
+    """Steps whose start times say nothing about a straggler: steps in which some rank recompiled and the step
+    after (the compile is its own cause), and the first step after each profiler window (the trace export)."""
+    out: set[int] = set()
+    if not compiles.is_empty():
+        known = {int(s) for s in compiles.filter(pl.col("frame_compile_id").fill_null(0) > 0)["step"].drop_nulls()}
+        out |= known | {s + 1 for s in known}
+    col = steps.filter(pl.col("source").cast(pl.String) == "collector") if not steps.is_empty() else steps
+    if not col.is_empty() and col["profiled"].any():
+        prof = col.filter(pl.col("profiled").fill_null(False))["step"].unique()
+        out |= {int(s) + 1 for s in prof if int(s) + 1 not in set(prof.to_list())}
+    return out
 
 
 def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = KERNEL_WAIT_NS, *,
@@ -177,7 +184,7 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
     bub = out["bubbles"]
     pipeline = not bub.is_empty() and bool((bub.group_by("rank").agg(pl.col("forwards").median())["forwards"] >= 2).any())
     out["stragglers"] = straggler_ranks(steps, matched, use_step_starts=not pipeline,
-                                        exclude_steps=_compile_steps(compiles, steps))
+                                        exclude_steps=_distorted_steps(compiles, steps))
     out["top_kernels"] = ev["top_kernels"]
     out["launch_stats"] = ev["launch_stats"]
     out["kernel_class_time"] = ev["kernel_class_time"]
@@ -196,6 +203,7 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
         *recompile_finding_list(compiles, steps=steps, collectives=matched if not matched.is_empty() else colls,
                                 fingerprints=fingerprints, timeout_s=timeout_s),
         *hang_analysis(run_hangs(run), steps, compiles, getattr(run, "world_size", None))[1],  # analyses/hangs.py
+        *config_findings(getattr(run, "meta", None) or {}, fingerprints),  # analyses/applied.py
     ]
     if overhead is not None:
         found.append(overhead)
