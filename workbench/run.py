@@ -125,6 +125,17 @@ class Run:
 
         return run_findings(self, window)  # type: ignore[arg-type]
 
+    def __repr__(self) -> str:
+        """One line (``print(run)`` never dumps the tables): ranks, device, steps and what was recorded."""
+        devices = sorted({d for d in self.ranks.get_column("device_name").to_list() if d}) \
+            if "device_name" in self.ranks.columns else []
+        steps = self.steps.get_column("step").n_unique() if self.steps.height else 0
+        kernels = self.count("kernels")
+        what = f"{kernels:,} device activities" if kernels else "no device activity (CPU run)"
+        return (f"Run({self.name!r}: {self.ranks.height} rank{'s' if self.ranks.height != 1 else ''}"
+                f"{' on ' + ', '.join(devices) if devices else ''}, {steps} steps, {what}, "
+                f"{self.collectives.height:,} collectives, {self.compiles.height:,} compiles)")
+
     def table(self, name: str) -> pl.DataFrame:
         """A table by name (``events``, ``kernels``, ...)."""
         if name not in schema.TABLES or name == "findings":
