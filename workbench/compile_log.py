@@ -400,6 +400,23 @@ def _first_line(text: str | None) -> str | None:
     return None
 
 
+_BREAK_NOISE = ("graph break in user code at", "encountered graph break when attempting")
+
+
+def _break_summary(text: str | None) -> str | None:
+    """A graph-break reason in one line: what dynamo could not trace, and its explanation when it gives one."""
+    if not text:
+        return None
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    lines = [ln.removeprefix("Graph Break Reason:").strip() for ln in lines]
+    heads = [ln for ln in lines if ln and not ln.lower().startswith(_BREAK_NOISE)
+             and not ln.lower().startswith(("explanation:", "hint:"))]
+    head = heads[0] if heads else (lines[0] if lines else "")
+    expl = next((ln for ln in lines if ln.lower().startswith("explanation:")), None)
+    out = f"{head}: {expl.split(':', 1)[1].strip()}" if expl else head
+    return out[:300] or None
+
+
 def _status(r: dict[str, Any], fail_type: Any, fail_reason: Any, restarts: list[str]) -> str:
     """ok, graph_break, eager_fallback, failed or incomplete (see the module docstring)."""
     if r["metrics"] is None:
@@ -474,8 +491,8 @@ def _finish_row(r: dict[str, Any], strings: dict[int, str], torch_version: str |
     failed = status in ("failed", "eager_fallback")
     break_reason = None
     if status == "graph_break":
-        break_reason = (_first_line(r["graph_breaks"][0]) if r["graph_breaks"] else
-                        _first_line(restarts[0]) if restarts else _first_line(fail_reason))
+        break_reason = _break_summary(r["graph_breaks"][0] if r["graph_breaks"] else
+                                      restarts[0] if restarts else fail_reason)
     hits = sum((integer(m, k) or 0) + (integer(bwd, k) or 0) for k in _CACHE_HIT_KEYS)
     misses = sum((integer(m, k) or 0) + (integer(bwd, k) or 0) for k in _CACHE_MISS_KEYS)
     if not hits and not misses:

@@ -231,3 +231,73 @@ def test_unreadable_file_raises_trace_error(tmp_path):
 
     with pytest.raises(TraceError):
         read_compile_logs([tmp_path / "missing.log"])
+
+
+# --- fidelity (issue 11): repeated compile ids, graph breaks vs failures, unknown times, cache bypasses ------
+
+
+def test_repeated_compile_ids_stay_separate_compilations(compile_logs, tmp_path):
+    """A log whose compile ids come back (here the same process's log twice, as after ``torch._dynamo.reset()``)
+    keeps every compilation, numbered by ``sequence``."""
+    src = next((compile_logs / SP / "shape").glob("*.log"))
+    once, _ = read_compile_logs([src])
+    twice_log = tmp_path / "twice.log"
+    twice_log.write_text(src.read_text() + src.read_text())
+    twice, skipped = read_compile_logs([twice_log])
+    assert twice.height == 2 * once.height and skipped.height == 0
+    for cid in once["compile_id"].to_list():
+        rows = twice.filter(pl.col("compile_id") == cid)
+        assert rows["sequence"].sort().to_list() == [0, 1]
+        assert rows["duration_ns"].n_unique() == 1 and rows["duration_ns"].null_count() == 0
+
+
+def test_graph_break_is_never_a_failure(compile_logs):
+    gb, _ = read_compile_logs([compile_logs / SP / "graph_break"])
+    breaks = gb.filter(pl.col("status") == "graph_break")
+    assert breaks.height == 2
+    assert breaks["fail_type"].null_count() == breaks.height and breaks["fail_reason"].null_count() == breaks.height
+    assert breaks["break_reason"].null_count() == 0 and (breaks["graph_break_count"] >= 1).all()
+    assert "print" in breaks.filter(pl.col("compile_id") == "0/0_1")["break_reason"][0]
+    fail, _ = read_compile_logs([compile_logs / SP / "fullgraph_fail"])
+    row = fail.row(0, named=True)
+    assert row["status"] == "failed" and row["fail_type"] == "Unsupported" and row["break_reason"] is None
+    assert row["graph_break_count"] == 0 and "Data-dependent branching" in row["fail_reason"]
+
+
+def test_unknown_compile_time_is_null_not_zero(compile_logs, tmp_path):
+    src = next((compile_logs / SP / "shape").glob("*.log"))
+    lines = []
+    for ln in src.read_text().split("\n"):
+        if '{"compilation_metrics"' in ln:
+            head, _, body = ln.partition("] ")
+            ev = json.loads(body)
+            for k in ("start_time_us", "end_time_us", "start_time", "duration_us", "entire_frame_compile_time_s"):
+                ev["compilation_metrics"].pop(k, None)
+            ln = head + "] " + json.dumps(ev)
+        lines.append(ln)
+    log = tmp_path / "no_times.log"
+    log.write_text("\n".join(lines))
+    c, _ = read_compile_logs([log])
+    assert c.height == 2 and c["duration_ns"].null_count() == 2 and c["start"].null_count() == 2
+
+
+def test_aotautograd_cache_bypass_counted(compile_logs, tmp_path):
+    src = next((compile_logs / SP / "shape").glob("*.log"))
+    text = src.read_text().split("\n")
+    i = next(i for i, ln in enumerate(text) if '{"compilation_metrics"' in ln and '"frame_compile_id": 1' in ln)
+    prefix = text[i].partition("] ")[0]
+    bypass = (prefix + '] {"artifact": {"name": "aotautograd_cache_bypass", "encoding": "json"}, '
+              '"frame_id": 0, "frame_compile_id": 1, "attempt": 0, "has_payload": "x"}')
+    payload = '\t{"cache_bypass_reason": "Unsupported call_function target flex_attention", "cache_state": "bypass"}'
+    log = tmp_path / "bypass.log"
+    log.write_text("\n".join(text[:i] + [bypass, payload] + text[i:]))
+    c, _ = read_compile_logs([log])
+    row = c.filter(pl.col("compile_id") == "0/1").row(0, named=True)
+    assert row["cache_bypasses"] == 1 and "flex_attention" in row["cache_bypass_reason"]
+    assert c.filter(pl.col("compile_id") == "0/0")["cache_bypasses"].to_list() == [0]
+
+
+def test_tlparse_logs_of_older_torch_keep_unknown_times_null(compile_logs):
+    c, _ = read_compile_logs([compile_logs / "tlparse" / "comp_failure.log"])
+    row = c.row(0, named=True)
+    assert row["status"] == "failed" and row["duration_ns"] is None  # the log records no compile time
