@@ -119,15 +119,13 @@ def read_dump(path: str | Path, rank: int | None = None) -> FRDump:
         data = p.read_bytes()
     except OSError as exc:
         raise TraceError(p, f"cannot read ({exc.strerror or exc})") from None
-    if data[:1] == b"\x80":
-        obj = safe_unpickle(data, p)
-    elif data.lstrip()[:1] == b"{":
+    if data.lstrip()[:1] == b"{":
         try:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
             raise TraceError(p, f"invalid JSON ({exc})") from None
-    else:
-        raise TraceError(p, "neither a pickle nor JSON: not a Flight Recorder dump")
+    else:   # any other content is read as a pickle, through the plain-data unpickler (protocol 0 has no header)
+        obj = safe_unpickle(data, p)
     if not isinstance(obj, dict) or not isinstance(obj.get("entries", []), list) or "version" not in obj:
         raise TraceError(p, "no 'version' and 'entries': not a Flight Recorder dump")
     entries = [e for e in obj.get("entries", []) if isinstance(e, dict)]
@@ -573,6 +571,9 @@ def run_hangs(run: Any) -> HangTables:
         run._hang_tables = tables
     except AttributeError:   # a run object without a __dict__: read again next time
         pass
+    problems = getattr(run, "problems", None)
+    if isinstance(problems, list):   # a refused or unreadable dump is one line beside the run's other problems
+        problems.extend(p for p in tables.problems if p not in problems)
     return tables
 
 
