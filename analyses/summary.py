@@ -30,7 +30,9 @@ from workbench.analyses.kinds import CompileGroupEvidence, DivergentRecompileEvi
 from workbench.analyses.overlap import comm_compute_overlap
 from workbench.analyses.per_rank import event_tables
 from workbench.analyses.recompiles import classify_compiles, recompile_finding_list
-from workbench.analyses.rootcause import attribute, compiling_finding, device_time
+from workbench.analyses.rootcause import (
+    attribute, cause_spans, compiling_finding, device_time, merge, trace_compile_spans,
+)
 from workbench.analyses.stragglers import step_times, straggler_findings, straggler_ranks
 from workbench.analyses.window import Window, window_kernels
 from workbench.flight_recorder import run_hangs
@@ -134,13 +136,20 @@ def _explained_compiles(findings: list[Finding]) -> set[tuple[int, str]]:
     return out
 
 
-def _distorted_steps(compiles: pl.DataFrame, steps: pl.DataFrame) -> set[int]:
-    """Steps whose start times say nothing about a straggler: steps in which some rank recompiled and the step
-    after (the compile is its own cause), and the first step after each profiler window (the trace export)."""
+def _distorted_steps(compiles: pl.DataFrame, steps: pl.DataFrame, traced: dict[int, list] | None = None) -> set[int]:
+    """Steps whose start times say nothing about a straggler: steps in which some rank recompiled (by the compile
+    log's step, or a profiler step holding the trace's compile ranges) and the step after (the compile is its own
+    cause), and the first step after each profiler window (the trace export)."""
     out: set[int] = set()
+    known: set[int] = set()
     if not compiles.is_empty():
-        known = {int(s) for s in compiles.filter(pl.col("frame_compile_id").fill_null(0) > 0)["step"].drop_nulls()}
-        out |= known | {s + 1 for s in known}
+        known |= {int(s) for s in compiles.filter(pl.col("frame_compile_id").fill_null(0) > 0)["step"].drop_nulls()}
+    if traced and not steps.is_empty():
+        prof = steps.filter(pl.col("source").cast(pl.String) == "profiler")
+        for r, st, a, b in prof.select("rank", "step", "start", "end").iter_rows():
+            if any(s < b and e > a for s, e in traced.get(int(r), [])):
+                known.add(int(st))
+    out |= known | {s + 1 for s in known}
     col = steps.filter(pl.col("source").cast(pl.String) == "collector") if not steps.is_empty() else steps
     if not col.is_empty() and col["profiled"].any():
         prof = col.filter(pl.col("profiled").fill_null(False))["step"].unique()
@@ -183,8 +192,9 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
     out["step_table"] = metrics.step_table(steps)
     bub = out["bubbles"]
     pipeline = not bub.is_empty() and bool((bub.group_by("rank").agg(pl.col("forwards").median())["forwards"] >= 2).any())
+    traced = trace_compile_spans(ev.get("compile_events"))
     out["stragglers"] = straggler_ranks(steps, matched, use_step_starts=not pipeline,
-                                        exclude_steps=_distorted_steps(compiles, steps))
+                                        exclude_steps=_distorted_steps(compiles, steps, traced))
     out["top_kernels"] = ev["top_kernels"]
     out["launch_stats"] = ev["launch_stats"]
     out["kernel_class_time"] = ev["kernel_class_time"]
@@ -208,7 +218,12 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
     if overhead is not None:
         found.append(overhead)
     device = ev["device_time"]
-    comp = compiling_finding(compiles, device.window, _explained_compiles(found))
+    explained: dict[int, list] = {}
+    for f in found:  # time the compile-log findings already explain, per rank
+        if isinstance(f.evidence, (CompileGroupEvidence, DivergentRecompileEvidence)):
+            for r, sp in cause_spans(f, compiles, matched, steps, sorted(device.window)).items():
+                explained[r] = merge(explained.get(r, []) + sp)
+    comp = compiling_finding(compiles, traced, device.window, explained, _explained_compiles(found))
     if comp is not None:
         found.append(comp)
     wall = metrics.wall_ns(steps) or {r: sum(e - s for s, e in w) for r, w in device.window.items()}

@@ -49,6 +49,7 @@ class ConfigApplier:
         self.marked_calls = 0
         self._marks_off: set[int] = set()   # indices of cfg.mark_dynamic refused for good
         self._stance_done = False
+        self._previous: dict[tuple[int, str, str], Any] = {}   # (thread, module, key) -> value before the config
         for key in self._keys():
             self._records[key] = {"setting": key, "value": self._value(key), "applied": False,
                                   "how": None, "reason": "not reached yet"}
@@ -117,8 +118,9 @@ class ConfigApplier:
                 name = f"{section}.{key}"
                 try:
                     module = importlib.import_module(modname)
-                    _get_config(module, key)                       # unknown in this torch: AttributeError
+                    old = _get_config(module, key)                 # unknown in this torch: AttributeError
                     _set_config(module, key, _to_torch_value(module, key, value))
+                    self._previous.setdefault((tid, modname, key), old)
                     self.ok(name, f"{modname}.{key} set in the {where}")
                 except Exception as exc:  # noqa: BLE001
                     self.refused(name, f"{modname}.{key} could not be set: {type(exc).__name__}: {exc}")
@@ -370,8 +372,17 @@ class ConfigApplier:
 
     # ------------------------------------------------------------------ close
     def close(self, steps: int) -> None:
-        """Uninstall the wrapper; settings nothing applied get their reason."""
+        """Uninstall the wrapper, restore the torch config values this thread had before, and give the settings
+        nothing applied their reason."""
         self.uninstall()
+        tid = threading.get_ident()
+        for (t, modname, key), old in list(self._previous.items()):
+            if t == tid:
+                try:
+                    _set_config(importlib.import_module(modname), key, old)
+                except Exception:  # noqa: BLE001
+                    pass
+                del self._previous[(t, modname, key)]
         for key, rec in self._records.items():
             if rec["applied"] or rec["reason"] != "not reached yet":
                 continue

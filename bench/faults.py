@@ -1,0 +1,69 @@
+"""The fault zoo end to end: for every CPU fault, record → analyze → recommend → rerun with the written config →
+diff, and one table: fault · found (rank/step right) · cost error vs ground truth · fix written · fix applied ·
+fault gone on rerun · diff verdict.
+
+    python bench/faults.py                      # every CPU fault (several minutes on 2 cores)
+    python bench/faults.py --only recompile_limit divergent_recompile_batch
+    python bench/faults.py --write-docs         # also replace the table in docs/faults.md
+
+Each fault runs in ``--work`` (default: a temporary folder) as ``<name>/before``, ``<name>/fixes.toml`` and
+``<name>/after``; the runs keep their ``ground_truth.json`` for inspection. Hang faults (``hang_*``) are listed
+by their own bench (``bench/hangs.py`` where present) and skipped here unless named with ``--only``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+DOCS = ROOT / "docs" / "faults.md"
+BEGIN, END = "<!-- fault-table:begin -->", "<!-- fault-table:end -->"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--only", nargs="*", default=None, help="fault names (default: every CPU fault but hang_*)")
+    p.add_argument("--work", default=None, help="folder for the runs (default: a temporary folder)")
+    p.add_argument("--no-rerun", action="store_true", help="record and analyse only")
+    p.add_argument("--write-docs", action="store_true", help=f"replace the table in {DOCS.relative_to(ROOT)}")
+    args = p.parse_args(argv)
+
+    from workbench.faults.registry import faults
+    from workbench.faults.verify import loop, markdown_table
+
+    zoo = faults()
+    names = args.only or [n for n, f in zoo.items() if f.device == "cpu" and not n.startswith("hang_")]
+    work = Path(args.work or tempfile.mkdtemp(prefix="faults-"))
+    results = []
+    t0 = time.monotonic()
+    for name in names:
+        print(f"… {name}", file=sys.stderr, flush=True)
+        try:
+            res = loop(name, work, rerun=not args.no_rerun)
+        except Exception as exc:  # noqa: BLE001 - one broken fault must not hide the others' rows
+            print(f"{name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            continue
+        results.append(res)
+        print(f"  {res.seconds:.0f} s: {res.row()}", file=sys.stderr, flush=True)
+    table = markdown_table(results)
+    print(table)
+    print(f"\n{len(results)} faults in {time.monotonic() - t0:.0f} s; runs in {work}")
+    if args.write_docs and DOCS.is_file():
+        text = DOCS.read_text()
+        stamp = time.strftime("%Y-%m-%d", time.gmtime())
+        block = f"{BEGIN}\n_Measured {stamp} by `python bench/faults.py` (torch CPU, gloo)._\n\n{table}\n{END}"
+        text = re.sub(re.escape(BEGIN) + r".*?" + re.escape(END), lambda _: block, text, flags=re.S)
+        DOCS.write_text(text)
+        print(f"wrote the table into {DOCS}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

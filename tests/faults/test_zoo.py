@@ -1,0 +1,95 @@
+"""Every CPU fault end to end (real gloo runs, several ranks): the top root cause is the planted one with the
+planted ranks and steps, its cost is within 25 % of what the fault script measured itself, a config-fixable
+fault is gone on the rerun with the written config (recompiles: at most 2 compiles per rank of the frame), and a
+code-fixable one names the file:line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from workbench.faults.verify import COST_TOLERANCE
+
+pytestmark = pytest.mark.slow
+
+#: The CI zoo (tiny models, 2–3 ranks, aot_eager).
+FAULTS = ["divergent_recompile_batch", "divergent_recompile_seq", "divergent_recompile_ddp", "recompile_limit",
+          "graph_break_branch", "graph_break_print", "graph_break_item", "straggler_data", "compile_skew",
+          "config_drift", "exposed_comm", "pipeline_bubble"]
+CONFIG_FIXED = ["divergent_recompile_batch", "divergent_recompile_seq", "divergent_recompile_ddp",
+                "recompile_limit"]
+CODE_FIXED = ["graph_break_branch", "graph_break_print", "graph_break_item", "straggler_data", "config_drift",
+              "exposed_comm", "pipeline_bubble"]
+
+#: Mis-diagnoses of the analyses (analyses/*, not the zoo): kept failing-visible as xfail with the numbers.
+KNOWN_WRONG_COST = {
+    "recompile_limit": "recompile_shape cost is the compile time summed over both ranks (45 s) where each rank "
+                       "lost its own ~24 s in parallel (ground truth: per-rank forward excess)",
+}
+KNOWN_WRONG_FOUND: dict[str, str] = {}
+
+
+def _xfail(request, table: dict[str, str], name: str) -> None:
+    if name in table:
+        request.applymarker(pytest.mark.xfail(reason=table[name], strict=False))
+
+
+@pytest.mark.parametrize("name", FAULTS)
+def test_top_root_cause_is_the_planted_one(zoo, request, name):
+    _xfail(request, KNOWN_WRONG_FOUND, name)
+    res = zoo.loop(name)
+    found = res.found
+    assert found.position is not None, f"{name}: planted kind not found; top: {found.top_kind}"
+    from workbench.faults.registry import get_fault
+
+    fault = get_fault(name)
+    if fault.fix != "code" or found.truth_ns:     # time-costing faults must be the top root cause
+        assert found.position == 0, f"{name}: planted kind is #{found.position + 1}, top is {found.top_kind}"
+    assert found.ranks_ok, (name, found.finding.ranks, found.finding.evidence)
+    assert found.steps_ok, (name, found.finding.steps)
+
+
+@pytest.mark.parametrize("name", [n for n in FAULTS if n not in ("graph_break_branch", "graph_break_print",
+                                                                 "graph_break_item", "config_drift")])
+def test_cost_within_25_percent_of_the_scripts_own_measurement(zoo, request, name):
+    _xfail(request, KNOWN_WRONG_COST, name)
+    res = zoo.loop(name)
+    assert res.found.truth_ns, f"{name}: the fault measured no cost"
+    assert res.found.cost_error is not None, f"{name}: not found"
+    assert res.found.cost_error <= COST_TOLERANCE, res.row()["cost error"]
+
+
+@pytest.mark.parametrize("name", CONFIG_FIXED)
+def test_config_fix_applied_and_fault_gone_on_rerun(zoo, name):
+    res = zoo.loop(name)
+    assert res.fix_written.startswith("config"), res.fix_written
+    assert res.fix_applied.startswith("yes"), res.fix_applied
+    assert res.gone.startswith("yes"), res.gone
+    assert res.compiles_after and max(res.compiles_after.values()) <= 2, res.compiles_after
+    # the best fix is one dynamic graph, never a raised recompile limit
+    first = res.recommendations.filter(pl.col("apply")).row(0, named=True)
+    assert first["fix_id"] == "dynamic_sources", first
+    assert "recompile_limit" not in (first["config"] or "")
+    assert res.verdict in ("fixed", "n/a"), res.verdict
+
+
+@pytest.mark.parametrize("name", CODE_FIXED)
+def test_code_fix_names_the_line(zoo, name):
+    from workbench.faults.registry import get_fault
+    from workbench.faults.verify import ALIASES
+
+    res = zoo.loop(name)
+    fault = get_fault(name)
+    recs = res.recommendations.filter(pl.col("finding_kind").is_in(list(ALIASES.get(fault.finding, (fault.finding,)))))
+    assert recs.height, f"{name}: no fix for the planted finding"
+    first = recs.row(0, named=True)
+    assert first["code_advice"], first
+    assert not first["apply"] or first["config"], first      # a code fix is never written as a setting
+    truth = json.loads((Path(res.config_path).parent / "before" / "ground_truth.json").read_text())
+    if truth.get("line"):                                     # graph breaks: the exact line of the break
+        assert first["location"] and first["location"].endswith(":" + truth["line"].rsplit(":", 1)[1]), \
+            (first["location"], truth["line"])
+        assert Path(first["location"].rsplit(":", 1)[0]).name == Path(truth["line"].rsplit(":", 1)[0]).name
