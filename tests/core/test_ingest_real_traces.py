@@ -13,7 +13,7 @@ import pytest
 
 import workbench
 from workbench import schema
-from workbench.errors import InputError, TraceError
+from workbench.errors import InputError
 from workbench.kineto import ASSUMED_RANK, read_trace
 
 RANKLESS = ["hta/rank_unavailable", "hta/distributed_info_unavailable", "hta/amd_trace"]
