@@ -22,34 +22,25 @@ Pure: no I/O; :meth:`RunData.from_run` only reads attributes of an opened run.
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import PurePath
 from typing import Any, Literal
 
-import numpy as np
 import orjson
 import polars as pl
 
+from workbench.analyses.diff_stats import (  # noqa: F401  (re-exported: one import for the diff's users)
+    MIN_STEPS, Change, Direction, StepStats, compare, job_step_times, median_change_ci, rank_sum_p, step_stats,
+)
 from workbench.analyses.window import window_kernels, window_steps
 
 Verdict = Literal["fixed", "smaller", "unchanged", "worse", "cannot tell", "not comparable"]
-#: ``info``: shown, not judged (a single statistic without an uncertainty of its own).
-Direction = Literal["better", "worse", "unchanged", "cannot tell", "not comparable", "n/a", "info"]
 Effect = Literal["different job", "warning", "expected", "note"]
 
-#: Fewer steps than this on either side: the step-time verdict is "cannot tell".
-MIN_STEPS = 8
-#: A change whose 95 % CI lies within ±EQUIVALENT_PCT is "unchanged"; a significant change below SAME_PCT too.
-EQUIVALENT_PCT = 5.0
-SAME_PCT = 2.0
 #: A matched finding's per-step cost must change by more than this share to be "smaller" or "worse".
 FINDING_TOLERANCE = 0.25
-#: Significance level of the rank-sum test; bootstrap resamples (fixed seed: the same input gives the same CI).
-ALPHA = 0.05
-BOOTSTRAP = 2000
 TOP_N = 10
 
 #: Finding sources whose cost is a total over the profiler window (normalised by its step count), over the
@@ -125,40 +116,6 @@ class Comparability:
     def reason(self) -> str:
         return "; ".join(f"{d.what}: {d.before} vs {d.after}" for d in self.differences
                          if d.effect == "different job")
-
-
-@dataclass(frozen=True)
-class Change:
-    """A per-step quantity on both sides and what can be said about its change.
-
-    ``verdict`` is ``better`` / ``worse`` only when the 95 % bootstrap CI of the median change excludes zero and
-    the rank-sum test agrees (p < 0.05); ``unchanged`` when the CI lies within ±5 % (or the significant change is
-    below 2 %); else ``cannot tell``. ``reason`` says which, with the numbers.
-    """
-
-    n_before: int
-    n_after: int
-    median_before: float | None
-    median_after: float | None
-    change_pct: float | None
-    ci_low_pct: float | None
-    ci_high_pct: float | None
-    p_value: float | None
-    verdict: Direction
-    reason: str
-
-
-@dataclass(frozen=True)
-class StepStats:
-    """One side's step times (ns): where they came from, how many, median, p90, spread (p75 − p25), mean, max."""
-
-    source: str | None
-    n: int
-    median_ns: float | None
-    p90_ns: float | None
-    spread_ns: float | None
-    mean_ns: float | None
-    max_ns: float | None
 
 
 @dataclass(frozen=True)
@@ -307,93 +264,6 @@ class RunDiff:
 
 def _ranks(r: Sequence[int]) -> str:
     return ",".join(map(str, r)) or "-"
-
-
-# ----------------------------------------------------------------------------------------------- statistics
-def rank_sum_p(a: Sequence[float], b: Sequence[float]) -> float:
-    """Two-sided p-value of the Mann–Whitney U (Wilcoxon rank-sum) test, normal approximation with tie and
-    continuity correction. 1.0 when either side is empty or every value is equal."""
-    n1, n2 = len(a), len(b)
-    if not n1 or not n2:
-        return 1.0
-    both = pl.Series(list(a) + list(b), dtype=pl.Float64)
-    ranks = both.rank("average").to_numpy()
-    u1 = float(ranks[:n1].sum()) - n1 * (n1 + 1) / 2
-    n = n1 + n2
-    ties = both.value_counts()["count"].to_numpy().astype(float)
-    var = n1 * n2 / 12.0 * ((n + 1) - float(((ties ** 3) - ties).sum()) / (n * (n - 1)))
-    if var <= 0:
-        return 1.0
-    z = (abs(u1 - n1 * n2 / 2.0) - 0.5) / math.sqrt(var)
-    return float(min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2.0))))
-
-
-def median_change_ci(a: Sequence[float], b: Sequence[float], *, resamples: int = BOOTSTRAP,
-                     seed: int = 0) -> tuple[float, float]:
-    """95 % bootstrap CI (percent) of ``median(b) / median(a) − 1``, each side resampled on its own."""
-    rng = np.random.default_rng(seed)
-    x, y = np.asarray(a, float), np.asarray(b, float)
-    mx = np.median(rng.choice(x, (resamples, x.size)), axis=1)
-    my = np.median(rng.choice(y, (resamples, y.size)), axis=1)
-    ratio = 100.0 * (my / np.where(mx == 0, np.nan, mx) - 1.0)
-    lo, hi = np.nanpercentile(ratio, [2.5, 97.5])
-    return float(lo), float(hi)
-
-
-def compare(before: Sequence[float], after: Sequence[float], *, lower_is_better: bool = True,
-            min_n: int = MIN_STEPS, what: str = "steps", floor: float = 0.0) -> Change:
-    """Judge the change of a per-step quantity from its values on each side (see :class:`Change`); a change of
-    the median below ``floor`` (e.g. 1 % of the step time, for a part of it) is ``unchanged`` whatever the test."""
-    a = [float(v) for v in before if v is not None]
-    b = [float(v) for v in after if v is not None]
-    med_a = float(np.median(a)) if a else None
-    med_b = float(np.median(b)) if b else None
-    pct = 100.0 * (med_b / med_a - 1.0) if med_a and med_b is not None else None
-    if len(a) < min_n or len(b) < min_n:
-        return Change(len(a), len(b), med_a, med_b, pct, None, None, None, "cannot tell",
-                      f"only {len(a)} and {len(b)} {what}; need at least {min_n} a side")
-    if not med_a:
-        return Change(len(a), len(b), med_a, med_b, pct, None, None, None, "cannot tell",
-                      f"the median before is 0 ({len(a)} vs {len(b)} {what})")
-    if med_b is not None and abs(med_b - med_a) < floor:
-        return Change(len(a), len(b), med_a, med_b, pct, None, None, None, "unchanged",
-                      f"unchanged: the median moved {abs(med_b - med_a) / 1e6:.3f} ms, below the "
-                      f"{floor / 1e6:.3f} ms that matters (1 % of the step time)")
-    lo, hi = median_change_ci(a, b)
-    p = rank_sum_p(a, b)
-    nums = f"{pct:+.1f} % [95 % CI {lo:+.1f} %, {hi:+.1f} %], rank-sum p={p:.3g}, {len(a)} vs {len(b)} {what}"
-    if (lo > 0 or hi < 0) and p < ALPHA and abs(pct) >= SAME_PCT:
-        up = pct > 0
-        verdict: Direction = "worse" if up == lower_is_better else "better"
-        return Change(len(a), len(b), med_a, med_b, pct, lo, hi, p, verdict, f"{'up' if up else 'down'} {nums}")
-    if max(abs(lo), abs(hi)) <= EQUIVALENT_PCT or ((lo > 0 or hi < 0) and p < ALPHA):
-        return Change(len(a), len(b), med_a, med_b, pct, lo, hi, p, "unchanged", f"unchanged: {nums}")
-    return Change(len(a), len(b), med_a, med_b, pct, lo, hi, p, "cannot tell", f"spreads overlap: {nums}")
-
-
-# ----------------------------------------------------------------------------------------------- steps
-def job_step_times(steps: pl.DataFrame) -> tuple[str | None, list[float]]:
-    """The job's step times (ns), one per step: the slowest rank's duration (it sets the pace). Collector steps
-    when there are any (the first step, which holds the first compile, left out), else profiler steps."""
-    if steps.is_empty():
-        return None, []
-    s = steps.with_columns(pl.col("source").cast(pl.String))
-    for source in ("collector", "profiler"):
-        mine = s.filter(pl.col("source") == source)
-        if mine.height:
-            if source == "collector" and mine["step"].n_unique() > 1:
-                mine = mine.filter(pl.col("step") > mine["step"].min())
-            per = mine.group_by("step").agg(pl.col("dur").max()).sort("step")
-            return source, [float(v) for v in per["dur"].to_list() if v is not None]
-    return None, []
-
-
-def step_stats(source: str | None, values: Sequence[float]) -> StepStats:
-    if not values:
-        return StepStats(source, 0, None, None, None, None, None)
-    v = np.asarray(values, float)
-    q25, q50, q75, q90 = np.percentile(v, [25, 50, 75, 90])
-    return StepStats(source, int(v.size), float(q50), float(q90), float(q75 - q25), float(v.mean()), float(v.max()))
 
 
 def _per_step_series(bd: pl.DataFrame, column: str) -> list[float]:
@@ -600,6 +470,16 @@ def _match(f: _F, after: list[_F], used: set[int]) -> int | None:
     return None
 
 
+def _looked_at(a: RunData, source: str) -> str:
+    """What of AFTER was searched for the finding (the evidence of a ``fixed``)."""
+    if source == "recompiles":
+        recompiles = _recompiles(a.compiles) or 0
+        return f"AFTER's compile logs ({a.compiles['rank'].n_unique()} ranks, {recompiles:g} recompiles)"
+    if source == "stragglers":
+        return f"AFTER's {_collector_steps(a)} collector steps"
+    return "AFTER's trace"
+
+
 def _spread(d: RunData) -> float:
     """The step-to-step spread (p75 − p25 of the job's step times, ns): changes below it are noise-level."""
     return step_stats(*job_step_times(d.steps)).spread_ns or 0.0
@@ -623,12 +503,8 @@ def _judge(f: _F, g: _F | None, b: RunData, a: RunData, comp: Comparability) -> 
         if not ok:
             return FindingVerdict(**base, after_cost_ns=None, after_per_step_ns=None, verdict="cannot tell",
                                   evidence=f"{why}: its absence proves nothing")
-        seen = {"recompiles": f"AFTER's compile logs ({a.compiles['rank'].n_unique()} ranks, "
-                              f"{int((a.compiles['frame_compile_id'] > 0).sum()) if 'frame_compile_id' in a.compiles.columns else 0} recompiles)"
-                              if not a.compiles.is_empty() else "",
-                "stragglers": f"AFTER's {_collector_steps(a)} collector steps"}.get(f.source, "AFTER's trace")
         return FindingVerdict(**base, after_cost_ns=0, after_per_step_ns=0.0, verdict="fixed",
-                              evidence=f"no {f.kind} on ranks {_ranks(f.ranks)} in {seen or 'AFTER'} "
+                              evidence=f"no {f.kind} on ranks {_ranks(f.ranks)} in {_looked_at(a, f.source)} "
                                        f"(was {_ms(f.cost_ns)})")
     after = dict(after_cost_ns=g.cost_ns, after_per_step_ns=_per_step(g, a), after_id=g.id)
     if f.source in _EVENT_SOURCES:  # a recompile happens or not: judge by how often
@@ -810,15 +686,3 @@ def diff_runs(before: RunData, after: RunData, *, top: int = TOP_N) -> RunDiff:
         metrics=tuple(per_step_metrics(before, after, st, sb, sa, comp.comparable)),
         kernels=tuple(op_changes(before, after, "kernel", top)), cpu_ops=tuple(op_changes(before, after, "cpu_op", top)),
     )
-
-
-def same_job(before: RunData, after: RunData) -> bool:
-    """True when the two runs are the same job (nothing that makes them different jobs differs)."""
-    return comparability(before, after).comparable
-
-
-def verdict_counts(diffs: Iterable[FindingVerdict]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for f in diffs:
-        out[f.verdict] = out.get(f.verdict, 0) + 1
-    return out
