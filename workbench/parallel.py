@@ -51,8 +51,8 @@ def read_on_cluster(address: str, traces: list[TraceSource], rank: int | None, o
         return []
     try:
         client = Client(address, timeout=30, set_as_default=False)
-    except (OSError, TimeoutError) as exc:
-        raise InputError(f"cannot reach the Dask scheduler at {address} ({exc})") from exc
+    except Exception as exc:  # noqa: BLE001 - a bad address or an unreachable scheduler: one line
+        raise InputError(f"cannot reach the Dask scheduler at {address} ({type(exc).__name__}: {exc})") from exc
     try:
         futures = [client.submit(read_remote, str(t.path), t.rank, rank, str(cache_dir) if cache_dir else None,
                                  key=f"workbench-read-{i}-{t.path.name}", pure=False)
@@ -61,7 +61,7 @@ def read_on_cluster(address: str, traces: list[TraceSource], rank: int | None, o
         results: list[RankPart | None] = [None] * len(traces)
         errors: list[TraceError | None] = [None] * len(traces)
         uncached = [""] * len(traces)
-        for done, fut in enumerate(as_completed(futures), 1):
+        for done, fut in enumerate(as_completed(futures, loop=client.loop), 1):
             i = index[fut.key]
             out = fut.result()
             if "error" in out:
