@@ -246,6 +246,8 @@ def rank_status(entries: pl.DataFrame, status: pl.DataFrame, rank_state: pl.Data
             row["has_dump"] = True
         elif rs is not None and rs.get("fatal_op"):
             row.update(op=rs["fatal_op"], call_site=rs.get("fatal_call_site"), completed=False)
+        if state == "unknown" and row.get("completed") is False:
+            state = row["state"] = "stalled"   # a dump alone: blocked in a collective when it was written
         if c is not None:
             cstep = c.get("step")
             if cstep is None:
@@ -385,6 +387,10 @@ def sizes_text(sizes: str | None, dtypes: str | None) -> str:
     return _sizes_text(sizes, dtypes)
 
 
+def _in_step(step: Any) -> str:
+    return "" if step is None else f" in step {step}"
+
+
 def _were(ranks: Any) -> str:
     return "was" if len(list(ranks)) == 1 else "were"
 
@@ -422,9 +428,10 @@ def hang_findings(entries: pl.DataFrame, status: pl.DataFrame, rank_state: pl.Da
         return []
     rows = {int(r["rank"]): r for r in st.iter_rows(named=True)}
     bad = {r for r, x in rows.items() if x["state"] not in ("finished", "unknown")}
-    if not bad:
+    foreign = rank_state.is_empty() and not entries.is_empty()   # dumps alone (no collector files): compare them
+    if not bad and not foreign:
         return []
-    if all(rows[r]["state"] == "gone" for r in rows):
+    if bad and all(rows[r]["state"] == "gone" for r in rows):
         return []   # no rank wrote an exit: still running, or the whole job was killed at once (nothing outlived)
     ent = entry_steps(entries, steps) if not entries.is_empty() else entries
     finished = {r for r, x in rows.items() if x["state"] == "finished"}
@@ -501,7 +508,7 @@ def hang_findings(entries: pl.DataFrame, status: pl.DataFrame, rank_state: pl.Da
             x = rows.get(r, {})
             if e is not None:
                 odd_text[r] = (f"{e['op']} {_sizes_text(e['in_sizes'], e['in_dtypes'])} from {_short(e['call_site'])}"
-                               f" in step {e.get('step')}")
+                               f"{_in_step(e.get('step'))}")
                 odd_site = odd_site or e["call_site"]
             elif x.get("fatal_call_site"):
                 odd_text[r] = f"aborted in {x.get('fatal_op') or 'a call'} from {_short(x['fatal_call_site'])}"
@@ -510,14 +517,14 @@ def hang_findings(entries: pl.DataFrame, status: pl.DataFrame, rank_state: pl.Da
                 odd_text[r] = (f"its last collective was {where(x['pg_name'], None, x['seq'])} {x['op']} from "
                                f"{_short(x['call_site'])} (state {x['state']}, step {x['step_reached']})")
             else:
-                odd_text[r] = f"{x.get('state', 'unknown')} in step {x.get('step_reached')}"
+                odd_text[r] = f"{x.get('state', 'unknown')}{_in_step(x.get('step_reached'))}"
         ranks_t = _ranks_text(mm.odd_ranks)
         if mm.problem == "extra":
             e = mm.odd[mm.odd_ranks[0]] or {}
             msg = (f"Desync: {ranks_t} issued an extra {e.get('op')} {_sizes_text(e.get('in_sizes'), e.get('in_dtypes'))}"
-                   f" from {_short(e.get('call_site'))} in step {e.get('step')} at {where(mm.pg_name, mm.pg_desc, mm.seq)}"
+                   f" from {_short(e.get('call_site'))}{_in_step(e.get('step'))} at {where(mm.pg_name, mm.pg_desc, mm.seq)}"
                    f", where {_ranks_text([r for r in rows if r not in mm.odd_ranks])} "
-                   + (f"issued {what} from {_short(ref['call_site'])} in step {ref.get('step')}."
+                   + (f"issued {what} from {_short(ref['call_site'])}{_in_step(ref.get('step'))}."
                       if mm.missing_on != tuple(r for r in rows if r not in mm.odd_ranks) or
                       _sig(e) != _sig(ref) else "issued nothing (they had finished or moved on)."))
             fix = (f"run the collective at {_short(e.get('call_site'))} on every rank of the group, or none "
@@ -525,15 +532,15 @@ def hang_findings(entries: pl.DataFrame, status: pl.DataFrame, rank_state: pl.Da
         elif mm.problem == "missing":
             msg = (f"Desync: {ranks_t} never issued {what} at {where(mm.pg_name, mm.pg_desc, mm.seq)}, which "
                    f"{_ranks_text([r for r in rows if r not in mm.odd_ranks and r in set(ent['rank'].to_list())])} "
-                   f"issued from {_short(ref['call_site'])} in step {ref.get('step')}; instead: "
+                   f"issued from {_short(ref['call_site'])}{_in_step(ref.get('step'))}; instead: "
                    + "; ".join(f"rank {r} {t}" for r, t in odd_text.items()) + ".")
             fix = (f"make every rank reach the collective at {_short(ref['call_site'])} (a rank that skips or "
                    "leaves early, e.g. uneven data, desynchronises the group)")
         elif mm.problem == "misaligned":
             e = mm.odd[mm.odd_ranks[0]] or {}
             msg = (f"Desync: at {where(mm.pg_name, mm.pg_desc, mm.seq)} {ranks_t} issued {e.get('op')} from "
-                   f"{_short(e.get('call_site'))} in step {e.get('step')} while the others issued {what} from "
-                   f"{_short(ref['call_site'])} in step {ref.get('step')}: {ranks_t} is one collective ahead "
+                   f"{_short(e.get('call_site'))}{_in_step(e.get('step'))} while the others issued {what} from "
+                   f"{_short(ref['call_site'])}{_in_step(ref.get('step'))}: {ranks_t} is one collective ahead "
                    "(an extra call with the same shape pairs up silently).")
             fix = (f"run the collective at {_short(e.get('call_site'))} on every rank of the group, or none")
         else:
@@ -542,9 +549,13 @@ def hang_findings(entries: pl.DataFrame, status: pl.DataFrame, rank_state: pl.Da
                    f"(different {mm.problem}).")
             fix = (f"give the tensor at {_short(odd_site or ref['call_site'])} the same {mm.problem} on every rank "
                    "(pad it, or exchange sizes first with all_gather)")
-        msg += f" Steps: {others_text(mm.odd_ranks)}."
+        if any(v is not None for v in steps_by_rank.values()):
+            msg += f" Steps: {others_text(mm.odd_ranks)}."
         return [finding("desync", mm.problem, msg, mm.odd_ranks, mm.pg_name, mm.pg_desc, mm.seq, ref, odd_text,
                         odd_site, fix)]
+
+    if not bad:
+        return []
 
     # the collective the healthy ranks were stuck in: their last one, the earliest that did not complete
     def stuck(ranks: list[int]) -> dict[str, Any] | None:
@@ -571,7 +582,7 @@ def hang_findings(entries: pl.DataFrame, status: pl.DataFrame, rank_state: pl.Da
         ref = stuck(healthy)
         odd_text = {r: f"aborted inside compiled graph [{ev_c.compile_id}], which issues an extra or different "
                        f"collective from {_short(ev_c.odd_call_site)}"}
-        msg = (f"Desync: rank {r} aborted in step {x.get('step_reached')} inside compiled graph "
+        msg = (f"Desync: rank {r} aborted{_in_step(x.get('step_reached'))} inside compiled graph "
                f"[{ev_c.compile_id}] ({ev_c.graph}), whose collectives differ from the other ranks' at position "
                f"{ev_c.index} (from {_short(ev_c.odd_call_site)})"
                + (f"; {_ranks_text(healthy)} {_were(healthy)} in {where(ref['pg_name'], ref['pg_desc'], ref['seq'])} "
@@ -592,13 +603,13 @@ def hang_findings(entries: pl.DataFrame, status: pl.DataFrame, rank_state: pl.Da
         elif same_site and same_step:
             problem = "contents"
             msg_tail = (f"the same call the others made: {where(ref['pg_name'], ref['pg_desc'], ref['seq'])} "
-                        f"{ref['op']} {_sizes_text(ref['in_sizes'], ref['in_dtypes'])} in step {ref.get('step')} "
+                        f"{ref['op']} {_sizes_text(ref['in_sizes'], ref['in_dtypes'])}{_in_step(ref.get('step'))} "
                         "— its tensor differs (size or dtype; gloo aborts on a received-size mismatch)")
         else:
             problem = "extra"
             msg_tail = (f"while {_ranks_text(healthy)} {_were(healthy)} in {where(ref['pg_name'], ref['pg_desc'], ref['seq'])} "
                         f"{ref['op']} {_sizes_text(ref['in_sizes'], ref['in_dtypes'])} from "
-                        f"{_short(ref['call_site'])} in step {ref.get('step')}: an extra or different collective")
+                        f"{_short(ref['call_site'])}{_in_step(ref.get('step'))}: an extra or different collective")
         odd_text = {r: f"aborted in {x.get('fatal_op')} from {_short(x.get('fatal_call_site'))} in step "
                        f"{x.get('step_reached')}"}
         msg = (f"Desync: rank {r} aborted in {x.get('fatal_op')} called from {_short(x.get('fatal_call_site'))} "
@@ -622,7 +633,7 @@ def hang_findings(entries: pl.DataFrame, status: pl.DataFrame, rank_state: pl.Da
             x = rows[r]
             how = {"gone": "gone (killed: no exit, no error recorded)", "aborted": "crashed (fatal signal)",
                    "error": f"raised {x.get('error')}"}[x["state"]]
-            odd_text[r] = f"{how} in step {x['step_reached']}, after step {x['last_step']}"
+            odd_text[r] = f"{how}{_in_step(x['step_reached'])}, after step {x['last_step']}"
         msg = (f"Rank died: {_ranks_text(dead)} {odd_text[dead[0]]}"
                + (f"; {_ranks_text(healthy)} waited for it in {where(ref['pg_name'], ref['pg_desc'], ref['seq'])} "
                   f"{ref['op']} {_sizes_text(ref['in_sizes'], ref['in_dtypes'])} from {_short(ref['call_site'])} "
