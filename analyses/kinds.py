@@ -118,9 +118,11 @@ class CompileTimeEvidence(Evidence):
 class CompilingEvidence(Evidence):
     """Compiles running inside a profiler window (their time is not the GPU's or the host's fault)."""
 
-    compile_ids_by_rank: dict[int, tuple[str, ...]]
+    compile_ids_by_rank: dict[int, tuple[str, ...]]   # from the compile logs (empty when only the trace shows it)
     compile_ns_by_rank: dict[int, int]   # compile time inside the analysed window
     window_ns_by_rank: dict[int, int]
+    spans: tuple[tuple[int, int], ...]   # the compiles' time (absolute ns, any rank): every rank waits through it
+    seen_in: str                         # "compile log" or "trace" (``(dynamo_timed)`` ranges)
 
 
 # ---------------------------------------------------------------------------------------------- device time

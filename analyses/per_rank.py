@@ -26,7 +26,7 @@ from workbench.schema import EVENTS, KERNELS, empty
 
 #: What :func:`event_tables` returns: frames, and ``device_time`` (a ``rootcause.DeviceTime`` where that exists).
 KEYS = ("breakdown", "idle_gaps", "bubbles", "launch_stats", "kernel_class_time", "main_streams", "top_kernels",
-        "python_events", "device_time")
+        "python_events", "compile_events", "device_time")
 
 
 def _device_time(kw: pl.DataFrame) -> Any:
@@ -51,6 +51,9 @@ def rank_tables(kernels: pl.DataFrame, events: pl.DataFrame, steps: pl.DataFrame
         "kernel_totals": kernel_totals(kw),
         # the python_function events (traces recorded with_stack), narrowed to what the overhead finding reads
         "python_events": events.filter(pl.col("kind").cast(pl.String) == "python").select("rank", "kind"),
+        # torch.compile's own ranges in the trace (rootcause.trace_compile_spans reads them)
+        "compile_events": events.filter(pl.col("name").cast(pl.String).str.ends_with("(dynamo_timed)"))
+        .select("rank", "name", "start", "end"),
         "device_time": _device_time(kw),
     }
 

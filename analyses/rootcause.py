@@ -126,8 +126,10 @@ def device_time(window_kernels: pl.DataFrame) -> DeviceTime:
 
 
 # ---------------------------------------------------------------------------------------------- cause time
-def cause_spans(f: Finding, compiles: pl.DataFrame, matched: pl.DataFrame, steps: pl.DataFrame) -> dict[int, Spans]:
-    """Per rank, the time ``f`` explains (empty for findings that explain no time)."""
+def cause_spans(f: Finding, compiles: pl.DataFrame, matched: pl.DataFrame, steps: pl.DataFrame,
+                all_ranks: Sequence[int] = ()) -> dict[int, Spans]:
+    """Per rank, the time ``f`` explains (empty for findings that explain no time). A ``compiling`` finding
+    explains its compiles' time on every rank (``all_ranks``): the others wait for the compiling rank."""
     ev = f.evidence
     if isinstance(ev, DivergentRecompileEvidence):
         if ev.compile_start is None:
@@ -138,12 +140,12 @@ def cause_spans(f: Finding, compiles: pl.DataFrame, matched: pl.DataFrame, steps
             if m.height and m["last_arrival"].max() is not None:
                 end = max(end, int(m["last_arrival"].max()))
         return {r: [(ev.compile_start, end)] for r in f.ranks}
-    if isinstance(ev, (CompileGroupEvidence, CompilingEvidence)) and compiles is not None and not compiles.is_empty():
-        ids = (ev.compile_ids if isinstance(ev, CompileGroupEvidence)
-               else tuple(i for ids in ev.compile_ids_by_rank.values() for i in ids))
-        c = compiles.filter(pl.col("rank").is_in(list(f.ranks)) & pl.col("compile_id").is_in(list(ids)))
-        if isinstance(ev, CompileGroupEvidence):
-            c = c.filter(pl.col("co_name") == ev.co_name) if ev.co_name is not None else c
+    if isinstance(ev, CompilingEvidence):
+        spans = merge(ev.spans)
+        return {r: spans for r in all_ranks}
+    if isinstance(ev, CompileGroupEvidence) and compiles is not None and not compiles.is_empty():
+        c = compiles.filter(pl.col("rank").is_in(list(f.ranks)) & pl.col("compile_id").is_in(list(ev.compile_ids)))
+        c = c.filter(pl.col("co_name") == ev.co_name) if ev.co_name is not None else c
         out: dict[int, Spans] = {}
         for r, s, e in c.select("rank", "start", "end").iter_rows():
             if s is not None and e is not None:
@@ -206,7 +208,8 @@ def attribute(findings: Sequence[Finding], *, device: DeviceTime, compiles: pl.D
               steps: pl.DataFrame, wall_ns: dict[int, int]) -> list[Finding]:
     """Root causes with their symptoms under them, most costly first (see the module docstring)."""
     causes = [f for f in sort_findings(findings) if kind_spec(f.kind).role == "cause"]
-    spans = {c.id: cause_spans(c, compiles, matched, steps) for c in causes}
+    all_ranks = sorted(set(device.window) | set(wall_ns))
+    spans = {c.id: cause_spans(c, compiles, matched, steps, all_ranks) for c in causes}
     children: dict[str, list[Finding]] = {c.id: [] for c in causes}
     roots: list[Finding] = [f for f in findings if kind_spec(f.kind).role != "symptom"]
     for s in (f for f in findings if kind_spec(f.kind).role == "symptom"):
@@ -261,32 +264,55 @@ def _cap(f: Finding, wall_ns: dict[int, int]) -> Finding:
     return f
 
 
-def compiling_finding(compiles: pl.DataFrame, window: dict[int, Spans], explained: set[tuple[int, str]]
-                      ) -> Finding | None:
-    """``compiling``: compiles inside the analysed device window that no other compile finding names."""
-    if compiles is None or compiles.is_empty() or not window:
-        return None
+def trace_compile_spans(events: pl.DataFrame) -> dict[int, Spans]:
+    """Per rank, the time torch.compile ran as the trace shows it: the union of its ``(dynamo_timed)`` ranges."""
+    if events is None or events.is_empty() or "name" not in events.columns:
+        return {}
+    e = events.filter(pl.col("name").cast(pl.String).str.ends_with("(dynamo_timed)")).select("rank", "start", "end")
+    out: dict[int, Spans] = {}
+    for (rank,), g in e.group_by(["rank"]):
+        out[int(rank)] = merge(zip(g["start"].to_list(), g["end"].to_list()))
+    return out
+
+
+def compiling_finding(compiles: pl.DataFrame, traced: dict[int, Spans], window: dict[int, Spans],
+                      explained: dict[int, Spans], explained_ids: set[tuple[int, str]]) -> Finding | None:
+    """``compiling``: compile time inside the analysed device window that no other compile finding explains.
+
+    Compile time comes from the compile logs (rows not named by ``explained_ids``) and from the trace's own
+    ``(dynamo_timed)`` ranges (``traced``), less the time other compile findings already explain (``explained``).
+    """
+    spans: dict[int, Spans] = {r: list(v) for r, v in traced.items()}
     ids: dict[int, list[str]] = {}
-    ns: dict[int, int] = {}
-    for r, cid, s, e in compiles.select("rank", "compile_id", "start", "end").iter_rows():
-        if s is None or e is None or (int(r), cid) in explained or int(r) not in window:
-            continue
-        ov = length(intersect(window[int(r)], [(int(s), int(e))]))
-        if ov > 0:
+    if compiles is not None and not compiles.is_empty():
+        for r, cid, s, e in compiles.select("rank", "compile_id", "start", "end").iter_rows():
+            if s is None or e is None or (int(r), cid) in explained_ids:
+                continue
+            spans.setdefault(int(r), []).append((int(s), int(e)))
             ids.setdefault(int(r), []).append(cid)
-            ns[int(r)] = ns.get(int(r), 0) + ov
+    ns: dict[int, int] = {}
+    inside: list[tuple[int, int]] = []
+    seen_in = "trace" if traced else "compile log"
+    for r, v in spans.items():
+        if r not in window:
+            continue
+        ov = subtract(intersect(window[r], merge(v)), explained.get(r, []))
+        if length(ov) >= 1_000_000:
+            ns[r] = length(ov)
+            inside += ov
     if not ns:
         return None
     worst = max(ns, key=ns.get)
     return make_finding(
         "compiling",
         f"torch.compile ran inside the profiler window on rank {', '.join(map(str, sorted(ns)))} "
-        f"({format_ns(ns[worst])} on rank {worst}): the GPU waited for the compiler, not for slow host code.",
-        CompilingEvidence({r: tuple(v) for r, v in ids.items()}, ns,
-                          {r: length(window[r]) for r in ns}),
-        Cost.measured(ns[worst], "compile time inside the analysed window (compile log)"),
+        f"({format_ns(ns[worst])} on rank {worst}, seen in the {seen_in}): the idle GPU and the other ranks' waits "
+        "in that time are the compiler's, not slow host code or a straggler.",
+        CompilingEvidence({r: tuple(v) for r, v in ids.items() if r in ns}, ns, {r: length(window[r]) for r in ns},
+                          tuple(merge(inside)), seen_in),
+        Cost.measured(ns[worst], f"compile time inside the analysed window ({seen_in})"),
         ranks=sorted(ns), source="rootcause")
 
 
-__all__ = ["attribute", "cause_spans", "compiling_finding", "device_time", "DeviceTime", "finding_id", "merge",
+__all__ = ["attribute", "cause_spans", "compiling_finding", "trace_compile_spans", "device_time", "DeviceTime", "finding_id", "merge",
            "intersect", "subtract", "length"]

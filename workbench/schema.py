@@ -218,8 +218,118 @@ FINDINGS: dict[str, pl.DataType] = {
     "is_root": pl.Boolean,
 }
 
-#: Every analysis output (``workbench.analyses.summary.AnalysisTables``), declared like the input tables.
+#: Every analysis output (``workbench.analyses.summary.AnalysisTables``), declared like the input tables: each
+#: function's docstring says what its columns mean. ``analysis_tables`` conforms its outputs to these, so an empty
+#: table still has its columns.
 ANALYSIS_TABLES: dict[str, dict[str, pl.DataType]] = {
+    "breakdown": {
+        "rank": pl.Int32, "step": pl.Int32, "start": pl.Int64, "end": pl.Int64, "activities": pl.UInt32,
+        "window_ns": pl.Int64, "busy_ns": pl.Int64, "idle_ns": pl.Int64, "compute_ns": pl.Int64, "comm_ns": pl.Int64,
+        "comm_overlapped_ns": pl.Int64, "comm_exposed_ns": pl.Int64, "memcpy_ns": pl.Int64, "memset_ns": pl.Int64,
+        "memory_ns": pl.Int64, "memory_exposed_ns": pl.Int64, "non_compute_ns": pl.Int64, "compute_pct": pl.Float64,
+        "comm_exposed_pct": pl.Float64, "memory_exposed_pct": pl.Float64, "idle_pct": pl.Float64,
+        "non_compute_pct": pl.Float64, "comm_overlap_pct": pl.Float64, "comm_overlap_of_max_pct": pl.Float64,
+    },
+    "breakdown_by_rank": {
+        "rank": pl.Int32, "window_ns": pl.Int64, "busy_ns": pl.Int64, "idle_ns": pl.Int64, "compute_ns": pl.Int64,
+        "comm_ns": pl.Int64, "comm_overlapped_ns": pl.Int64, "comm_exposed_ns": pl.Int64, "memcpy_ns": pl.Int64,
+        "memset_ns": pl.Int64, "memory_ns": pl.Int64, "memory_exposed_ns": pl.Int64, "non_compute_ns": pl.Int64,
+        "steps": pl.UInt32, "start": pl.Int64, "end": pl.Int64, "activities": pl.UInt32, "compute_pct": pl.Float64,
+        "comm_exposed_pct": pl.Float64, "memory_exposed_pct": pl.Float64, "idle_pct": pl.Float64,
+        "non_compute_pct": pl.Float64, "comm_overlap_pct": pl.Float64, "comm_overlap_of_max_pct": pl.Float64,
+    },
+    "overlap": {
+        "rank": pl.Int32, "step": pl.Int32, "comm_ns": pl.Int64, "compute_ns": pl.Int64, "overlapped_ns": pl.Int64,
+        "exposed_ns": pl.Int64, "window_ns": pl.Int64, "overlap_pct": pl.Float64, "overlap_of_max_pct": pl.Float64,
+        "exposed_pct": pl.Float64,
+    },
+    "idle_gaps": {
+        "rank": pl.Int32, "stream": pl.Int64, "step": pl.Int32, "start": pl.Int64, "end": pl.Int64,
+        "gap_ns": pl.Int64, "category": pl.String, "launch_late_ns": pl.Int64, "name": pl.Categorical(),
+    },
+    "idle_by_stream": {
+        "rank": pl.Int32, "stream": pl.Int64, "host_wait_ns": pl.Int64, "kernel_wait_ns": pl.Int64,
+        "other_ns": pl.Int64, "gaps": pl.UInt32, "idle_ns": pl.Int64, "host_wait_pct": pl.Float64,
+        "kernel_wait_pct": pl.Float64, "other_pct": pl.Float64,
+    },
+    "idle_by_step": {
+        "rank": pl.Int32, "step": pl.Int32, "stream": pl.Int64, "host_wait_ns": pl.Int64, "kernel_wait_ns": pl.Int64,
+        "other_ns": pl.Int64, "gaps": pl.UInt32, "idle_ns": pl.Int64, "host_wait_pct": pl.Float64,
+        "kernel_wait_pct": pl.Float64, "other_pct": pl.Float64,
+    },
+    "step_idle": {
+        "rank": pl.Int32, "step": pl.Int32, "window_ns": pl.Int64, "idle_ns": pl.Int64, "idle_pct": pl.Float64,
+    },
+    "bubbles": {
+        "rank": pl.Int32, "step": pl.Int32, "start": pl.Int64, "end": pl.Int64, "step_ns": pl.Int64,
+        "timeline": pl.String, "forwards": pl.UInt32, "backwards": pl.UInt32, "forward_ns": pl.Int64,
+        "backward_ns": pl.Int64, "p2p_wait_ns": pl.Int64, "work_ns": pl.Int64, "bubble_ns": pl.Int64,
+        "bubble_pct": pl.Float64, "first_forward_delay_ns": pl.Int64,
+    },
+    "collectives": {
+        "rank": pl.Int32, "backend": pl.Categorical(), "pg_name": pl.String, "pg_ranks": pl.String, "step": pl.Int32,
+        "order": pl.Int64, "seq": pl.Int64, "collective": pl.Categorical(), "dtype": pl.String, "bytes": pl.Int64,
+        "group_size": pl.Int32, "p2p": pl.Boolean, "arrival": pl.Int64, "finish": pl.Int64, "dur_ns": pl.Int64,
+        "aligned": pl.Boolean, "ranks_seen": pl.UInt32, "expected_ranks": pl.UInt32, "complete": pl.Boolean,
+        "last_arrival": pl.Int64, "last_rank": pl.Int32, "is_last": pl.Boolean, "wait_ns": pl.Int64,
+    },
+    "collective_instances": {
+        "pg_name": pl.String, "pg_ranks": pl.String, "step": pl.Int32, "order": pl.Int64, "collective": pl.String,
+        "dtype": pl.String, "bytes": pl.Int64, "group_size": pl.Int32, "p2p": pl.Boolean, "ranks_seen": pl.UInt32,
+        "complete": pl.Boolean, "first_arrival": pl.Int64, "last_arrival": pl.Int64, "last_rank": pl.Int32,
+        "held_back_ns": pl.Int64, "max_wait_ns": pl.Int64, "total_wait_ns": pl.Int64, "transfer_ns": pl.Int64,
+        "mismatch": pl.String, "skew_ns": pl.Int64, "algbw_gbps": pl.Float64, "busbw_gbps": pl.Float64,
+        "consistent": pl.Boolean,
+    },
+    "collective_wait": {
+        "rank": pl.Int32, "instances": pl.UInt32, "wait_ns": pl.Int64, "last_count": pl.UInt32, "comm_ns": pl.Int64,
+        "last_pct": pl.Float64,
+    },
+    "clock_offsets": {
+        "rank": pl.Int32, "offset_ns": pl.Int64, "spread_ns": pl.Int64, "samples": pl.UInt32, "host": pl.String,
+    },
+    "collective_drift": {
+        "rank": pl.Int32, "instances": pl.UInt32, "steps": pl.UInt32, "mean_offset_ns": pl.Float64,
+        "first_offset_ns": pl.Float64, "last_offset_ns": pl.Float64, "slope_ns_per_s": pl.Float64,
+        "drift_ns": pl.Float64,
+    },
+    "step_times": {
+        "rank": pl.Int32, "source": pl.String, "step": pl.Int32, "start": pl.Int64, "end": pl.Int64, "dur": pl.Int64,
+        "data_wait_ns": pl.Int64, "device_ns": pl.Int64, "ranks": pl.UInt32, "median_dur": pl.Float64,
+        "excess_ns": pl.Int64, "lateness_ns": pl.Int64, "is_latest": pl.Boolean, "held_back_ns": pl.Int64,
+    },
+    "stragglers": {
+        "rank": pl.Int32, "signal": pl.String, "events": pl.UInt32, "held_count": pl.UInt32, "held_back_ns": pl.Int64,
+        "typical_held_ns": pl.Int64, "step_time_ns": pl.Int64, "first_step": pl.Int32,
+        "mean_data_wait_ns": pl.Float64, "median_data_wait_ns": pl.Float64, "held_steps": pl.List(pl.Int32),
+        "slope_ns_per_step": pl.Float64, "change_ns": pl.Float64, "trend": pl.String, "held_pct": pl.Float64,
+        "held_share_pct": pl.Float64, "typical_share_pct": pl.Float64,
+    },
+    "top_kernels": {
+        "kernel_class": KernelClassType, "name": pl.String, "count": pl.UInt32, "total_ns": pl.Int64,
+        "mean_ns": pl.Float64, "min_ns": pl.Int64, "max_ns": pl.Int64, "pct_of_class": pl.Float64,
+        "rank_in_class": pl.UInt32,
+    },
+    "launch_stats": {
+        "rank": pl.Int32, "kernel_class": KernelClassType, "count": pl.UInt32, "launched": pl.UInt32,
+        "delay_p50_ns": pl.Float64, "delay_p90_ns": pl.Float64, "delay_p99_ns": pl.Float64, "delay_max_ns": pl.Int64,
+        "queue_p50_ns": pl.Float64, "short": pl.UInt32, "short_time_ns": pl.Int64, "mean_dur_ns": pl.Float64,
+        "short_pct": pl.Float64,
+    },
+    "kernel_class_time": {
+        "rank": pl.Int32, "kernel_class": pl.String, "count": pl.UInt32, "total_ns": pl.Int64,
+    },
+    "compiles_by_rank": {
+        "rank": pl.Int32, "compiles": pl.UInt32, "recompiles": pl.UInt32, "compile_time_ns": pl.Int64,
+    },
+    "step_table": {
+        "rank": pl.Int32, "step": pl.Int32, "source": pl.String, "start": pl.Int64, "end": pl.Int64, "dur": pl.Int64,
+        "data_wait_ns": pl.Int64, "step_ns": pl.Int64, "profiled": pl.Boolean,
+    },
+}
+
+
+TABLES: dict[str, dict[str, pl.DataType]] = {
     "compiles_by_rank": {"rank": pl.Int32, "compiles": pl.UInt32, "recompiles": pl.UInt32,
                          "compile_time_ns": pl.Int64},
 }

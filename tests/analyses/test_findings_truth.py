@@ -1,0 +1,165 @@
+"""What the findings say on real inputs: compiles in the window are a cause, not host-bound idle or a straggler;
+profiler-inflated host time is said; graph breaks are never failures; different programs are not divergence;
+one definition per metric; the typed contract (registry, severity, views)."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from pathlib import Path
+from types import SimpleNamespace
+
+import polars as pl
+import pytest
+
+import workbench
+from workbench.analyses import findings as F
+from workbench.analyses import metrics
+from workbench.analyses.kinds import CompileGroupEvidence
+from workbench.analyses.recompiles import classify_compiles, divergent_compiles, recompile_finding_list
+from workbench.analyses.summary import AnalysisTables, analysis_tables, analyze
+from workbench.compile_log import read_compile_logs
+from workbench.schema import ANALYSIS_TABLES, COMPILES, FINDINGS, empty
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = ROOT / "sample_traces"
+SHARED = ROOT.parent / "shared"
+
+
+def _sample(name: str):
+    path = SAMPLES / name
+    if not path.is_dir():
+        pytest.skip(f"{path} is missing")
+    return workbench.open(path)
+
+
+def _shared(rel: str) -> Path:
+    path = SHARED / rel
+    if not path.exists():
+        pytest.skip(f"{path} is absent (../shared is not beside this clone)")
+    return path
+
+
+def _without_compile_logs(run) -> SimpleNamespace:
+    return SimpleNamespace(path=None, kernels=run.kernels, steps=run.steps, collectives=run.collectives,
+                           events=run.events, ranks=run.ranks, compiles=empty(COMPILES),
+                           fingerprints=run.fingerprints, world_size=run.world_size)
+
+
+def test_compile_in_the_window_is_compiling_not_host_bound_nor_a_straggler() -> None:
+    """h200x2-planted read from its traces alone: rank 1's 2.5 s compile shows only as torch.compile's own
+    ``(dynamo_timed)`` ranges. It becomes the root cause; rank 1's idle GPU and rank 0's exposed all-reduce are its
+    symptoms; rank 1 is no straggler."""
+    run = _sample("h200x2-planted")
+    roots = list(analysis_tables(_without_compile_logs(run)).roots)
+    top = roots[0]
+    assert top.kind == "compiling" and top.ranks == (1,) and top.evidence.seen_in == "trace"
+    assert 2.3e9 <= top.cost.ns <= 2.8e9 and top.cost.basis == "measured"
+    under = {(s.kind, s.ranks) for s in top.symptoms}
+    assert ("host_bound", (1,)) in under and ("exposed_communication", (0,)) in under
+    assert sum(f.cost_ns for f in roots if f.kind == "host_bound") < 0.1 * top.cost.ns
+    assert not [f for f in roots if f.kind == "straggler" and f.ranks == (1,)]
+
+
+def test_profiler_with_stack_is_said_not_just_investigate() -> None:
+    run = workbench.open(_shared("traces/h200-probe/ws1c_r0.json.gz"))
+    roots = run.findings()
+    idle = [f for f in roots if f.kind in ("host_bound", "launch_bound")]
+    assert idle and idle[0].evidence.profiler_inflated and "profiler's own cost" in idle[0].message
+    note = [f for f in roots if f.kind == "profiler_overhead"]
+    assert note and note[0].severity == "info" and note[0].evidence.python_events > 1000
+
+
+def test_graph_break_is_never_a_failure_on_real_logs() -> None:
+    logs = [_shared("compile_logs/torch2.13-cpu/single-process/graph_break")]
+    run = _sample("cpu-gloo-fsdp2")
+    for compiles in (read_compile_logs(logs)[0], run.compiles):
+        c = classify_compiles(compiles)
+        found = recompile_finding_list(c)
+        breaks = [f for f in found if f.kind == "graph_break"]
+        assert breaks, [f.kind for f in found]
+        assert not [f for f in found if f.kind == "compile_failure"]
+        for f in breaks:
+            assert "fail" not in f.message.lower() and isinstance(f.evidence, CompileGroupEvidence)
+    failed = classify_compiles(read_compile_logs([_shared("compile_logs/torch2.13-cpu/single-process/fullgraph_fail")])[0])
+    kinds = {f.kind for f in recompile_finding_list(failed)}
+    assert "compile_failure" in kinds  # fullgraph=True really raised there (status failed)
+
+
+def test_ranks_compiling_different_frames_run_different_programs() -> None:
+    """Two real single-process logs of different scenarios as ranks 0 and 1: they compile different frames, which
+    is not a divergent recompile (nobody waited for code they never run)."""
+    base = _shared("compile_logs/torch2.13-cpu/single-process")
+    a, _ = read_compile_logs([base / "graph_break"], rank=0)
+    b, _ = read_compile_logs([base / "dtype"], rank=1)
+    c = classify_compiles(pl.concat([a, b], how="vertical_relaxed"))
+    found = recompile_finding_list(c)
+    assert not [f for f in found if f.kind == "divergent_recompile"]
+    prog = [f for f in found if f.kind == "different_programs"]
+    assert len(prog) == 1 and set(prog[0].ranks) == {0, 1} and prog[0].evidence.only_on
+    assert divergent_compiles(c).height == 0
+
+
+def test_divergence_is_matched_by_code_object_on_the_real_two_rank_log() -> None:
+    c = classify_compiles(read_compile_logs([_shared("compile_logs/torch2.13-cpu/2rank-gloo-divergent-shape")])[0])
+    div = divergent_compiles(c)
+    assert div.height == 1 and div["ranks"][0].to_list() == [1] and div["missing_ranks"][0].to_list() == [0]
+    f = next(x for x in recompile_finding_list(c) if x.kind == "divergent_recompile")
+    assert f.cost.basis == "estimated" and "compile time" in f.cost.method  # no steps, no collectives given
+    assert "estimated" in f.message
+
+
+def test_one_definition_per_metric_used_by_the_summary() -> None:
+    run = _sample("h200x2-planted")
+    s = analyze(run)
+    typical = metrics.typical_step_ns(run.steps)
+    waits = metrics.data_wait_median_ns(run.steps)
+    recompiles = metrics.recompile_counts(run.compiles)
+    for rank, e in s["ranks"].items():
+        r = int(rank)
+        assert e["step_time_ns"] == typical[r]
+        assert e["data_wait_median_ns"] == waits[r]
+        assert e["recompiles"] == recompiles.get(r, 0)
+    # the step time includes the data wait: the straggler (rank 0, 30 ms of loading a step) has the longer step
+    assert s["ranks"]["0"]["step_time_ns"] > s["ranks"]["1"]["step_time_ns"]
+    # data wait is a median: rank 0's two stalled steps (2.6 s and 0.55 s) do not move it off the planted 30 ms
+    raw = run.steps.filter((pl.col("rank") == 0) & (pl.col("source").cast(pl.String) == "collector"))
+    values = raw["data_wait_ns"].drop_nulls().to_list()
+    assert statistics.mean(values) > 3 * 30e6 and waits[0] == pytest.approx(30.6e6, rel=0.05)
+
+
+def test_analysis_tables_are_typed_and_declared() -> None:
+    t = analysis_tables(_sample("cpu-gloo-4rank"))  # a CPU run: the device tables are empty
+    assert isinstance(t, AnalysisTables)
+    for name in AnalysisTables.names():
+        frame = getattr(t, name)
+        assert isinstance(frame, pl.DataFrame) and frame.width > 0, name  # never a column-less frame
+        if name in ANALYSIS_TABLES:
+            assert dict(frame.schema).items() >= ANALYSIS_TABLES[name].items(), name
+    assert t["findings"] is t.findings and dict(t.findings.schema) == dict(FINDINGS)
+
+
+def test_registry_declares_every_kind_once_with_its_evidence() -> None:
+    assert F.KINDS and all(dataclasses.is_dataclass(spec.evidence) for spec in F.KINDS.values())
+    with pytest.raises(ValueError):
+        F.declare_kind("straggler", F.Evidence, "again", "none")
+    with pytest.raises(TypeError):  # evidence of another kind is refused
+        F.make_finding("straggler", "m", CompileGroupEvidence("shape", None, (), None, None, None, (), 1, None),
+                       F.Cost.none())
+
+    @F.register_fixer("collective_drift")
+    def fixer(f):
+        return []
+
+    assert fixer in F.fixers_for("collective_drift")
+    F.kind_spec("collective_drift").fixers.remove(fixer)
+
+
+def test_severity_rule() -> None:
+    wall = 10_000_000_000
+    assert F.severity_of(F.Cost.measured(1e9, "x"), wall) == "high"
+    assert F.severity_of(F.Cost.measured(3e8, "x"), wall) == "medium"
+    assert F.severity_of(F.Cost.measured(1e6, "x"), wall) == "low"
+    assert F.severity_of(F.Cost.none(), wall) == "info"
+    assert F.severity_of(F.Cost.measured(None, "x"), wall) == "info"
+    assert F.severity_of(F.Cost.none(), wall, hazard=True) == "high"
