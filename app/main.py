@@ -22,6 +22,7 @@ from workbench.app import (
     page_breakdown,
     page_compare,
     page_drift,
+    page_hangs,
     page_overview,
     page_pipeline,
     page_recommendations,
@@ -35,7 +36,7 @@ from workbench.app import security
 
 #: Pages in menu order; each module has ``PATH``, ``NAME``, ``layout(ctx)`` and ``register(app, store)``.
 PAGES = (page_overview, page_timeline, page_breakdown, page_drift, page_pipeline, page_recompiles,
-         page_recommendations, page_compare)
+         page_recommendations, page_compare, page_hangs)
 #: Query keys kept when the user picks another run in the header.
 _STICKY = ("other",)
 
