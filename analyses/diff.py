@@ -156,8 +156,8 @@ class FindingVerdict:
 @dataclass(frozen=True)
 class NewFinding:
     """A root finding of AFTER that matches none of BEFORE (``per_step_ns``: its cost per step where it is a
-    window or step total; a new finding costing less per step than AFTER's step spread is noise-level, not a
-    regression)."""
+    window or step total; a new finding costing less per step than AFTER's step spread is noise-level, and one
+    whose cost is ``estimated`` is listed but does not gate: neither is a regression)."""
 
     kind: str
     ranks: tuple[int, ...]
@@ -167,6 +167,7 @@ class NewFinding:
     cost_ns: int | None
     message: str
     per_step_ns: float | None = None
+    cost_basis: str | None = None
 
 
 @dataclass(frozen=True)
@@ -211,7 +212,8 @@ class RunDiff:
                 if f.verdict == "worse"]
         spread = self.steps_after.spread_ns
         out += [f"new {f.kind} on ranks {_ranks(f.ranks)} ({f.severity}): {f.message}" for f in self.new_findings
-                if f.severity == "high" and not (f.per_step_ns is not None and spread and f.per_step_ns < spread)]
+                if f.severity == "high" and f.cost_basis != "estimated"
+                and not (f.per_step_ns is not None and spread and f.per_step_ns < spread)]
         return out
 
     def headline(self) -> str:
@@ -393,6 +395,7 @@ class _F:
     cost_ns: int | None
     message: str
     source: str
+    cost_basis: str | None = None
 
 
 def _frame_of(evidence: Any) -> str | None:
@@ -423,7 +426,8 @@ def root_findings(findings: pl.DataFrame) -> list[_F]:
     for r in f.iter_rows(named=True):
         out.append(_F(r.get("id"), r["kind"], tuple(sorted(r.get("ranks") or ())), tuple(sorted(r.get("steps") or ())),
                       _frame_of(r.get("evidence")) if r.get("source") in _EVENT_SOURCES else None,
-                      r.get("severity") or "", r.get("cost_ns"), r.get("message") or "", r.get("source") or ""))
+                      r.get("severity") or "", r.get("cost_ns"), r.get("message") or "", r.get("source") or "",
+                      r.get("cost_basis")))
     return out
 
 
@@ -546,7 +550,8 @@ def judge_findings(b: RunData, a: RunData, comp: Comparability) -> tuple[list[Fi
         if i is not None:
             used.add(i)
         verdicts.append(_judge(f, None if i is None else fa[i], b, a, comp))
-    new = [NewFinding(g.kind, g.ranks, g.steps, g.frame, g.severity, g.cost_ns, g.message, _per_step(g, a))
+    new = [NewFinding(g.kind, g.ranks, g.steps, g.frame, g.severity, g.cost_ns, g.message, _per_step(g, a),
+                      g.cost_basis)
            for i, g in enumerate(fa) if i not in used]
     return verdicts, new
 

@@ -1,9 +1,10 @@
 """The statistics of the diff: how a per-step quantity changed between two runs, with its uncertainty.
 
-:func:`compare` judges the values of each side: ``better`` / ``worse`` only when the 95 % bootstrap CI of the
-relative median change excludes zero *and* the Mann–Whitney rank-sum test agrees (:func:`rank_sum_p`), ``unchanged``
-when the CI lies within ±5 %, else ``cannot tell`` — and always ``cannot tell`` with fewer than :data:`MIN_STEPS`
-a side. :func:`job_step_times` gives the job's step times (the slowest rank per step). Pure: numbers in, numbers out.
+:func:`compare` judges the values of each side: ``better`` / ``worse`` only when the Mann–Whitney rank-sum
+test finds a shift (:func:`rank_sum_p`, p < 0.05) that the medians (≥ 2 %), the test's effect size
+(:func:`prob_lower`) and the 95 % bootstrap CI of the median change (:func:`median_change_ci`) agree on;
+``unchanged`` when that CI lies within ±5 %; else ``cannot tell`` — and always ``cannot tell`` with fewer than
+:data:`MIN_STEPS` a side. :func:`job_step_times` gives the job's step times (the slowest rank per step). Pure: numbers in, numbers out.
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ BOOTSTRAP = 2000
 class Change:
     """A per-step quantity on both sides and what can be said about its change.
 
-    ``verdict`` is ``better`` / ``worse`` only when the 95 % bootstrap CI of the median change excludes zero and
-    the rank-sum test agrees (p < 0.05); ``unchanged`` when the CI lies within ±5 % (or the significant change is
-    below 2 %); else ``cannot tell``. ``reason`` says which, with the numbers.
+    ``verdict`` is ``better`` / ``worse`` only when the rank-sum test finds a shift (p < 0.05) and the median change
+    (≥ 2 %), the effect size and the bootstrap CI point the same way; ``unchanged`` when the 95 % CI of the median
+    change lies within ±5 % (or a significant change is below 2 %); else ``cannot tell``. ``reason`` says which,
+    with the numbers.
     """
 
     n_before: int
@@ -114,14 +116,23 @@ def compare(before: Sequence[float], after: Sequence[float], *, lower_is_better:
                       f"{floor / 1e6:.3f} ms that matters (1 % of the step time)")
     lo, hi = median_change_ci(a, b)
     p = rank_sum_p(a, b)
-    nums = f"{pct:+.1f} % [95 % CI {lo:+.1f} %, {hi:+.1f} %], rank-sum p={p:.3g}, {len(a)} vs {len(b)} {what}"
-    if (lo > 0 or hi < 0) and p < ALPHA and abs(pct) >= SAME_PCT:
-        up = pct > 0
+    lower = prob_lower(a, b)
+    nums = (f"{pct:+.1f} % [95 % CI {lo:+.1f} %, {hi:+.1f} %], rank-sum p={p:.3g}, P(after < before)={lower:.2f}, "
+            f"{len(a)} vs {len(b)} {what}")
+    up = pct > 0
+    agrees = (lower < 0.5) == up and (hi > 0 if up else lo < 0)  # the test, the medians and the CI point one way
+    if p < ALPHA and agrees and abs(pct) >= SAME_PCT:
         verdict: Direction = "worse" if up == lower_is_better else "better"
         return Change(len(a), len(b), med_a, med_b, pct, lo, hi, p, verdict, f"{'up' if up else 'down'} {nums}")
-    if max(abs(lo), abs(hi)) <= EQUIVALENT_PCT or ((lo > 0 or hi < 0) and p < ALPHA):
+    if max(abs(lo), abs(hi)) <= EQUIVALENT_PCT or (p < ALPHA and abs(pct) < SAME_PCT):
         return Change(len(a), len(b), med_a, med_b, pct, lo, hi, p, "unchanged", f"unchanged: {nums}")
     return Change(len(a), len(b), med_a, med_b, pct, lo, hi, p, "cannot tell", f"spreads overlap: {nums}")
+
+
+def prob_lower(a: Sequence[float], b: Sequence[float]) -> float:
+    """P(a value of ``b`` < a value of ``a``), ties counted half: the rank-sum test's effect size (0.5: none)."""
+    x, y = np.asarray(a, float)[:, None], np.asarray(b, float)[None, :]
+    return float(((y < x).sum() + 0.5 * (y == x).sum()) / (x.size * y.size)) if x.size and y.size else 0.5
 
 
 def job_step_times(steps: pl.DataFrame) -> tuple[str | None, list[float]]:
