@@ -42,8 +42,9 @@ MAX_DUR_US = 1e11
 OUTLIER_NS = 7 * 24 * 3600 * 10**9
 #: The most ranks a ``distributedInfo.world_size`` may claim; more is ignored (noted in SKIPPED).
 MAX_WORLD_SIZE = 1 << 20
-#: ``"ts"``/``"dur"`` written as text, a boolean, a list or an object: the columnar parser would turn them into
-#: null or 1.0 without a word, so such a file goes to the tolerant parser, which counts them.
+#: ``"ts"``/``"dur"`` written as text, a boolean, a list or an object: the columnar parser turns them into null or
+#: 1.0 without a word. Searched for only when a parsed ``ts`` is null, 0 or 1 (the scan is slow on big files); a
+#: file that has one is re-read by the tolerant parser, which counts them.
 _ODD_TIME_RE = re.compile(rb'"(?:ts|dur)"\s*:\s*["tf\[{]')
 
 # --- what we ask the JSON parser for ------------------------------------------------------------
@@ -192,8 +193,6 @@ def parse_document(path: Path, data: bytes) -> tuple[pl.DataFrame, dict[str, Any
     if not stripped:
         raise TraceError(path, "empty file")
     try:
-        if _ODD_TIME_RE.search(data):
-            raise ValueError("a ts/dur that is not a number: parse tolerantly")
         if stripped[:1] == b"[":  # the Chrome "JSON array" format: a bare list of events
             doc = None
             events = pl.read_json(io.BytesIO(data), schema=_EVENT_FIELDS)
@@ -314,7 +313,7 @@ def _parse_pieces(data: bytes, threads: int = 1) -> tuple[list[_Part], dict[str,
     ``2 * threads`` pieces are cut ahead of the parser, which bounds the memory in use.
     """
     pieces = _pieces(data)
-    if pieces is None or _ODD_TIME_RE.search(data):
+    if pieces is None:
         return None
     results: list[tuple[str, dict[str, Any], _Part | None]] = []
     try:
@@ -571,6 +570,7 @@ class _Part:
     threads: pl.DataFrame
     timed: int          # events kept
     epoch: int          # of them, those whose ts looks like µs since the Unix epoch
+    suspect: bool       # some ts may be text or a boolean the columnar parser turned into null / 0 / 1
     rows: int
     has_ph: bool
 
@@ -632,10 +632,13 @@ def _digest(raw: pl.DataFrame) -> _Part:
         "tid", args.struct.field("name")
     )
     ev, ca, th = pl.collect_all([events, calls, threads])
+    # a ts the columnar parser may have made from text (null) or a boolean (0.0 / 1.0)
+    suspect = raw.lazy().filter(pl.col("ph").is_in(["X", "i", "I"]) & (
+        pl.col("ts").is_null() | pl.col("ts").is_in([0.0, 1.0]))).select(pl.len()).collect().item() > 0
     n_epoch = raw.lazy().filter(_is_timed() & (pl.col("ts") > 1e14)).select(pl.len()).collect().item()
     return _Part(
         events=ev, calls=ca, skipped=_skipped_counts(raw), threads=th,
-        timed=ev.height, epoch=int(n_epoch),
+        timed=ev.height, epoch=int(n_epoch), suspect=suspect,
         rows=raw.height, has_ph=raw.get_column("ph").null_count() < raw.height,
     )
 
@@ -846,14 +849,19 @@ def _read_trace(path: Path, rank: int | None, threads: int) -> TraceTables:
     parsed = _parse_pieces(data, threads)
     if parsed is None:
         raw, meta = parse_document(path, data)
-        del data
         parts = [_digest(raw)]
         del raw
     else:
-        del data
         parts, meta = parsed
         if not any(p.has_ph for p in parts):
             raise TraceError(path, "empty trace: 'traceEvents' holds no events")
+    if any(p.suspect for p in parts) and _ODD_TIME_RE.search(data):
+        # the columnar parser turned a text/boolean ts into null or 1.0: re-read tolerantly, to count them
+        doc, raw = _parse_generic(path, data)
+        meta = _doc_meta(doc)
+        parts = [_digest(raw)]
+        del doc, raw
+    del data
     notes = check_meta(meta)
     timed = sum(p.timed for p in parts)
     origin, clock = _time_origin(meta, sum(p.epoch for p in parts) / timed if timed else None)

@@ -289,3 +289,21 @@ def test_compile_log_found_by_content_whatever_its_name(tmp_path: Path) -> None:
     (d / "notes.txt").write_text("V is for vendetta, not a log\n")
     run = workbench.open(d, cache=False)
     assert run.compiles.height > 0 and set(run.compiles["log_file"].to_list()) == {str(d / "train_output.txt")}
+
+
+@pytest.mark.parametrize("ts, reason", [(True, "'ts' is not a number"), ("soon", "'ts' is not a number"),
+                                        (1e300, "'ts' out of range")])
+def test_bad_ts_in_a_large_trace_read_in_pieces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ts: object,
+                                               reason: str) -> None:
+    from workbench import kineto
+
+    doc = _trace(0)
+    doc["traceEvents"] += [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 10.0 + i / 100,
+                            "dur": 0.5} for i in range(3000)]
+    doc["traceEvents"][1500]["ts"] = ts
+    path = _write(tmp_path / "rank-0.json", doc)
+    monkeypatch.setattr(kineto, "PIECE_BYTES", 20_000)
+    assert kineto._pieces(path.read_bytes()) is not None  # the file is large enough to be read in pieces
+    run = workbench.open(path, cache=False)
+    assert run.events.height == 3 + 3000 - 1 and run.info()["span_ns"] == 100_000
+    assert [n for k, n in run.info()["skipped"].items() if reason in k] == [1]
