@@ -81,6 +81,9 @@ class AnalysisTables:
     def get(self, name: str, default: Any = None) -> Any:
         return getattr(self, name) if name in self.names() else default
 
+    def __iter__(self):  # iterate like the old dict: its keys
+        return iter(self.names())
+
     def __contains__(self, name: object) -> bool:
         return name in self.names()
 
