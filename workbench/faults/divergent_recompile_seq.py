@@ -41,4 +41,5 @@ def main(ctx: FaultContext) -> None:
 def ground_truth(records, fault):
     healthy = [r for r in records if r not in fault.ranks]
     per = excess(records, healthy, list(fault.steps), section="allreduce")
-    return truth(fault, per, "healthy ranks' all-reduce time in the planted step over their median all-reduce")
+    return truth(fault, per, "the longest healthy-rank all-reduce time in the planted step over its median "
+                             "all-reduce", agg="max")

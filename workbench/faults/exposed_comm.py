@@ -40,12 +40,13 @@ def main(ctx: FaultContext) -> None:
 
 
 def ground_truth(records, fault):
-    per, per_step, share = {}, {}, {}
+    per, per_step, share, by_step = {}, {}, {}, {}
     for r, rec in records.items():
         ar = {s: v for s, v in rec.timed.get("allreduce", {}).items() if s >= WARMUP_STEPS}
+        by_step[r] = ar
         steps = {s: v for s, v in rec.step_ns.items() if s >= WARMUP_STEPS}
         per[r] = int(sum(ar.values()))
         per_step[str(r)] = int(sum(ar.values()) / max(1, len(ar)))
         share[str(r)] = round(100.0 * sum(ar.values()) / max(1, sum(steps.values())), 1)
     return truth(fault, per, "each rank's blocking all-reduce time, summed over steps 1..N",
-                 exposed_per_step_ns=per_step, exposed_pct_of_step=share)
+                 agg="max", by_step=by_step, exposed_per_step_ns=per_step, exposed_pct_of_step=share)

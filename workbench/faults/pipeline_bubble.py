@@ -57,12 +57,13 @@ def main(ctx: FaultContext) -> None:
 
 
 def ground_truth(records, fault):
-    per, pct = {}, {}
+    per, pct, by_step = {}, {}, {}
     for r, rec in records.items():
         comp = rec.timed.get("compute", {})
-        idle = [max(0, rec.step_ns[s] - comp.get(s, 0)) for s in rec.step_ns if s >= WARMUP_STEPS]
+        by_step[r] = {s: max(0, rec.step_ns[s] - comp.get(s, 0)) for s in rec.step_ns if s >= WARMUP_STEPS}
+        idle = list(by_step[r].values())
         per[r] = int(sum(idle))
         total = sum(v for s, v in rec.step_ns.items() if s >= WARMUP_STEPS)
         pct[str(r)] = round(100.0 * sum(idle) / max(1, total), 1)
     return truth(fault, per, "each stage's step time outside its own micro-batch compute, summed over steps 1..N",
-                 bubble_pct=pct, theoretical_pct=round(100.0 / (MICROBATCHES + 1), 1))
+                 agg="max", by_step=by_step, bubble_pct=pct, theoretical_pct=round(100.0 / (MICROBATCHES + 1), 1))

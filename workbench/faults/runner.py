@@ -46,7 +46,7 @@ def run_fault(name: str, out: str | Path, *, compile_config: str | Path | None =
     (out / "fault").mkdir(parents=True, exist_ok=True)
     port = _free_port()
     base = {**os.environ, **(env or {})}
-    base["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), base.get("PYTHONPATH")]))
+    base["PYTHONPATH"] = os.pathsep.join(filter(None, [base.get("PYTHONPATH"), str(REPO)]))  # a shim first
     base.setdefault("OMP_NUM_THREADS", "1")
     procs: list[subprocess.Popen] = []
     logs = []

@@ -40,16 +40,24 @@ def excess(records: dict[int, RankRecord], ranks: list[int], steps: list[int], s
     return out
 
 
-def truth(fault: Fault, per_rank: dict[int, int], method: str, **extra: Any) -> dict[str, Any]:
-    """The ground-truth dict: the fault's ranks and steps, ``cost_ns`` = mean of ``per_rank``."""
-    cost = int(sum(per_rank.values()) / len(per_rank)) if per_rank else None
-    return {"fault": fault.name, "finding": fault.finding, "ranks": list(fault.ranks), "steps": list(fault.steps),
-            "cost_ns": cost, "cost_per_rank_ns": {str(k): v for k, v in per_rank.items()},
-            "cost_method": method, **extra}
+def truth(fault: Fault, per_rank: dict[int, int], method: str, *, agg: str = "mean",
+          by_step: dict[int, dict[int, int]] | None = None, **extra: Any) -> dict[str, Any]:
+    """The ground-truth dict: the fault's ranks and steps, ``cost_ns`` = the mean (or ``agg="max"``: the
+    longest) of ``per_rank``; ``by_step`` (rank → step → ns) lets a finding over a profiler window be checked
+    against the same steps."""
+    vals = list(per_rank.values())
+    cost = (max(vals) if agg == "max" else int(sum(vals) / len(vals))) if vals else None
+    out = {"fault": fault.name, "finding": fault.finding, "ranks": list(fault.ranks), "steps": list(fault.steps),
+           "cost_ns": cost, "cost_agg": agg, "cost_per_rank_ns": {str(k): v for k, v in per_rank.items()},
+           "cost_method": method, **extra}
+    if by_step is not None:
+        out["cost_by_rank_step_ns"] = {str(r): {str(s): int(v) for s, v in d.items()} for r, d in by_step.items()}
+    return out
 
 
 def default_ground_truth(records: dict[int, RankRecord], fault: Fault) -> dict[str, Any]:
     """The healthy ranks' step-time excess in the planted steps (the time they waited for the faulty rank)."""
     healthy = [r for r in records if r not in fault.ranks]
     per = excess(records, healthy, list(fault.steps))
-    return truth(fault, per, "healthy ranks' step-time excess over their median step, in the planted steps")
+    return truth(fault, per, "the longest healthy-rank step-time excess over its median step, in the planted steps",
+                 agg="max")

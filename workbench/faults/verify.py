@@ -27,6 +27,10 @@ ALIASES: dict[str, tuple[str, ...]] = {
 }
 #: A fault's cost is "right" within this relative error of the ground truth.
 COST_TOLERANCE = 0.25
+#: Kinds whose cost covers the analysed profiler window only: checked against the ground truth of the same steps
+#: (the worst rank's, as the kinds define their cost).
+WINDOW_KINDS = frozenset({"pipeline_bubble", "exposed_communication", "collective_wait", "launch_bound",
+                          "host_bound", "gpu_idle", "exposed_memcpy"})
 
 
 @dataclass
@@ -68,8 +72,15 @@ def roots_of(run_dir: str | Path) -> list[Any]:
 
 
 def _planted_ranks(f: Any) -> set[int]:
-    """The ranks a finding blames: the compiling ranks of a divergent recompile, else its ranks."""
+    """The ranks a finding blames: the compiling ranks of a divergent recompile, the slowest rank of a skew, the
+    straggler, the ranks whose config differs from the majority's, else its ranks."""
     ev = f.evidence
+    by_rank = getattr(ev, "by_rank", None)
+    if isinstance(by_rank, dict) and by_rank:
+        values = [json.dumps(v, sort_keys=True, default=str) for v in by_rank.values()]
+        common = max(set(values), key=values.count)
+        odd = {int(r) for r, v in zip(by_rank, values) if v != common}
+        return odd or set(f.ranks)
     for attr in ("compiling_ranks", "slowest_rank", "rank"):
         v = getattr(ev, attr, None)
         if v is not None:
@@ -85,15 +96,26 @@ def check_found(fault: Fault, roots: list[Any], truth: dict[str, Any]) -> Found:
         if f.kind not in kinds:
             continue
         blamed = _planted_ranks(f)
-        if fault.finding in ("divergent_recompile", "straggler", "compile_skew", "divergent_config"):
+        if fault.finding in ("divergent_recompile", "straggler", "compile_skew", "divergent_config",
+                             "divergent_fingerprint"):
             ranks_ok = blamed == set(fault.ranks)
         else:
             ranks_ok = set(fault.ranks) <= set(f.ranks)
         same = [g for g in roots if g.kind in kinds]      # e.g. the recompiles and the limit they ran into
         seen = {s for g in same for s in g.steps} | {_step_of(g) for g in same}
         steps_ok = (not fault.steps) or set(fault.steps) <= seen
-        return Found(i, f, ranks_ok, steps_ok, f.cost.ns, f.cost.basis, truth.get("cost_ns"), top)
+        return Found(i, f, ranks_ok, steps_ok, f.cost.ns, f.cost.basis, expected_cost(f, truth), top)
     return Found(None, None, truth_ns=truth.get("cost_ns"), top_kind=top)
+
+
+def expected_cost(f: Any, truth: dict[str, Any]) -> int | None:
+    """The ground truth to compare ``f``'s cost with: for a window kind, the worst rank's measured cost summed
+    over the finding's steps; else the run's ``cost_ns``."""
+    by = truth.get("cost_by_rank_step_ns")
+    if f.kind in WINDOW_KINDS and by and f.steps:
+        sums = [sum(int(d.get(str(s), 0)) for s in f.steps) for d in by.values()]
+        return max(sums) if sums else None
+    return truth.get("cost_ns")
 
 
 def _step_of(f: Any) -> int | None:

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Records the GPU faults of the zoo on one GPU (the workbench's device machine) into $OUT/gpu-faults.tar.gz:
+#   launch_bound/before, launch_bound/after (rerun with the config `workbench recommend` writes for launch_bound,
+#   given as $1), pageable_h2d/before.
+# The machine's python3 has torch but neither orjson nor polars: orjson comes as a wheel in .whl/, and a minimal
+# `workbench` package (rundir, errors, compile_config, config_policy, collectors, faults) goes first on PYTHONPATH,
+# so the collectors and the fault runner import without the analysis stack. Analyse the runs where polars is.
+set -u
+REPO=$PWD
+CFG=${1:?usage: bench/faults_gpu.sh LAUNCH_BOUND_FIXES.toml}
+OUT=${OUT:-/tmp/wb-out}; mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+python3 -c "import orjson" 2>/dev/null || \
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/orjson*.whl || exit 1
+mkdir -p /tmp/shim/workbench
+printf '"""minimal workbench for the device machine"""\n__version__ = "0.1.0"\n' > /tmp/shim/workbench/__init__.py
+for f in rundir.py errors.py compile_config.py config_policy.py; do ln -sf "$REPO/workbench/$f" /tmp/shim/workbench/$f; done
+ln -sfn "$REPO/collectors" /tmp/shim/workbench/collectors
+ln -sfn "$REPO/workbench/faults" /tmp/shim/workbench/faults
+export PYTHONPATH=/tmp/site:/tmp/shim
+export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-cache
+nvidia-smi -L; python3 -P -c "import torch, workbench.collectors, workbench.faults; print(torch.__version__, torch.cuda.get_device_name(0))" || exit 1
+S=/tmp/gpu-faults; rm -rf $S; mkdir -p $S
+run() {  # name out [config]
+  local t=$(date +%s)
+  timeout ${T:-200} python3 -m workbench.faults run "$1" --out "$S/$2" ${3:+--compile-config "$3"} > "$OUT/$1-$(basename $2).log" 2>&1
+  echo "$1 $2 rc=$? $(( $(date +%s) - t ))s"; tail -2 "$OUT/$1-$(basename $2).log"
+}
+run launch_bound launch_bound/before
+run launch_bound launch_bound/after "$CFG"
+run pageable_h2d pageable_h2d/before
+tar czf "$OUT/gpu-faults.tar.gz" -C $S .
+ls -la "$OUT"
