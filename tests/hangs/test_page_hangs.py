@@ -1,0 +1,61 @@
+"""The app's Hangs page in a real browser (Debian's chromium, Playwright): each rank's end state, last step and
+last collective for the killed-rank fault, and the rank_died finding."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+CHROMIUM = os.environ.get("WORKBENCH_CHROMIUM", "/usr/bin/chromium")
+
+
+@pytest.fixture(scope="module")
+def chromium_page():
+    if not Path(CHROMIUM).exists() and not shutil.which(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} not found: apt-get install -y chromium")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                    args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        yield page
+        browser.close()
+
+
+def test_hangs_page_shows_each_ranks_last_step_and_collective(hang_runs, chromium_page):
+    import logging
+
+    from werkzeug.serving import make_server
+
+    from workbench.app.main import create_app
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    app = create_app([hang_runs.path("hang_rank_killed")], background=False)
+    server = make_server("127.0.0.1", 0, app.server, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        page = chromium_page
+        page.goto(f"http://127.0.0.1:{server.server_port}/hangs")
+        page.wait_for_selector("#hang-ranks-grid .ag-row", timeout=60_000)
+        rows = page.evaluate("""() => [...document.querySelectorAll('#hang-ranks-grid .ag-center-cols-container .ag-row')]
+            .sort((a, b) => (+a.getAttribute('row-index')) - (+b.getAttribute('row-index')))
+            .map(r => Object.fromEntries([...r.querySelectorAll('.ag-cell')].map(
+                c => [c.getAttribute('col-id'), c.textContent.trim()])))""")
+        by_rank = {r["rank"]: r for r in rows}
+        assert by_rank["2"]["state"] == "gone" and by_rank["2"]["last_step"] == "4", by_rank["2"]
+        for r in ("0", "1"):
+            assert by_rank[r]["step_reached"] == "5", by_rank[r]
+            assert "seq 6" in by_rank[r]["last_collective"] and "all_reduce" in by_rank[r]["last_collective"]
+        text = page.text_content("#hang-findings")
+        assert "rank_died" in text and "rank 2" in text, text
+        assert page.is_visible("#nav-hangs")
+    finally:
+        server.shutdown()
+        thread.join(timeout=5)
