@@ -15,12 +15,12 @@ from workbench.faults.verify import COST_TOLERANCE
 
 pytestmark = pytest.mark.slow
 
-#: The CI zoo (tiny models, 2–3 ranks, aot_eager).
-FAULTS = ["divergent_recompile_batch", "divergent_recompile_seq", "divergent_recompile_ddp", "recompile_limit",
+#: The CI zoo (tiny models, 2–3 ranks, aot_eager). divergent_recompile_ddp runs through the CLI in
+#: tests/compile/test_end_to_end.py.
+FAULTS = ["divergent_recompile_batch", "divergent_recompile_seq", "recompile_limit",
           "graph_break_branch", "graph_break_print", "graph_break_item", "straggler_data", "compile_skew",
           "config_drift", "exposed_comm", "pipeline_bubble"]
-CONFIG_FIXED = ["divergent_recompile_batch", "divergent_recompile_seq", "divergent_recompile_ddp",
-                "recompile_limit"]
+CONFIG_FIXED = ["divergent_recompile_batch", "divergent_recompile_seq", "recompile_limit"]
 CODE_FIXED = ["graph_break_branch", "graph_break_print", "graph_break_item", "straggler_data", "config_drift",
               "exposed_comm", "pipeline_bubble"]
 
@@ -29,7 +29,14 @@ KNOWN_WRONG_COST = {
     "recompile_limit": "recompile_shape cost is the compile time summed over both ranks (45 s) where each rank "
                        "lost its own ~24 s in parallel (ground truth: per-rank forward excess)",
 }
-KNOWN_WRONG_FOUND: dict[str, str] = {}
+KNOWN_WRONG_FOUND: dict[str, str] = {
+    "compile_skew": "the compile_skew finding carries no step (steps=()) though the slow compile ran in step 0",
+    "exposed_comm": "no exposed_communication finding on CPU: the breakdown needs device kernels, so a blocking "
+                    "gloo all-reduce of 17 % of the step (measured by the script) is not reported at all",
+}
+KNOWN_WRONG_COST.update({
+    "exposed_comm": KNOWN_WRONG_FOUND["exposed_comm"],
+})
 
 
 def _xfail(request, table: dict[str, str], name: str) -> None:
