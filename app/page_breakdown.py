@@ -39,7 +39,7 @@ RANK_COLUMNS = [
     pct_column("comm_overlap_of_max_pct", "Hidden, of what could be hidden"),
 ]
 IDLE_COLUMNS = [
-    col("rank", "Rank", maxWidth=110), col("stream", "Stream", maxWidth=90),
+    col("rank", "Rank", maxWidth=110), col("stream", "Stream", maxWidth=110),
     ms_column("host_wait_ms", "Waiting for the host to launch"), ms_column("kernel_wait_ms", "Waiting for a kernel/event"),
     ms_column("other_ms", "Other"), ms_column("idle_ms", "Idle in all"), col("gaps", "Gaps"),
 ]

@@ -88,7 +88,10 @@ SKEW_COLUMNS = [
 def _skew(store: RunStore, rid: str) -> Any:
     matched = compute.table(store, rid, "collectives")
     if figures.skew_cells(matched).is_empty():
-        return html.Div("No collective seen on more than one rank.", className="muted")
+        only_p2p = not matched.is_empty() and bool(matched["p2p"].all())
+        return html.Div("Only point-to-point sends and receives (a pipeline): no collective that every rank joins; "
+                        "see the Pipeline page." if only_p2p else "No collective seen on more than one rank.",
+                        className="muted")
     fig = figures.collective_skew_figure(matched)
     inst = compute.table(store, rid, "collective_instances")
     top = ns_to_ms(inst.filter(pl.col("skew_ns").is_not_null()).sort("skew_ns", descending=True).head(20).select(

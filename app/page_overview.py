@@ -68,7 +68,7 @@ def findings_table(f: pl.DataFrame) -> pl.DataFrame:
 
 
 FINDING_COLUMNS = [
-    col("n", "#", maxWidth=60), col("kind", "Finding", minWidth=150), col("role", "Role", minWidth=150),
+    col("n", "#", maxWidth=60), col("kind", "Finding", minWidth=150), col("role", "Role", minWidth=170, wrapText=True, autoHeight=True),
     col("severity", "Severity", maxWidth=100), ms_column("cost_ms", "Cost", minWidth=110, maxWidth=130),
     col("basis", "Cost basis", maxWidth=120), col("ranks", "Ranks", maxWidth=90), col("steps", "Steps", maxWidth=110),
     col("message", "What was seen", flex=3, minWidth=300, wrapText=True, autoHeight=True),
@@ -167,7 +167,7 @@ def _run_part(store: RunStore, rid: str) -> Any:
         ("compiles", "compiles", f"{info['compiles']:,}"),
     ])
     ranks = run.ranks.select([c for c in ("rank", "host", "device_name", "backend", "torch_version", "nccl_version")
-                              if c in run.ranks.columns])
+                              if c in run.ranks.columns and (c == "rank" or run.ranks[c].null_count() < run.ranks.height)])
     rank_cols = [col(c, h) for c, h in (("rank", "Rank"), ("host", "Host"), ("device_name", "Device"),
                                         ("backend", "Backend"), ("torch_version", "torch"),
                                         ("nccl_version", "NCCL")) if c in ranks.columns]
@@ -209,9 +209,8 @@ def _root_item(rid: str, i: int, row: dict[str, Any], symptoms: pl.DataFrame) ->
                  className="root-links"),
     ]
     if symptoms.height:
-        total = int(symptoms["cost_ns"].fill_null(0).sum())
         parts.append(html.Details([
-            html.Summary(f"{plural(symptoms.height, 'symptom')} this explains ({fmt_time(total)} inside this cost, "
+            html.Summary(f"{plural(symptoms.height, 'symptom')} this explains (their time is inside this cost, "
                          "not counted again)"),
             html.Ul([html.Li([html.Strong(kind_title(s["kind"])), f" · {fmt_time(s['cost_ns'])} · ",
                               html.Span(s["message"])], className="symptom")

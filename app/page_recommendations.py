@@ -120,18 +120,22 @@ def _layout(store: RunStore, rid: str) -> Any:
     toml_text = compute.recommendation_toml(recs, header=config_header(target))
     earlier = existing_configs(store, rid)
     if recs.height:
-        # per finding: the fix that goes into the TOML (or its best one) in full, the alternatives folded
-        main, alt = [], []
-        seen: set = set()
+        # per finding: the fix that goes into the TOML (or its best one) in full, numbered; the finding's other
+        # fixes folded under it, unnumbered
+        order: list[tuple] = []
+        best: dict[tuple, dict] = {}
+        others: dict[tuple, list[dict]] = {}
         for r in recs.sort("rank").iter_rows(named=True):
             key = (r.get("finding_kind"), r.get("finding_index"))
-            (main if r.get("apply") or key not in seen else alt).append(r)
-            seen.add(key)
-        items = [_rec_item(r, i) for i, r in enumerate(main, 1)]
-        if alt:
-            items.append(html.Details([html.Summary(f"{len(alt)} alternative fix{'es' if len(alt) != 1 else ''}"),
-                                       *[_rec_item(r, f"{len(main) + i}") for i, r in enumerate(alt, 1)]],
-                                      id="rec-alternatives"))
+            if key not in best:
+                order.append(key)
+                best[key], others[key] = r, []
+            elif r.get("apply") and not best[key].get("apply"):
+                others[key].insert(0, best[key])
+                best[key] = r
+            else:
+                others[key].append(r)
+        items = [_rec_item(best[k], i, others[k]) for i, k in enumerate(order, 1)]
     else:
         items = [html.Div("No recommendations: the analyses found nothing a fix would address.", className="muted",
                           id="no-recommendations")]
@@ -160,7 +164,7 @@ def _layout(store: RunStore, rid: str) -> Any:
     ])
 
 
-def _rec_item(r: dict[str, Any], n: int | str) -> html.Div:
+def _rec_item(r: dict[str, Any], n: int | None, alternatives: list[dict[str, Any]] | None = None) -> html.Div:
     def row(label: str, value: Any, code: bool = False):
         if value in (None, "", []):
             return None
@@ -174,13 +178,16 @@ def _rec_item(r: dict[str, Any], n: int | str) -> html.Div:
     code = r.get("code_advice")
     if code and code == r.get("evidence"):
         code = None  # the evidence repeated is no advice
+    alts = alternatives or []
     return html.Div([
-        html.Div([html.Strong(f"{n}. {r.get('title')}", className="rec-title"),
+        html.Div([html.Strong(f"{n}. {r.get('title')}" if n is not None else r.get("title"), className="rec-title"),
                   html.Span(f"  [{tag}]", className="muted")]),
-        row("Answers", (r.get("finding_kind") or "").replace("_", " ")),
-        row("Evidence", r.get("evidence")), row("Expected effect", effect),
+        row("Answers", (r.get("finding_kind") or "").replace("_", " ")) if n is not None else None,
+        row("Evidence", r.get("evidence")) if n is not None else None, row("Expected effect", effect),
         row("Config", r.get("config"), True), row("Code", code), row("Where", r.get("location"), True),
-    ], className="rec rec-item", id=f"rec-{n}")
+        html.Details([html.Summary(f"{len(alts)} other way{'s' if len(alts) != 1 else ''} to fix this"),
+                      *[_rec_item(a, None) for a in alts]], className="rec-alternatives") if alts else None,
+    ], className="rec rec-item" if n is not None else "rec rec-alt", id=f"rec-{n}" if n is not None else None)
 
 
 def apply(store: RunStore, rid: str) -> tuple[Path, str]:

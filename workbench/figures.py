@@ -696,8 +696,7 @@ def step_periods(steps: pl.DataFrame) -> pl.DataFrame:
     takes, data loading wait included), with ``data_wait_ns`` where the collector measured it.
 
     Columns ``rank``, ``step``, ``period_ns``, ``dur_ns`` (the step body alone), ``data_wait_ns``. Collector steps
-    are used when the run has them, else profiler steps; the last step of a rank (no next start) uses its body
-    plus its data wait.
+    are used when the run has them, else profiler steps; a rank's last step has no next start, so no period.
     """
     if steps is None or steps.is_empty():
         return pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int32, "period_ns": pl.Int64, "dur_ns": pl.Int64,
@@ -712,8 +711,8 @@ def step_periods(steps: pl.DataFrame) -> pl.DataFrame:
         .with_columns(wait.alias("data_wait_ns"))
         .with_columns(nxt=pl.col("start").shift(-1).over("rank"),
                       nwait=pl.col("data_wait_ns").shift(-1).over("rank"))
-        .with_columns(period_ns=pl.coalesce(pl.col("nxt") - pl.col("start"),
-                                            pl.col("dur") + pl.col("nwait").fill_null(0)))
+        .with_columns(period_ns=pl.col("nxt") - pl.col("start"))
+        .filter(pl.col("period_ns").is_not_null())
         .select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int32), pl.col("period_ns").cast(pl.Int64),
                 pl.col("dur").cast(pl.Int64).alias("dur_ns"), pl.col("nwait").cast(pl.Int64).alias("data_wait_ns"))
     )
@@ -777,7 +776,7 @@ def stacked_bar_figure(
             fig.add_trace(go.Bar(y=xs, x=vals, name=label, orientation="h", marker_color=color, hovertemplate=hover))
         else:
             fig.add_trace(go.Bar(x=xs, y=vals, name=label, marker_color=color, hovertemplate=hover))
-    fig.update_layout(barmode="stack")
+    fig.update_layout(barmode="stack", legend_traceorder="normal")
     axis = dict(title=unit, ticksuffix=f" {unit}" if unit in ("ms", "s", "%") else None)
     if horizontal:
         fig.update_xaxes(**axis)

@@ -79,21 +79,21 @@ def build_report(run: Any, *, title: str | None = None, timeline: bool = True) -
     over: list[Any] = [f"Path: {info.get('path')}", stats]
     f = tables.get("findings")
     if f is not None:
-        over.append(figures.findings_figure(f))
-        over.append(_ms_cols(f.select("kind", "severity", "ranks", "steps", "cost_ns", "message"), ["cost_ns"]))
-    rep.sections.append(("Overview and findings", over))
+        roots = f.filter(pl.col("is_root")) if "is_root" in f.columns else f
+        over.append(figures.findings_figure(roots))
+        cols = [c for c in ("kind", "is_root", "cause_id", "severity", "ranks", "steps", "cost_ns", "cost_basis",
+                            "cost_method", "message") if c in f.columns]
+        over.append(_ms_cols(f.select(cols), ["cost_ns"]))
+    rep.sections.append(("Overview: root causes first, each followed by the symptoms it explains", over))
 
     # timeline of the whole run (reduced)
-    if timeline and run.kernels.height:
+    if timeline and (run.kernels.height or run.collectives.height):
         def tl():
-            index = figures.TimelineIndex(run.kernels)
-            view = figures.timeline_view(index, ranks=sorted(run.kernels["rank"].unique().to_list())[:8])
-            origin = (figures.time_bounds(run.kernels, run.steps) or (0, 0))[0]
-            return figures.timeline_figure(view, origin=origin, collectives=run.collectives, compiles=run.compiles,
-                                           steps=run.steps, title=view.describe())
+            ranks = sorted(set(run.kernels["rank"].unique().to_list()) | set(run.steps["rank"].unique().to_list()))
+            return figures.run_timeline(run, ranks=ranks[:8])
         fig = attempt("timeline", tl)
         if fig is not None:
-            rep.sections.append(("Timeline (whole run, merged to pixel-wide spans)", [fig]))
+            rep.sections.append(("Timeline (where the run's activity is, first 8 ranks)", [fig]))
 
     # breakdown
     br = tables.get("breakdown_by_rank")
@@ -117,7 +117,23 @@ def build_report(run: Any, *, title: str | None = None, timeline: bool = True) -
     matched = tables.get("collectives")
     if matched is not None and not matched.is_empty():
         drift.append(figures.collective_skew_figure(matched))
+        drift.append(figures.arrival_offset_figure(matched))
     rep.sections.append(("Drift and stragglers", drift))
+
+    # pipeline
+    bub = tables.get("bubbles")
+    if bub is not None and not bub.is_empty() and float(bub["forwards"].median() or 0) >= 2:
+        def pipe():
+            mb = figures.microbatch_ranges(run.events)
+            stages = bub["rank"].n_unique()
+            theory = figures.gpipe_bubble_pct(stages, float(bub["forwards"].median()))
+            steps = sorted(bub["step"].unique().to_list())
+            step = steps[len(steps) // 2]
+            return [figures.bubble_figure(bub, theory_pct=theory),
+                    figures.pipeline_schedule_figure(mb, figures.drawn_steps(run.steps), step=step)]
+        parts = attempt("pipeline", pipe)
+        if parts:
+            rep.sections.append(("Pipeline: bubble per stage and the schedule of one step", parts))
 
     # recompiles
     if run.compiles.height:
