@@ -199,7 +199,8 @@ def build_diff_report(before: Any, after: Any, *, title: str | None = None) -> R
     sb, sa, st = d.steps_before, d.steps_after, d.step_time
     step_fig = go.Figure([go.Box(y=[v / 1e6 for v in vals], name=name, boxpoints="all")
                           for name, vals in (("before", _step_values(before)), ("after", _step_values(after)))])
-    step_fig.update_layout(title="Step time per step (ms)", height=360)
+    step_fig.update_layout(title="Step time per step (ms, log scale)", height=360)
+    step_fig.update_yaxes(type="log")
     rep.sections.append(("Step time", [
         f"median {(sb.median_ns or 0) / 1e6:.2f} ms over {sb.n} {sb.source or '-'} steps → "
         f"{(sa.median_ns or 0) / 1e6:.2f} ms over {sa.n}: {st.verdict} ({st.reason})", step_fig]))

@@ -22,7 +22,7 @@ def open_side(path: Path, window: str, quiet: bool) -> RunData:
     from workbench.analyses.summary import analysis_tables
     from workbench.commands.info import open_with_progress
 
-    run = open_with_progress(path, rank=None, skip_bad=True, show=not quiet)
+    run = open_with_progress(path, rank=None, skip_bad=True, show=not quiet and sys.stderr.isatty())
     return RunData.from_run(run, analysis_tables(run, window=window), name=str(path))  # type: ignore[arg-type]
 
 
