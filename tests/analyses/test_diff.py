@@ -250,3 +250,34 @@ def test_a_noisy_short_pair_cannot_tell(live_runs):
     assert "better" not in judged.values() and "worse" not in judged.values(), judged
     for f in d.findings:
         assert f.verdict in ("unchanged", "cannot tell"), f
+
+
+def test_kernels_are_compared_per_step_and_grouped_by_normalised_name():
+    """Two real H200 runs of one script (1 rank vs 2 ranks): kernel time per profiler step, mean over ranks,
+    computed here by hand for the biggest changed kernel; NCCL's one-rank kernel is removed, the ring kernel added."""
+    import polars as pl
+
+    from workbench.analyses.window import window_kernels, window_steps
+
+    one, two = SAMPLES / "h200-1gpu", SAMPLES / "h200x2-ddp-nccl"
+    if not one.is_dir() or not two.is_dir():
+        pytest.skip("H200 sample runs absent")
+    b, a = _data(one), _data(two)
+    d = diff_runs(b, a)
+    assert d.comparability.comparable and "world size" in {x.what for x in d.comparability.differences}
+    assert d.kernels and all(k.kind == "kernel" for k in d.kernels)
+    assert all(normalise_name(k.name) == k.name for k in d.kernels)
+    status = {k.name.split("(")[0]: k.status for k in d.kernels}
+    assert status.get("ncclDevKernel_AllReduce_Sum_f32_RING_LL") == "added", status
+    assert any(k.status == "removed" and "onerank" in k.name for k in d.kernels), status
+    deltas = [abs(k.delta_ns) for k in d.kernels]
+    assert deltas == sorted(deltas, reverse=True)  # most changed first
+    k = next(k for k in d.kernels if k.status == "changed")
+    for side, got_ns, got_count in ((a, k.after_ns, k.after_count), (b, k.before_ns, k.before_count)):
+        kw = window_kernels(side.kernels, side.steps).with_columns(pl.col("name").cast(pl.String))
+        mine = kw.filter(pl.col("name").map_elements(normalise_name, return_dtype=pl.String) == k.name)
+        steps = window_steps(side.steps).filter(pl.col("in_window")).group_by("rank").len()
+        per_rank = mine.group_by("rank").agg(ns=pl.col("dur").sum(), n=pl.len()).join(steps, on="rank")
+        ranks = kw["rank"].n_unique()
+        assert got_ns == pytest.approx(float((per_rank["ns"] / per_rank["len"]).sum()) / ranks)
+        assert got_count == pytest.approx(float((per_rank["n"] / per_rank["len"]).sum()) / ranks)
