@@ -10,7 +10,7 @@ import polars as pl
 from dash import Input, Output, dcc, html, no_update
 
 from workbench import figures
-from workbench.analyses.diff import RunDiff
+from workbench.analyses.diff import RunDiff, job_step_times, step_stats
 from workbench.app import compute
 from workbench.app.components import error_panel, fmt_ms, graph, grid, info_panel, safe, section
 from workbench.app.store import RunStore
@@ -131,8 +131,8 @@ def _diff(store: RunStore, before: str, after: str) -> Any:
         html.H4("Findings of BEFORE: verdicts"),
         grid(findings_table(d), id="diff-findings-grid") if d.findings or d.new_findings
         else html.Div("BEFORE has no findings.", className="muted"),
-        html.Div(f"Step time (median): {fmt_ms(sb.median_ns)} ms over {sb.n} {sb.source or '-'} steps → "
-                 f"{fmt_ms(sa.median_ns)} ms over {sa.n}: {st.verdict} ({st.reason})", id="diff-step-time",
+        html.Div(f"Step time (median): {fmt_ms(sb.median_ns)} over {sb.n} {sb.source or '-'} steps → "
+                 f"{fmt_ms(sa.median_ns)} over {sa.n}: {st.verdict} ({st.reason})", id="diff-step-time",
                  className="muted", **{"data-verdict": st.verdict}),
     ]
     per_step = d.metrics_frame().filter((pl.col("unit") == "ns/step") & pl.col("before").is_not_null()
@@ -157,9 +157,9 @@ def _side(store: RunStore, rid: str, which: str) -> Any:
     def build():
         run = store.run(rid)
         parts = [graph(figures.step_time_figure(run.steps, title=f"Step time · {rid}"), id=f"compare-steps-{which}")]
-        med = run.steps["dur"].median() if run.steps.height else None
-        parts.insert(0, html.Div(f"median step {fmt_ms(med)} ms · {run.compiles.height} compiles",
-                                 className="muted", id=f"compare-summary-{which}"))
+        stats = step_stats(*job_step_times(run.steps))  # the diff's own step-time definition
+        parts.insert(0, html.Div(f"median step {fmt_ms(stats.median_ns)} over {stats.n} {stats.source or '-'} steps · "
+                                 f"{run.compiles.height} compiles", className="muted", id=f"compare-summary-{which}"))
         return html.Div(parts)
     return section(f"{which}: {rid}", safe(rid, build))
 
