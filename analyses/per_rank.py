@@ -1,7 +1,7 @@
 """The analyses that read ``events`` / ``kernels``, run on a few ranks at a time so a large run never holds them all.
 
 Breakdown, idle gaps, pipeline bubbles, launch statistics, kernel class time and the main stream are per-rank
-results: computed on the rows of a batch of ranks (``Run.rank_batches``: about 500k events at a time) and stacked,
+results: computed on the rows of a batch of ranks (``Run.rank_batches``: about 200k events at a time) and stacked,
 they equal the whole-table result. The top kernels rank kernels
 across ranks, so each rank contributes its per-kernel totals (count, sum, min, max) and the ranking is done once
 on those. Only these results (a few rows per rank and step, the idle gaps) stay in memory.

@@ -46,7 +46,7 @@ class RankPart:
         """A part from freshly read tables; with ``files`` (its cache entry) the big frames are dropped."""
         big: dict[str, Path | pl.DataFrame] = (
             dict(files) if files else {t: schema.conform(getattr(tables, t), _SCHEMAS[t]) for t in BIG})
-        return cls(path=tables.path, rank=tables.rank, rank_source=tables.rank_source, meta=tables.meta,
+        return cls(path=tables.path, rank=tables.rank, rank_source=tables.rank_source, meta=compact_meta(tables.meta),
                    collectives=tables.collectives, steps=tables.steps, skipped=tables.skipped, big=big,
                    stats=part_stats(tables.events, tables.kernels))
 
@@ -60,6 +60,21 @@ class RankPart:
     def cached(self) -> bool:
         """Whether the big tables live in parquet files."""
         return all(isinstance(v, Path) for v in self.big.values())
+
+
+def compact_meta(meta: dict[str, Any], max_ranks: int = 64) -> dict[str, Any]:
+    """``meta`` without the member lists of large process groups (``distributedInfo.pg_config[].ranks``):
+    every rank of an N-rank job lists all N, which held for N ranks is N² numbers. Their length is kept
+    (``ranks_count``); the cache entry keeps them whole."""
+    di = meta.get("distributedInfo")
+    pgs = di.get("pg_config") if isinstance(di, dict) else None
+    if not isinstance(pgs, list) or not any(isinstance(pg, dict) and isinstance(pg.get("ranks"), list)
+                                            and len(pg["ranks"]) > max_ranks for pg in pgs):
+        return meta
+    small = [dict(pg, ranks=None, ranks_count=len(pg["ranks"]))
+             if isinstance(pg, dict) and isinstance(pg.get("ranks"), list) and len(pg["ranks"]) > max_ranks else pg
+             for pg in pgs]
+    return {**meta, "distributedInfo": {**di, "pg_config": small}}
 
 
 def part_stats(events: pl.DataFrame, kernels: pl.DataFrame) -> dict[str, Any]:
@@ -77,8 +92,8 @@ def part_stats(events: pl.DataFrame, kernels: pl.DataFrame) -> dict[str, Any]:
     }
 
 
-#: Events held at once when analyses go through a run in batches of ranks (about 100 MB of frames).
-BATCH_EVENTS = 500_000
+#: Events held at once when analyses go through a run in batches of ranks (about 40 MB of frames).
+BATCH_EVENTS = 200_000
 
 
 def _stack(frames: list[pl.DataFrame], table: str) -> pl.DataFrame:
@@ -167,4 +182,4 @@ class BigTables:
             yield rank, out
 
 
-__all__ = ["BigTables", "RankPart", "part_stats"]
+__all__ = ["BATCH_EVENTS", "BigTables", "RankPart", "compact_meta", "part_stats"]

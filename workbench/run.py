@@ -23,7 +23,7 @@ from workbench import rundir, schema
 from workbench.discover import Sources, TraceSource, discover
 from workbench.errors import InputError, TraceError
 from workbench.kineto import ASSUMED_RANK, read_trace, same_rank_windows
-from workbench.lazy import BATCH_EVENTS, BIG, BigTables, RankPart
+from workbench.lazy import BATCH_EVENTS, BIG, BigTables, RankPart, compact_meta
 
 OnError = Literal["raise", "skip"]
 ProgressCallback = Callable[[str, int, int], None]
@@ -303,7 +303,8 @@ def read_part(src: TraceSource, rank: int | None, cache_dir: Path | None, thread
     if cache_dir:
         hit = table_cache.load_meta(cache_dir, key)
         if hit is not None:
-            return RankPart(path=hit["path"], rank=hit["rank"], rank_source=hit["rank_source"], meta=hit["meta"],
+            return RankPart(path=hit["path"], rank=hit["rank"], rank_source=hit["rank_source"],
+                            meta=compact_meta(hit["meta"]),
                             big=hit["files"], stats=hit.get("stats") or {}, **hit["frames"]), ""
     tables = read_trace(src.path, rank=override, threads=threads)
     if src.rank is not None:
