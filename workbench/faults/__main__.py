@@ -29,8 +29,21 @@ def main(argv: list[str] | None = None) -> int:
                 where = f"ranks {','.join(map(str, f.ranks)) or '-'} steps {','.join(map(str, f.steps)) or 'all'}"
                 print(f"{f.name:32s} {f.device:4s} {f.world_size} ranks  fix={f.fix:6s} {where:22s} {f.description}")
         return 0
+    from workbench.faults.registry import get_fault
     from workbench.faults.runner import failed_ranks, run_fault, tail_log
 
+    try:
+        fault = get_fault(args.name)
+    except KeyError as exc:
+        print(f"error: {exc.args[0]}", file=sys.stderr)
+        return 2
+    if fault.device == "cuda":
+        import torch
+
+        if torch.cuda.device_count() < fault.world_size:
+            print(f"error: {args.name} needs {fault.world_size} GPU(s); this machine has "
+                  f"{torch.cuda.device_count()} (recorded runs: sample_traces/gpu-*)", file=sys.stderr)
+            return 2
     try:
         truth = run_fault(args.name, args.out, compile_config=args.compile_config, timeout_s=args.timeout_s)
     except KeyError as exc:
@@ -42,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
           f"cost {'n/a' if cost is None else f'{cost / 1e6:.1f} ms'}, {truth['wall_s']:.1f} s)")
     for r in bad:
         print(f"rank {r} exited {truth['returncodes'][str(r)]}:\n{tail_log(args.out, r, 1500)}", file=sys.stderr)
-    return 1 if bad and truth.get("fault_spec", {}).get("finding") not in ("hang",) and not args.name.startswith("hang") else 0
+    # a hang fault's ranks are meant to fail or be killed: only the other faults' failures are errors
+    return 1 if bad and not args.name.startswith("hang") else 0
 
 
 if __name__ == "__main__":
