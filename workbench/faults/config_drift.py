@@ -16,7 +16,7 @@ from workbench.faults.truth import truth
 FAULT = Fault(
     name="config_drift",
     description="rank 1 alone has TORCHINDUCTOR_FX_GRAPH_CACHE=0 in its environment: its compile config differs",
-    finding="divergent_config", ranks=(1,), steps=(), world_size=3, fix="code", num_steps=6,
+    finding="divergent_config", ranks=(1,), steps=(), world_size=3, fix="code", num_steps=4,
     rank_env={1: {"TORCHINDUCTOR_FX_GRAPH_CACHE": "0"}},
 )
 

@@ -29,7 +29,7 @@ class Gated(torch.nn.Module):
 FAULT = Fault(
     name="graph_break_branch",
     description="a data-dependent if in forward breaks the graph on every step",
-    finding="graph_break", ranks=(0, 1), steps=(), world_size=2, fix="code", num_steps=8,
+    finding="graph_break", ranks=(0,), steps=(), world_size=1, fix="code", num_steps=5,
 )
 
 

@@ -28,7 +28,7 @@ class Chatty(torch.nn.Module):
 FAULT = Fault(
     name="graph_break_print",
     description="a print in the compiled forward breaks the graph on every step",
-    finding="graph_break", ranks=(0, 1), steps=(), world_size=2, fix="code", num_steps=8,
+    finding="graph_break", ranks=(0,), steps=(), world_size=1, fix="code", num_steps=5,
 )
 
 

@@ -16,7 +16,7 @@ from workbench.faults.truth import truth, typical
 FAULT = Fault(
     name="recompile_limit",
     description="dynamic=False with 10 sequence lengths: 8 compiles, then the frame falls back to eager",
-    finding="recompile_limit", ranks=(0, 1), steps=tuple(range(1, 9)), world_size=2, fix="config",
+    finding="recompile_limit", ranks=(0,), steps=tuple(range(1, 9)), world_size=1, fix="config",
     num_steps=14,
 )
 LENGTHS = [8 + 2 * i for i in range(10)]  # steps 0-9: a new length each (1-7 recompile, 8 hits the limit, 9 runs
