@@ -223,8 +223,9 @@ def _declare() -> None:
                  "Inductor ordered a graph's collectives differently on different ranks (hang risk).",
                  "none (a risk)", role="fact", hazard=True)
     declare_kind("divergent_config", ConfigDivergenceEvidence,
-                 "The torch version or dynamo/inductor config differs across ranks.", "none", role="fact",
-                 hazard=True)
+                 "The torch version or dynamo/inductor config differs across ranks.",
+                 "none (a hang risk); when the rank whose config differs is also the one whose compile is slower, "
+                 "that compile skew goes under it and is its cost (estimated)", role="fact", hazard=True)
     declare_kind("divergent_fingerprint", ConfigDivergenceEvidence,
                  "A library version or config hash in the collectors' fingerprints differs across ranks.", "none",
                  role="fact", hazard=True)
@@ -249,7 +250,7 @@ def _declare() -> None:
                  hazard=True)
     declare_kind("graph_break", CompileGroupEvidence,
                  "Dynamo split a frame at unsupported code (the frame still compiles, in pieces).",
-                 "summed compile time of the frame's compiles (measured); the runtime cost of the break is not")
+                 "not measured (unknown): the runtime cost of a break needs a run without it")
     declare_kind("compile_failure", CompileGroupEvidence,
                  "A compile raised (fullgraph=True at a graph break, or a compiler error).", "none",
                  role="fact", hazard=True)

@@ -524,9 +524,11 @@ def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None
                     ConfigDivergenceEvidence(col, {int(k): list(v) for k, v in vals.items()}),
                     Cost.none("none (a hang risk)"), ranks=list(vals), source="recompiles", key=col))
     if fingerprints is not None and fingerprints.height > 1:
+        from_logs = {f.evidence.field for f in out if f.kind == "divergent_config"}
+        same_as = {"torch": "torch_version", "config_hash": "config_hash"}
         for col in ("torch", "triton", "cuda", "cudnn", "nccl", "python", "config_hash"):
-            if col not in fingerprints.columns:
-                continue
+            if col not in fingerprints.columns or same_as.get(col) in from_logs:
+                continue  # the compile logs already showed this difference
             vals = {r["rank"]: r[col] for r in fingerprints.select("rank", col).iter_rows(named=True)}
             if len(set(vals.values())) > 1:
                 out.append(make_finding(
@@ -548,6 +550,7 @@ def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None
             pl.col("compile_id").unique().sort().alias("compile_ids"),
             pl.col("cause_source").drop_nulls().unique(maintain_order=True).alias("sources"),
             pl.col("duration_ns").alias("durations"),
+            pl.col("rank").alias("dur_ranks"),
             pl.len().alias("count"),
             pl.col("recompile_reasons").first().alias("reasons"),
             pl.col("graph_breaks").first().alias("breaks"),
@@ -557,7 +560,11 @@ def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None
         )
         for g in grouped.iter_rows(named=True):
             cause = g["cause"]
-            total = _sum_known(g["durations"])
+            per_rank: dict[int, list] = {}
+            for r, d in zip(g["dur_ranks"], g["durations"]):
+                per_rank.setdefault(int(r), []).append(d)
+            sums = [t for t in (_sum_known(v) for v in per_rank.values()) if t is not None]
+            total = max(sums) if sums else None  # the most compile time one rank spent (ranks compile in parallel)
             where = f"{g['co_name']} ({g['co_filename']}:{g['co_firstlineno']})"
             key = f"{g['co_name']}@{g['co_firstlineno']}:{g['cause_detail'] or ''}"
             ev = CompileGroupEvidence(
@@ -567,7 +574,8 @@ def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None
                 reasons=tuple((g["reasons"] or [])[:3]), graph_breaks=tuple(b[:600] for b in (g["breaks"] or [])[:3]),
                 fail_reason=(g["fail_reason"] or "")[:600] or None, fail_user_frame=g["fail_user_frame"],
                 nranks=nranks, statuses=tuple(g["statuses"]))
-            compile_cost = (Cost.measured(total, "summed compile time of these compiles (compile log)")
+            compile_cost = (Cost.measured(total, "summed compile time of these compiles on the rank that spent the "
+                                          "most (compile log)")
                             if total is not None else Cost.measured(None, "compile time not recorded in the log"))
             src = "; ".join(g["sources"][:3])
             ranks_txt = ", ".join(map(str, g["ranks"]))
@@ -587,8 +595,10 @@ def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None
                 out.append(make_finding(
                     "graph_break",
                     f"Graph break in {where} on rank {ranks_txt}: {src}. The frame still compiles, split into "
-                    "pieces that run with Python in between.",
-                    ev, compile_cost, ranks=g["ranks"], steps=g["steps"], source="recompiles", key=key))
+                    "pieces that run with Python in between (its runtime cost is not measured: compare a run "
+                    "without the break).",
+                    ev, Cost.measured(None, "not measured: a graph break's runtime cost needs a run without it"),
+                    ranks=g["ranks"], steps=g["steps"], source="recompiles", key=key))
             elif cause == "compile_error":
                 out.append(make_finding(
                     "compile_failure",

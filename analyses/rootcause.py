@@ -25,7 +25,7 @@ from workbench.analyses.findings import (
     Cost, Finding, finding_id, format_ns, kind_spec, make_finding, rescore, sort_findings,
 )
 from workbench.analyses.kinds import (
-    CollectiveWaitEvidence, CompileGroupEvidence, CompilingEvidence, DivergentRecompileEvidence, StragglerEvidence,
+    CompileSkewEvidence, ConfigDivergenceEvidence, CollectiveWaitEvidence, CompileGroupEvidence, CompilingEvidence, DivergentRecompileEvidence, StragglerEvidence,
 )
 
 Spans = list[tuple[int, int]]
@@ -204,9 +204,45 @@ def _wait_child(cause: Finding) -> Finding | None:
         key=cause.id)
 
 
+def _odd_ranks(by_rank: dict) -> set[int]:
+    """Ranks whose value differs from the one most ranks have (none when no value has a majority)."""
+    counts: dict[str, list[int]] = {}
+    for r, v in by_rank.items():
+        counts.setdefault(repr(v), []).append(int(r))
+    if len(counts) < 2:
+        return set()
+    groups = sorted(counts.values(), key=len, reverse=True)
+    if len(groups[0]) == len(groups[1]):
+        return set()
+    return {r for g in groups[1:] for r in g}
+
+
+def link_config_causes(findings: Sequence[Finding]) -> list[Finding]:
+    """A compile skew whose slow rank is the rank with a different config (``divergent_config`` /
+    ``divergent_fingerprint``) goes under that config finding, which takes its time as an estimated cost."""
+    findings = list(findings)
+    configs = [f for f in findings if isinstance(f.evidence, ConfigDivergenceEvidence)]
+    skews = [f for f in findings if isinstance(f.evidence, CompileSkewEvidence)]
+    for c in configs:
+        odd = _odd_ranks(c.evidence.by_rank)
+        mine = [s for s in skews if s.evidence.slowest_rank in odd and s in findings]
+        if not mine:
+            continue
+        worst = max(mine, key=lambda s: s.cost_ns)
+        linked = c.replace(
+            symptoms=c.symptoms + tuple(mine),
+            cost=Cost.estimated(worst.cost_ns, f"compile skew of rank {worst.evidence.slowest_rank}, whose "
+                                f"{c.evidence.field} differs ({worst.id})"),
+            message=f"{c.message} Rank {', '.join(map(str, sorted(odd)))} also compiled slower: "
+                    f"{format_ns(worst.cost_ns)} of compile skew.")
+        findings = [linked if f is c else f for f in findings if f not in mine]
+    return findings
+
+
 def attribute(findings: Sequence[Finding], *, device: DeviceTime, compiles: pl.DataFrame, matched: pl.DataFrame,
               steps: pl.DataFrame, wall_ns: dict[int, int]) -> list[Finding]:
     """Root causes with their symptoms under them, most costly first (see the module docstring)."""
+    findings = link_config_causes(findings)
     causes = [f for f in sort_findings(findings) if kind_spec(f.kind).role == "cause"]
     all_ranks = sorted(set(device.window) | set(wall_ns))
     spans = {c.id: cause_spans(c, compiles, matched, steps, all_ranks) for c in causes}
@@ -242,7 +278,7 @@ def attribute(findings: Sequence[Finding], *, device: DeviceTime, compiles: pl.D
                         f"{format_ns(rest)} is not.)"))
     out = []
     for f in roots:
-        kids = children.get(f.id, [])
+        kids = [*f.symptoms, *children.get(f.id, [])]
         wait = _wait_child(f)
         if wait is not None:
             kids = [*kids, wait]

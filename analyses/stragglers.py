@@ -83,7 +83,7 @@ def _after_warmup(steps: pl.DataFrame, warmup_steps: int) -> pl.DataFrame:
 
 def straggler_ranks(
     steps: pl.DataFrame, matched: pl.DataFrame | None = None, min_hold_ns: int = 0, *,
-    warmup_steps: int = 2, use_step_starts: bool = True, exclude_steps: frozenset[int] | set[int] = frozenset(),
+    warmup_steps: int = 1, use_step_starts: bool = True, exclude_steps: frozenset[int] | set[int] = frozenset(),
 ) -> pl.DataFrame:
     """Per rank and signal, how often and how much it holds the others back.
 
@@ -100,7 +100,8 @@ def straggler_ranks(
     back more than ``min_hold_ns``), ``mean_data_wait_ns`` (collector steps), ``slope_ns_per_step``,
     ``change_ns``, ``trend`` (``steady`` / ``growing`` / ``shrinking`` of its per-step held-back time),
     ``typical_held_ns`` (median held-back time when it held back × times it held back), ``typical_share_pct``,
-    ``median_data_wait_ns``, ``held_steps`` (steps where it held the others back).
+    ``median_data_wait_ns``, ``held_steps`` (steps where it held the others back), ``held_since_pct`` (share of
+    the events since ``first_step`` where it held back).
     """
     parts = []
     if exclude_steps:
@@ -126,6 +127,9 @@ def straggler_ranks(
             typical_held_ns=pl.col("held_back_ns").filter(pl.col("is_latest")).median().fill_null(0)
             * pl.col("is_latest").sum(),
             first_step=pl.col("step").filter(pl.col("held_back_ns") > min_hold_ns).min(),
+            _since=(pl.col("step") >= pl.col("step").filter(pl.col("held_back_ns") > min_hold_ns).min()).sum(),
+            _held_since=((pl.col("step") >= pl.col("step").filter(pl.col("held_back_ns") > min_hold_ns).min())
+                         & pl.col("is_latest")).sum(),
             mean_data_wait_ns=pl.col("data_wait_ns").mean(),
             median_data_wait_ns=pl.col("data_wait_ns").median(),
             held_steps=pl.col("step").filter(pl.col("is_latest") & (pl.col("held_back_ns") > min_hold_ns)).sort(),
@@ -146,6 +150,7 @@ def straggler_ranks(
                 .join(inst.group_by("last_rank", "step").agg(held_back_ns=pl.col("held").sum(), n=pl.len()),
                       left_on=["rank", "step"], right_on=["last_rank", "step"], how="left")
                 .with_columns(pl.col("held_back_ns").fill_null(0), pl.col("n").fill_null(0))
+                .join(inst.group_by("step").agg(total_n=pl.len()), on="step", how="left")
             )
             total = int(inst["dur"].sum() + inst["held"].sum())
             agg = per_step.group_by("rank").agg(
@@ -155,6 +160,10 @@ def straggler_ranks(
                 * (pl.col("n") > 0).sum(),
                 first_step=pl.col("step").filter(pl.col("held_back_ns") > min_hold_ns).min(),
                 held_steps=pl.col("step").filter(pl.col("held_back_ns") > min_hold_ns).unique().sort(),
+                _since=pl.col("total_n").filter(
+                    pl.col("step") >= pl.col("step").filter(pl.col("held_back_ns") > min_hold_ns).min()).sum(),
+                _held_since=pl.col("n").filter(
+                    pl.col("step") >= pl.col("step").filter(pl.col("held_back_ns") > min_hold_ns).min()).sum(),
             ).with_columns(
                 events=pl.lit(inst.height, pl.UInt32), step_time_ns=pl.lit(total, pl.Int64),
                 mean_data_wait_ns=pl.lit(None, pl.Float64), median_data_wait_ns=pl.lit(None, pl.Float64),
@@ -164,30 +173,37 @@ def straggler_ranks(
     if not parts:
         return pl.DataFrame()
     cols = ["rank", "signal", "events", "held_count", "held_back_ns", "typical_held_ns", "step_time_ns", "first_step",
-            "mean_data_wait_ns", "median_data_wait_ns", "held_steps", "slope_ns_per_step", "change_ns", "trend"]
+            "mean_data_wait_ns", "median_data_wait_ns", "held_steps", "slope_ns_per_step", "change_ns", "trend",
+            "_since", "_held_since"]
     out = pl.concat([p.select(cols).cast({"events": pl.UInt32, "held_back_ns": pl.Int64, "typical_held_ns": pl.Int64,
                                           "median_data_wait_ns": pl.Float64, "held_steps": pl.List(pl.Int32)})
                      for p in parts])
     share = pl.when(pl.col("step_time_ns") > 0)
     return out.with_columns(
         held_pct=100.0 * pl.col("held_count") / pl.col("events"),
+        held_since_pct=pl.when(pl.col("_since") > 0).then(100.0 * pl.col("_held_since") / pl.col("_since")),
         held_share_pct=share.then(100.0 * pl.col("held_back_ns") / pl.col("step_time_ns")),
         typical_share_pct=share.then(100.0 * pl.col("typical_held_ns") / pl.col("step_time_ns")),
-    ).sort("signal", "held_back_ns", descending=[False, True])
+    ).drop("_since", "_held_since").sort("signal", "held_back_ns", descending=[False, True])
 
 
 def straggler_findings(ranks: pl.DataFrame, min_share_pct: float = 1.0, min_held_pct: float = 50.0,
-                       min_events: int = 3) -> list[Finding]:
+                       min_events: int = 5) -> list[Finding]:
     """Findings of kind ``straggler``: one per straggling rank, with the evidence of every signal that names it.
 
-    A rank must hold back in at least ``min_held_pct`` % of the events, and both its total and its typical
+    A rank must hold back in at least ``min_held_pct`` % of the events and, since its first step holding back,
+    at least halfway between chance (1/n with n ranks) and always (75 % with 2 ranks, 67 % with 3), and both its total and its typical
     (median held time × events) share of the step time must reach ``min_share_pct``, so one long stall does not
     make a straggler; a signal needs at least ``min_events`` steps (or collectives). Cost: the largest ``held_back_ns`` among its signals (step time the job loses waiting for
     it), measured. Slow data loading is named when the rank's median data wait is far above the others' median.
     """
     if ranks is None or ranks.is_empty():
         return []
+    # being last by chance happens 1/n of the time: require at least halfway from chance to always
+    n = pl.col("rank").n_unique().over("signal").cast(pl.Float64)
+    chance_pct = 100.0 * (1.0 / n + 0.5 * (1.0 - 1.0 / n))
     hits = ranks.filter((pl.col("events") >= min_events) & (pl.col("held_pct") >= min_held_pct)
+                        & (pl.col("held_since_pct").fill_null(0) >= chance_pct)
                         & (pl.col("held_share_pct") >= min_share_pct)
                         & (pl.col("typical_share_pct") >= min_share_pct))
     out = []
