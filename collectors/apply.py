@@ -147,8 +147,11 @@ class ConfigApplier:
             try:
                 if self.cfg.load_cache_artifacts():
                     self.ok("cache.load", "torch.compiler.load_cache_artifacts at start")
+                elif self.cfg.cache.get("save") == self.cfg.cache["load"]:
+                    self.ok("cache.load", f"first run of the warm start: no {self.cfg.cache['load']} yet, this run "
+                                          f"saves it (save_after_step={self.cfg.cache.get('save_after_step', 0)})")
                 else:
-                    self.refused("cache.load", f"{self.cfg.cache['load']} does not exist (yet): nothing loaded")
+                    self.refused("cache.load", f"{self.cfg.cache['load']} does not exist: nothing loaded")
             except Exception as exc:  # noqa: BLE001
                 self.refused("cache.load", f"{type(exc).__name__}: {exc}")
 

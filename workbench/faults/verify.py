@@ -211,6 +211,31 @@ def gone_on_rerun(fault: Fault, before_found: Found, after_roots: list[Any], aft
     return ok, detail
 
 
+def planted_settings(fault: Fault, recs: Any) -> set[str]:
+    """``section.key`` of the applied config fixes that answer the planted kind (``mark_dynamic.<arg>:<dim>``)."""
+    kinds = ALIASES.get(fault.finding, (fault.finding,))
+    out: set[str] = set()
+    for c in recs.filter(pl.col("apply") & pl.col("finding_kind").is_in(list(kinds)))["config"].to_list():
+        for sec, body in json.loads(c).items():
+            for k, v in body.items():
+                out.add(f"{sec}.{k}:{v['dim']}" if sec == "mark_dynamic" and isinstance(v, dict) else f"{sec}.{k}")
+    return out
+
+
+def applied_label(fault: Fault, recs: Any, report: list[dict[str, Any]]) -> str:
+    """``yes (settings)`` when every setting of the planted fix was applied on the rerun, else what was not and
+    why; the other settings of the config that did not apply are named after it."""
+    mine = planted_settings(fault, recs)
+    planted = [r for r in report if r["setting"] in mine]
+    others = [r for r in report if r["setting"] not in mine and not r["applied"]]
+    bad = [r for r in planted if not r["applied"]]
+    text = ("yes (" + ", ".join(r["setting"] for r in planted) + ")") if planted and not bad else \
+        "NO: " + ("; ".join(f"{r['setting']}: {r['reason']}" for r in bad) or "the fix is not in the run's config")
+    if others:
+        text += "; not applied: " + "; ".join(f"{r['setting']} ({r['reason']})" for r in others)
+    return text
+
+
 def diff_verdict(before: Path, after: Path, kind: str) -> str:
     """The diff's verdict on the planted finding (``analyses/diff.py``), or ``n/a`` when it is not available."""
     try:
@@ -245,10 +270,7 @@ def loop(name: str, work: Path, *, rerun: bool = True) -> LoopResult:
     if rerun and fault.fix == "config" and recs.filter(pl.col("apply")).height:
         after = base / "after"
         run_fault(name, after, compile_config=cfg)
-        report = applied_report(after)
-        bad = [r for r in report if not r["applied"]]
-        res.fix_applied = ("yes (" + ", ".join(r["setting"] for r in report) + ")") if not bad else \
-            "NO: " + "; ".join(f"{r['setting']}: {r['reason']}" for r in bad)
+        res.fix_applied = applied_label(fault, recs, applied_report(after))
         ok, res.gone = gone_on_rerun(fault, found, roots_of(after), after)
         res.compiles_after = compiles_per_rank(after)
         res.verdict = diff_verdict(before, after, fault.finding)
