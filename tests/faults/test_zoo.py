@@ -25,10 +25,7 @@ CODE_FIXED = ["graph_break_branch", "graph_break_print", "graph_break_item", "st
               "exposed_comm", "pipeline_bubble"]
 
 #: Mis-diagnoses of the analyses (analyses/*, not the zoo): kept failing-visible as xfail with the numbers.
-KNOWN_WRONG_COST = {
-    "recompile_limit": "recompile_shape cost is the compile time summed over both ranks (45 s) where each rank "
-                       "lost its own ~24 s in parallel (ground truth: per-rank forward excess)",
-}
+KNOWN_WRONG_COST: dict[str, str] = {}
 KNOWN_WRONG_FOUND: dict[str, str] = {
     "compile_skew": "the compile_skew finding carries no step (steps=()) though the slow compile ran in step 0",
     "exposed_comm": "no exposed_communication finding on CPU: the breakdown needs device kernels, so a blocking "
