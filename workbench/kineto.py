@@ -929,32 +929,55 @@ def _read_trace(path: Path, rank: int | None, threads: int) -> TraceTables:
     )
 
 
-def same_rank_windows(parts: list[Any]) -> list[str]:
-    """Check that files claiming one rank are successive profiler windows of one process; notes for those that are.
+def same_rank_windows(parts: list[Any], problems: list[str] | None = None) -> tuple[list[Any], list[str]]:
+    """Check that files claiming one rank are successive profiler windows of one process: (parts kept, notes).
 
     ``parts``: anything with ``rank``, ``path``, ``rank_source`` and the ``meta`` :func:`read_trace` writes
     (``host_pids``, ``span_ns``). Two files of one rank are windows of one process (``tensorboard_trace_handler``
-    writes one file per profiler cycle) when they share a host pid and their time spans do not overlap: they are
-    kept side by side, as a run directory's windows are. Anything else is two processes claiming one rank:
-    :class:`InputError` naming both files (and saying how to give ranks to files that carry none).
+    writes one file per profiler cycle) when they share a host pid and their time spans do not overlap: both are
+    kept, as a run directory's windows are, with a note. Anything else is two processes claiming one rank: an
+    :class:`InputError` naming both files — or, with ``problems`` given (``on_error="skip"``), that line appended
+    there and the second file left out. A file whose rank 0 was only assumed (:data:`ASSUMED_RANK`) always gives
+    way to a file that names its rank.
     """
     by_rank: dict[int, list[Any]] = {}
     for p in parts:
         by_rank.setdefault(p.rank, []).append(p)
     notes: list[str] = []
+    dropped: set[int] = set()
     for rank, group in sorted(by_rank.items()):
         if len(group) < 2:
             continue
-        spans = sorted(((tuple(p.meta.get("span_ns") or (0, 0)), p) for p in group), key=lambda sp: sp[0])
-        for (s0, a), (s1, b) in zip(spans, spans[1:]):
-            shared_pid = set(a.meta.get("host_pids") or []) & set(b.meta.get("host_pids") or [])
-            if shared_pid and s0[1] <= s1[0]:
-                continue
-            why = "one process" if shared_pid else "different processes"
-            hint = ("; neither names its rank: rename them rank-N.json(.gz) or open them one at a time with --rank"
-                    if a.rank_source == ASSUMED_RANK and b.rank_source == ASSUMED_RANK else "")
-            raise InputError(f"two trace files claim rank {rank}: {a.path} and {b.path} "
-                             f"({why}, {'overlapping' if s0[1] > s1[0] else 'successive'} time spans){hint}")
-        notes.append(f"rank {rank}: {len(group)} profiler windows of one process "
-                     f"({', '.join(Path(p.path).name for _, p in spans)}): read as successive windows")
-    return notes
+        named = [p for p in group if p.rank_source != ASSUMED_RANK]
+        if named:  # a rankless file beside files that name rank 0: it is not rank 0
+            for p in group:
+                if p.rank_source == ASSUMED_RANK:
+                    msg = (f"{p.path}: no rank recorded, and rank {rank} is {named[0].path}'s: "
+                           "pass --rank N (Python: rank=N) or rename it rank-N.json(.gz)")
+                    if problems is None:
+                        raise InputError(msg)
+                    problems.append(msg)
+                    dropped.add(id(p))
+            group = named
+        kept: list[Any] = []
+        for span, p in sorted(((tuple(p.meta.get("span_ns") or (0, 0)), p) for p in group), key=lambda sp: sp[0]):
+            prev = kept[-1] if kept else None
+            if prev is not None:
+                prev_end = (prev.meta.get("span_ns") or (0, 0))[1]
+                shared_pid = set(prev.meta.get("host_pids") or []) & set(p.meta.get("host_pids") or [])
+                if not (shared_pid and prev_end <= span[0]):
+                    why = "one process" if shared_pid else "different processes"
+                    hint = ("; neither names its rank: rename them rank-N.json(.gz) or open them one at a time "
+                            "with --rank" if prev.rank_source == ASSUMED_RANK == p.rank_source else "")
+                    msg = (f"two trace files claim rank {rank}: {prev.path} and {p.path} "
+                           f"({why}, {'overlapping' if prev_end > span[0] else 'successive'} time spans){hint}")
+                    if problems is None:
+                        raise InputError(msg)
+                    problems.append(msg + f": {Path(p.path).name} left out")
+                    dropped.add(id(p))
+                    continue
+            kept.append(p)
+        if len(kept) > 1:
+            notes.append(f"rank {rank}: {len(kept)} profiler windows of one process "
+                         f"({', '.join(Path(p.path).name for p in kept)}): read as successive windows")
+    return [p for p in parts if id(p) not in dropped], notes

@@ -257,7 +257,8 @@ def open(  # noqa: A001 - the notebook entry point is deliberately ``workbench.o
         parts = read_on_cluster(cluster, sources.traces, rank, on_error, problems, cache_dir, progress)
     else:
         parts = _read_traces(sources.traces, rank, on_error, problems, cache_dir, progress, workers)
-    notes = same_rank_windows(parts) if not sources.is_run_dir else []
+    parts, notes = same_rank_windows(parts, problems if on_error == "skip" else None) if not sources.is_run_dir \
+        else (parts, [])
     meta = rundir.read_json(sources.run_json) if sources.run_json else {}
     compiles, compile_skipped = _read_compiles(sources, on_error, problems)
     steps_collector, steps_skipped = _read_steps_files(sources.steps_files)

@@ -307,3 +307,28 @@ def test_bad_ts_in_a_large_trace_read_in_pieces(tmp_path: Path, monkeypatch: pyt
     run = workbench.open(path, cache=False)
     assert run.events.height == 3 + 3000 - 1 and run.info()["span_ns"] == 100_000
     assert [n for k, n in run.info()["skipped"].items() if reason in k] == [1]
+
+
+def test_rankless_file_beside_ranked_files_is_not_taken_for_rank_zero(tmp_path: Path) -> None:
+    d = tmp_path / "job"
+    d.mkdir()
+    _write(d / "rank-0.json", _trace(0, pid=10))
+    _write(d / "rank-1.json", _trace(1, pid=11))
+    _write(d / "profile.json", _trace(None, pid=12, world=None))
+    with pytest.raises(InputError, match=r"profile\.json: no rank recorded, and rank 0 is .*rank-0\.json's"):
+        workbench.open(d, cache=False)
+    run = workbench.open(d, cache=False, on_error="skip")
+    assert run.ranks.get_column("rank").to_list() == [0, 1] and run.kernels.height == 2
+    assert [p for p in run.problems if "profile.json" in p] and all("\n" not in p for p in run.problems)
+
+
+def test_two_processes_claiming_one_rank_with_skip_keep_the_first(tmp_path: Path) -> None:
+    d = tmp_path / "two"
+    d.mkdir()
+    _write(d / "a.json", _trace(0, pid=1))
+    _write(d / "b.json", _trace(0, pid=2, t0=500_000.0))
+    _write(d / "c.json", _trace(1, pid=3))
+    run = workbench.open(d, cache=False, on_error="skip")
+    assert run.ranks.get_column("rank").to_list() == [0, 1]
+    assert run.ranks.row(0, named=True)["trace_files"] == [str(d / "a.json")]
+    assert any("b.json left out" in p for p in run.problems)
