@@ -275,16 +275,12 @@ class ConfigApplier:
             if bad:
                 self.refused("compile.options", f"unknown inductor option(s) {', '.join(bad)} in this torch")
                 extra.pop("options")
-        if "mode" in extra and ("options" in extra or "options" in call) or \
-                "options" in extra and "mode" in call:
-            # torch.compile refuses mode and options together: keep the config's choice, drop the call's other one
-            for k in ("mode", "options"):
-                if k in extra:
-                    other = "options" if k == "mode" else "mode"
-                    if other in call and other not in extra:
-                        self.refused(f"compile.{k}", f"the call passes {other}=; torch.compile accepts only one "
-                                                     f"of mode and options")
-                        extra.pop(k)
+        # torch.compile takes mode or options, not both: a config value that meets the call's other one is refused
+        for key, other in (("mode", "options"), ("options", "mode")):
+            if key in extra and other in call and other not in extra:
+                self.refused(f"compile.{key}", f"the call passes {other}=; torch.compile accepts only one of mode "
+                                               f"and options")
+                extra.pop(key)
         return extra
 
     # ------------------------------------------------------------------ mark_dynamic
