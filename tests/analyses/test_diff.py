@@ -126,9 +126,18 @@ def test_reversed_pair_is_a_regression_and_zero_to_one_recompile_is_worse(bundle
     assert any("divergent_recompile" in r for r in d.regressions())
 
 
+def _cli_inproc(*args: str):
+    """The ``workbench`` command in this process (no interpreter start-up): exit code and output."""
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    return CliRunner().invoke(app, list(args))
+
+
 def test_cli_json_fail_on_and_report(bundled, tmp_path):
-    ok = _cli("diff", str(BEFORE), str(AFTER), "--json", "--fail-on", "regression")
-    assert ok.returncode == 0, ok.stderr[-2000:]
+    ok = _cli_inproc("diff", str(BEFORE), str(AFTER), "--json", "--fail-on", "regression")
+    assert ok.exit_code == 0, ok.output[-2000:]
     out = json.loads(ok.stdout)
     assert out["comparability"]["comparable"] is True
     verdicts = {f["kind"]: f["verdict"] for f in out["findings"]}
@@ -138,12 +147,12 @@ def test_cli_json_fail_on_and_report(bundled, tmp_path):
     assert bad.returncode == 1
     lines = [ln for ln in bad.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("regression: ") and "divergent_recompile" in lines[0], bad.stderr
-    text = _cli("diff", str(BEFORE), str(AFTER))
-    assert text.returncode == 0 and "Comparability: comparable" in text.stdout
+    text = _cli_inproc("diff", str(BEFORE), str(AFTER))
+    assert text.exit_code == 0 and "Comparability: comparable" in text.stdout
     assert text.stdout.index("Comparability") < text.stdout.index("Findings of BEFORE")
     html = tmp_path / "diff.html"
-    rep = _cli("report", str(BEFORE), str(AFTER), "-o", str(html), "--plotlyjs", "cdn")
-    assert rep.returncode == 0, rep.stderr[-2000:]
+    rep = _cli_inproc("report", str(BEFORE), str(AFTER), "-o", str(html), "--plotlyjs", "cdn")
+    assert rep.exit_code == 0, rep.output[-2000:]
     page = html.read_text()
     assert "Comparability: comparable" in page and "divergent_recompile" in page and ">fixed<" in page
 
