@@ -134,7 +134,7 @@ def build_figure(store: RunStore, rid: str, window: tuple[int, int] | None, rank
     )
     o = origin(store, rid)
     what = view.describe() if index(store, rid).frame.height else "No device kernels (a CPU run): steps, collectives and compiles"
-    return fig, (f"{what} · window {fmt_time(hi - lo)}, from {fmt_time(lo - o) if lo != o else "0 ms"} to {fmt_time(hi - o)} "
+    return fig, (f"{what} · window {fmt_time(hi - lo)}, from {fmt_time(lo - o) if lo != o else '0 ms'} to {fmt_time(hi - o)} "
                  "after the run's first recorded activity")
 
 
