@@ -129,6 +129,7 @@ class CompilingEvidence(Evidence):
 @dataclass(frozen=True, slots=True)
 class ExposedCommEvidence(Evidence):
     per_rank: tuple[Row, ...]        # rank, comm_ns, comm_exposed_ns, comm_exposed_pct, comm_overlap_pct, window_ns
+    timeline: str = "device"         # "device" (GPU kernels) or "host" (a CPU run: collectives the host blocked on)
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,12 +29,13 @@ KEYS = ("breakdown", "idle_gaps", "bubbles", "launch_stats", "kernel_class_time"
         "python_events", "compile_events", "device_time")
 
 
-def _device_time(kw: pl.DataFrame) -> Any:
+def _device_time(kw: pl.DataFrame, events: pl.DataFrame | None = None, steps: pl.DataFrame | None = None,
+                 window: Window = "steady") -> Any:
     try:
         from workbench.analyses.rootcause import device_time
     except ImportError:
         return None
-    return device_time(kw)
+    return device_time(kw, events, steps, window)  # ranks without device activity: host-side (rootcause.host_time)
 
 
 def rank_tables(kernels: pl.DataFrame, events: pl.DataFrame, steps: pl.DataFrame, window: Window,
@@ -54,7 +55,7 @@ def rank_tables(kernels: pl.DataFrame, events: pl.DataFrame, steps: pl.DataFrame
         # torch.compile's own ranges in the trace (rootcause.trace_compile_spans reads them)
         "compile_events": events.filter(pl.col("name").cast(pl.String).str.ends_with("(dynamo_timed)"))
         .select("rank", "name", "start", "end"),
-        "device_time": _device_time(kw),
+        "device_time": _device_time(kw, events, steps, window),
     }
 
 

@@ -90,22 +90,71 @@ def length(a: Spans) -> int:
 # ---------------------------------------------------------------------------------------------- symptom time
 @dataclass(slots=True)
 class DeviceTime:
-    """Per rank: the analysed device window and its idle / exposed-communication / exposed-copy intervals."""
+    """Per rank: the analysed device window and its idle / exposed-communication / exposed-copy intervals (for CPU
+    ranks: the analysed profiler steps and the collectives the host waited for, see :func:`host_time`)."""
 
     window: dict[int, Spans] = field(default_factory=dict)
     idle: dict[int, Spans] = field(default_factory=dict)
     exposed_comm: dict[int, Spans] = field(default_factory=dict)
     exposed_memory: dict[int, Spans] = field(default_factory=dict)
+    comm: dict[int, Spans] = field(default_factory=dict)
+    host: dict[int, bool] = field(default_factory=dict)   # ranks timed from the host (no device activity)
 
     def of(self, kind: str) -> dict[int, Spans]:
         return {"host_bound": self.idle, "launch_bound": self.idle, "gpu_idle": self.idle,
                 "exposed_communication": self.exposed_comm, "exposed_memcpy": self.exposed_memory}.get(kind, {})
 
 
-def device_time(window_kernels: pl.DataFrame) -> DeviceTime:
-    """:class:`DeviceTime` of the analysed window's device activity (KERNELS rows in the window)."""
+_COMM_OP = r"^(gloo:|nccl:|c10d::|record_param_comms)"
+
+
+def host_time(events: pl.DataFrame | None, steps: pl.DataFrame | None, window: str = "steady",
+              skip_ranks: Sequence[int] = ()) -> DeviceTime:
+    """For ranks without device activity (CPU runs): the analysed profiler steps as the window, and as exposed
+    communication the collectives' execution (``gloo:*`` / ``nccl:*`` ranges) while no host op of the training
+    threads runs (the host waited for them); point-to-point send/recv are left out (a pipeline's waits are its
+    bubble). ``idle`` is left empty: a CPU rank has no device to idle."""
+    from workbench.analyses.window import window_steps
+
+    out = DeviceTime()
+    if events is None or events.is_empty() or steps is None or steps.is_empty():
+        return out
+    ws = window_steps(steps, window)  # type: ignore[arg-type]
+    ws = ws.filter(pl.col("in_window") & ~pl.col("rank").is_in(list(skip_ranks)))
+    if ws.is_empty():
+        return out
+    e = events.filter(pl.col("rank").is_in(ws["rank"].unique().implode()) & pl.col("kind").cast(pl.String).is_in(
+        ["cpu_op", "annotation"])).select("rank", "tid", pl.col("kind").cast(pl.String), pl.col("name").cast(pl.String),
+                                          "start", "end")
+    for (rank,), g in ws.group_by(["rank"]):
+        rank = int(rank)
+        win = merge(zip(g["start"].to_list(), g["end"].to_list()))
+        mine = e.filter(pl.col("rank") == rank)
+        # point-to-point waits are a pipeline's bubble (pipeline_bubble), not exposed collectives
+        comm_ev = mine.filter(pl.col("name").str.contains(r"^(gloo:|nccl:)")
+                              & ~pl.col("name").str.contains(r"(send|recv)$"))
+        if comm_ev.is_empty():
+            continue
+        comm_tids = set(comm_ev["tid"].drop_nulls().to_list())
+        work = mine.filter((pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(_COMM_OP)
+                           & ~pl.col("tid").is_in(list(comm_tids)))
+        comm = intersect(merge(zip(comm_ev["start"].to_list(), comm_ev["end"].to_list())), win)
+        busy = merge(zip(work["start"].to_list(), work["end"].to_list()))
+        out.window[rank] = win
+        out.exposed_comm[rank] = subtract(comm, busy)
+        out.comm[rank] = comm
+        out.host[rank] = True
+    return out
+
+
+def device_time(window_kernels: pl.DataFrame, events: pl.DataFrame | None = None,
+                steps: pl.DataFrame | None = None, window: str = "steady") -> DeviceTime:
+    """:class:`DeviceTime` of the analysed window's device activity (KERNELS rows in the window); with ``events``
+    and ``steps``, ranks without device activity get their host-side :func:`host_time`."""
     out = DeviceTime()
     if window_kernels is None or window_kernels.is_empty():
+        if events is not None:
+            return host_time(events, steps, window)
         return out
     k = window_kernels.select("rank", pl.col("kernel_class").cast(pl.String), "start", "end").drop_nulls(["start", "end"])
     for (rank,), g in k.group_by(["rank"], maintain_order=True):
@@ -122,6 +171,34 @@ def device_time(window_kernels: pl.DataFrame) -> DeviceTime:
         out.idle[rank] = subtract(win, busy)
         out.exposed_comm[rank] = subtract(comm, compute)
         out.exposed_memory[rank] = subtract(subtract(mem, compute), comm)
+        out.comm[rank] = comm
+    if events is not None:
+        host = host_time(events, steps, window, skip_ranks=sorted(out.window))
+        for name in ("window", "exposed_comm", "comm", "host"):
+            getattr(out, name).update(getattr(host, name))
+    return out
+
+
+def host_comm_findings(device: DeviceTime, min_pct: float = 5.0) -> list[Finding]:
+    """``exposed_communication`` for ranks timed from the host (:func:`host_time`): collectives the training
+    threads waited for, with no host op running, ≥ ``min_pct`` % of the analysed profiler steps."""
+    from workbench.analyses.kinds import ExposedCommEvidence
+
+    out = []
+    for rank in sorted(device.host):
+        win, exp, comm = length(device.window[rank]), length(device.exposed_comm[rank]), length(device.comm[rank])
+        if win <= 0 or 100.0 * exp / win < min_pct:
+            continue
+        row = {"rank": rank, "comm_ns": comm, "comm_exposed_ns": exp, "comm_exposed_pct": 100.0 * exp / win,
+               "comm_overlap_pct": 100.0 * (comm - exp) / comm if comm else None, "window_ns": win}
+        out.append(make_finding(
+            "exposed_communication",
+            f"The host waits for communication with nothing else running {row['comm_exposed_pct']:.1f}% of the "
+            f"analysed steps on rank {rank} (a CPU run: collectives that the training threads block on; overlap "
+            f"{row['comm_overlap_pct'] or 0:.0f}% of communication time).",
+            ExposedCommEvidence(per_rank=(row,), timeline="host"),
+            Cost.measured(exp, "collective time with no host op running, in the analysed profiler steps"),
+            ranks=[rank], source="rootcause"))
     return out
 
 

@@ -31,7 +31,7 @@ from workbench.analyses.overlap import comm_compute_overlap
 from workbench.analyses.per_rank import event_tables
 from workbench.analyses.recompiles import classify_compiles, recompile_finding_list
 from workbench.analyses.rootcause import (
-    attribute, cause_spans, compiling_finding, device_time, merge, trace_compile_spans,
+    attribute, cause_spans, compiling_finding, device_time, host_comm_findings, merge, trace_compile_spans,
 )
 from workbench.analyses.stragglers import step_times, straggler_findings, straggler_ranks
 from workbench.analyses.window import Window, window_kernels
@@ -221,6 +221,7 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
     if overhead is not None:
         found.append(overhead)
     device = ev["device_time"]
+    found += host_comm_findings(device)  # CPU ranks: collectives the host blocked on
     explained: dict[int, list] = {}
     for f in found:  # time the compile-log findings already explain, per rank
         if isinstance(f.evidence, (CompileGroupEvidence, DivergentRecompileEvidence)):

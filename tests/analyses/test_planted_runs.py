@@ -183,3 +183,20 @@ def test_cpu_gloo_4rank_recompile_and_straggler_by_median_data_wait() -> None:
     st = [f for f in roots if f.kind == "straggler"]
     assert [f.ranks for f in st] == [(2,)]
     assert st[0].evidence.data_wait_median_ns == pytest.approx(40e6, rel=0.1)  # the planted 40 ms, a median
+
+
+def test_cpu_run_host_waits_are_symptoms_of_the_recompile() -> None:
+    """A CPU run has no device timeline: the collectives its training threads blocked on are its exposed
+    communication (host-timed), and the ones during rank 1's compile sit under the divergent recompile."""
+    run = _sample("cpu-gloo-4rank")
+    div = next(f for f in run.findings() if f.kind == "divergent_recompile")
+    waits = {s.ranks[0]: s.cost_ns for s in div.symptoms if s.kind == "exposed_communication"}
+    assert set(waits) == {0, 2, 3}
+    assert all(s.evidence.timeline == "host" for s in div.symptoms if s.kind == "exposed_communication")
+    assert all(0.8 * div.cost_ns <= w <= div.cost_ns * 1.01 for w in waits.values()), (waits, div.cost_ns)
+
+
+def test_pipeline_p2p_waits_are_its_bubble_not_exposed_communication() -> None:
+    roots = _sample("cpu-gloo-pipeline").findings()
+    assert roots[0].kind == "pipeline_bubble"
+    assert not [f for f in roots if f.kind == "exposed_communication"]
