@@ -284,8 +284,8 @@ def findings_frame(findings: Iterable[Finding]) -> pl.DataFrame:
             })
     if not rows:
         return empty(FINDINGS)
-    return conform(pl.DataFrame(rows, schema_overrides={"ranks": pl.List(pl.Int32), "steps": pl.List(pl.Int32)}),
-                   FINDINGS)
+    return conform(pl.DataFrame(rows, schema_overrides={"ranks": pl.List(pl.Int32), "steps": pl.List(pl.Int32)},
+                                infer_schema_length=None), FINDINGS)
 
 
 def finding_to_dict(f: Finding) -> dict[str, Any]:
