@@ -400,6 +400,14 @@ def _first_line(text: str | None) -> str | None:
     return None
 
 
+def _first_known(*values: float | None) -> float | None:
+    return next((v for v in values if v is not None), None)
+
+
+def _scaled(value: float | None, factor: float) -> float | None:
+    return None if value is None else value * factor
+
+
 _BREAK_NOISE = ("graph break in user code at", "encountered graph break when attempting")
 
 
@@ -521,8 +529,10 @@ def _finish_row(r: dict[str, Any], strings: dict[int, str], torch_version: str |
         "co_name": co_name, "co_filename": co_file, "co_firstlineno": co_line,
         "start": start, "end": end, "duration_ns": duration,
         "entire_frame_compile_s": entire_s,
-        "backend_compile_s": num(m, "backend_compile_time_s"),
-        "inductor_compile_s": num(m, "inductor_compile_time_s"),
+        "backend_compile_s": _first_known(num(m, "backend_compile_time_s"),
+                                          _scaled(num(m, "aot_autograd_cumulative_compile_time_us"), 1e-6)),
+        "inductor_compile_s": _first_known(num(m, "inductor_compile_time_s"),
+                                           _scaled(num(m, "inductor_cumulative_compile_time_us"), 1e-6)),
         "bwd_compile_s": bwd_s,
         "status": status,
         "fail_type": fail_type if failed else None,

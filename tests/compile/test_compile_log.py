@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import polars as pl
@@ -301,3 +302,43 @@ def test_tlparse_logs_of_older_torch_keep_unknown_times_null(compile_logs):
     c, _ = read_compile_logs([compile_logs / "tlparse" / "comp_failure.log"])
     row = c.row(0, named=True)
     assert row["status"] == "failed" and row["duration_ns"] is None  # the log records no compile time
+
+
+_INDUCTOR_SCRIPT = """
+import torch
+def f(x):
+    y = torch.sin(x) * 2
+    print("a graph break")
+    return y.cos() + 1
+g = torch.compile(f, backend="inductor")
+for n in (4, 8, 8):
+    g(torch.randn(n))
+"""
+
+
+@pytest.mark.slow
+def test_real_inductor_logs_graph_breaks_and_cache_hits(tmp_path):
+    """Two real torch 2.13 inductor runs sharing one compile cache: graph breaks are graph breaks (never failures),
+    inductor times are read, the first run's cache misses become the second run's hits."""
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+
+    script = tmp_path / "job.py"
+    script.write_text(_INDUCTOR_SCRIPT)
+    runs = []
+    for i in (1, 2):
+        env = {**os.environ, "TORCH_TRACE": str(tmp_path / f"trace{i}"),
+               "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor_cache")}
+        subprocess.run([sys.executable, str(script)], env=env, check=True, capture_output=True, timeout=600)
+        c, skipped = read_compile_logs([tmp_path / f"trace{i}"])
+        runs.append(c)
+        assert skipped.height == 0, skipped.to_dicts()
+        assert c["torch_version"].unique().to_list()[0].startswith("2.")
+        breaks = c.filter(pl.col("status") == "graph_break")
+        assert breaks.height >= 1 and c.filter(pl.col("status") == "failed").height == 0
+        assert breaks["fail_type"].null_count() == breaks.height and "print" in breaks["break_reason"][0]
+        assert c["duration_ns"].null_count() == 0
+    cold, warm = runs
+    assert cold["inductor_compile_s"].drop_nulls().len() > 0  # the warm run may take every graph from the cache
+    assert cold["cache_misses"].sum() > 0 and warm["cache_hits"].sum() >= cold["cache_misses"].sum() // 2
