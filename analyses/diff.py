@@ -45,9 +45,9 @@ TOP_N = 10
 
 #: Finding sources whose cost is a total over the profiler window (normalised by its step count), over the
 #: collector steps, or a count of events (compared by occurrence).
-_WINDOW_SOURCES = {"breakdown", "collectives", "bubbles", "overlap", "kernels"}
+_WINDOW_SOURCES = {"breakdown", "collectives", "bubbles", "overlap", "kernels", "rootcause"}
 _STEP_SOURCES = {"stragglers"}
-_EVENT_SOURCES = {"recompiles"}
+_EVENT_SOURCES = {"recompiles", "hangs", "applied", "summary", "collector"}
 #: What the AFTER run must have recorded to see a finding of each source again (table, description).
 _NEEDS = {"breakdown": ("kernels", "device data"), "overlap": ("kernels", "device data"),
           "kernels": ("kernels", "device data"), "collectives": ("collectives", "collectives"),
@@ -341,9 +341,12 @@ def _script(d: RunData) -> str:
 
 
 def _compile_config(d: RunData) -> str:
+    """``run.json``'s compile config and the config hashes the run's compiles (else its fingerprints) recorded."""
     cfg = d.meta.get("compile_config")
-    hashes = set(d.compiles["config_hash"].drop_nulls().unique().to_list()) if "config_hash" in d.compiles.columns \
-        else set()
+    hashes: set[str] = set()
+    for frame in (d.compiles, d.fingerprints):
+        if not hashes and "config_hash" in frame.columns:
+            hashes = {str(h)[:16] for h in frame["config_hash"].drop_nulls().unique().to_list()}
     text = orjson.dumps(cfg, option=orjson.OPT_SORT_KEYS).decode() if cfg else "none"
     return text + (f" (config hash {', '.join(sorted(hashes))})" if hashes else "")
 
