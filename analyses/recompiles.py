@@ -471,6 +471,7 @@ def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None
             pl.col("start"), pl.col("collective_schedule"), pl.col("co_name").first(),
         )
         divergent_ids = {cid for _, cid in divergent_rows}
+        recompiled_ids = set(shared.filter(pl.col("frame_compile_id").fill_null(0) > 0)["_id"].to_list())
         for r in by_id.sort("_id").iter_rows(named=True):
             if r["_id"] in divergent_ids or len(set(r["rank"])) < 2:
                 continue
@@ -498,6 +499,8 @@ def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None
                     CollectiveScheduleEvidence(r["_id"], tuple({"ranks": v, "schedule": list(k)}
                                                                for k, v in groups.items())),
                     Cost.none("none (a hang risk)"), ranks=list(scheds), source="recompiles", key=r["_id"]))
+            if r["_id"] in recompiled_ids:
+                continue  # the skew of a recompile is part of that recompile's finding
             durs = {rk: d for rk, d in zip(r["rank"], r["duration"]) if d is not None}
             starts = [t for t in r["start"] if t is not None]
             same_run = bool(starts) and max(starts) - min(starts) <= 600e9

@@ -221,13 +221,16 @@ def cause_spans(f: Finding, compiles: pl.DataFrame, matched: pl.DataFrame, steps
         spans = merge(ev.spans)
         return {r: spans for r in all_ranks}
     if isinstance(ev, CompileGroupEvidence) and compiles is not None and not compiles.is_empty():
+        # the group's compiles on its ranks; every rank of the group waits through any of them (collectives)
         c = compiles.filter(pl.col("rank").is_in(list(f.ranks)) & pl.col("compile_id").is_in(list(ev.compile_ids)))
         c = c.filter(pl.col("co_name") == ev.co_name) if ev.co_name is not None else c
-        out: dict[int, Spans] = {}
-        for r, s, e in c.select("rank", "start", "end").iter_rows():
-            if s is not None and e is not None:
-                out.setdefault(int(r), []).append((int(s), int(e)))
-        return {r: merge(v) for r, v in out.items()}
+        spans = merge((int(s), int(e)) for s, e in c.select("start", "end").iter_rows()
+                      if s is not None and e is not None)
+        out = {r: spans for r in f.ranks} if spans else {}
+        for sub in f.symptoms:  # recompiles linked under a limit or a graph break
+            for r, sp in cause_spans(sub, compiles, matched, steps, all_ranks).items():
+                out[r] = merge(out.get(r, []) + sp)
+        return out
     if isinstance(ev, StragglerEvidence):
         out = {}
         if matched is not None and not matched.is_empty():
@@ -316,10 +319,53 @@ def link_config_causes(findings: Sequence[Finding]) -> list[Finding]:
     return findings
 
 
+def _frame(ev: CompileGroupEvidence) -> tuple:
+    return (ev.co_name, ev.co_filename, ev.co_firstlineno)
+
+
+def _break_lines(ev: CompileGroupEvidence) -> set[int]:
+    """Lines a graph break points at (``"item at /x/y.py:24"``), plus the frame's own first line."""
+    out = {ev.co_firstlineno} if ev.co_firstlineno is not None else set()
+    for src in ev.sources:
+        tail = src.rsplit(":", 1)[-1]
+        if tail.isdigit():
+            out.add(int(tail))
+    return out
+
+
+def link_compile_causes(findings: Sequence[Finding]) -> list[Finding]:
+    """One root per compile problem: a frame's recompiles go under the ``recompile_limit`` they ran into, and the
+    recompiles of a graph break's resume function (``torch_dynamo_resume_in_<fn>_at_<line>``, e.g. a float from
+    ``.item()`` specialised per value) go under that ``graph_break``; the root's cost is their compile time."""
+    findings = list(findings)
+    groups = [f for f in findings if isinstance(f.evidence, CompileGroupEvidence)]
+    recompiles = [f for f in groups if f.kind.startswith("recompile_") and f.kind != "recompile_limit"]
+    for root in groups:
+        ev = root.evidence
+        if root.kind == "recompile_limit":
+            mine = [r for r in recompiles if _frame(r.evidence) == _frame(ev) and r in findings]
+            why = "compile time of the frame's recompiles until the limit and at it (compile log)"
+        elif root.kind == "graph_break":
+            lines = _break_lines(ev)
+            mine = [r for r in recompiles if r in findings and any(
+                (r.evidence.co_name or "") == f"torch_dynamo_resume_in_{ev.co_name}_at_{ln}" for ln in lines)]
+            why = "compile time of the resume function's recompiles after the break (compile log)"
+        else:
+            continue
+        if not mine:
+            continue
+        total = sum(r.cost_ns for r in mine) + (root.cost_ns if root.kind == "recompile_limit" else 0)
+        linked = root.replace(symptoms=root.symptoms + tuple(mine), cost=Cost.measured(total, why),
+                              message=f"{root.message} It caused {sum(r.evidence.count for r in mine)} recompile(s) "
+                                      f"({format_ns(total)} of compile time), listed under it.")
+        findings = [linked if f is root else f for f in findings if f not in mine]
+    return findings
+
+
 def attribute(findings: Sequence[Finding], *, device: DeviceTime, compiles: pl.DataFrame, matched: pl.DataFrame,
               steps: pl.DataFrame, wall_ns: dict[int, int]) -> list[Finding]:
     """Root causes with their symptoms under them, most costly first (see the module docstring)."""
-    findings = link_config_causes(findings)
+    findings = link_compile_causes(link_config_causes(findings))
     causes = [f for f in sort_findings(findings) if kind_spec(f.kind).role == "cause"]
     all_ranks = sorted(set(device.window) | set(wall_ns))
     spans = {c.id: cause_spans(c, compiles, matched, steps, all_ranks) for c in causes}
@@ -419,7 +465,7 @@ def compiling_finding(compiles: pl.DataFrame, traced: dict[int, Spans], window: 
     return make_finding(
         "compiling",
         f"torch.compile ran inside the profiler window on rank {', '.join(map(str, sorted(ns)))} "
-        f"({format_ns(ns[worst])} on rank {worst}, seen in the {seen_in}): the idle GPU and the other ranks' waits "
+        f"({format_ns(ns[worst])} on rank {worst}, seen in the {seen_in}): idle time and the other ranks' waits "
         "in that time are the compiler's, not slow host code or a straggler.",
         CompilingEvidence({r: tuple(v) for r, v in ids.items() if r in ns}, ns, {r: length(window[r]) for r in ns},
                           tuple(merge(inside)), seen_in),

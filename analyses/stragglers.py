@@ -101,7 +101,7 @@ def straggler_ranks(
     ``change_ns``, ``trend`` (``steady`` / ``growing`` / ``shrinking`` of its per-step held-back time),
     ``typical_held_ns`` (median held-back time when it held back × times it held back), ``typical_share_pct``,
     ``median_data_wait_ns``, ``held_steps`` (steps where it held the others back), ``held_since_pct`` (share of
-    the events since ``first_step`` where it held back).
+    the events since ``first_step`` where it held back), ``events_since`` (events since ``first_step``).
     """
     parts = []
     if exclude_steps:
@@ -182,6 +182,7 @@ def straggler_ranks(
     return out.with_columns(
         held_pct=100.0 * pl.col("held_count") / pl.col("events"),
         held_since_pct=pl.when(pl.col("_since") > 0).then(100.0 * pl.col("_held_since") / pl.col("_since")),
+        events_since=pl.col("_since").cast(pl.UInt32),
         held_share_pct=share.then(100.0 * pl.col("held_back_ns") / pl.col("step_time_ns")),
         typical_share_pct=share.then(100.0 * pl.col("typical_held_ns") / pl.col("step_time_ns")),
     ).drop("_since", "_held_since").sort("signal", "held_back_ns", descending=[False, True])
@@ -191,18 +192,19 @@ def straggler_findings(ranks: pl.DataFrame, min_share_pct: float = 1.0, min_held
                        min_events: int = 5) -> list[Finding]:
     """Findings of kind ``straggler``: one per straggling rank, with the evidence of every signal that names it.
 
-    A rank must hold back in at least ``min_held_pct`` % of the events and, since its first step holding back,
-    at least halfway between chance (1/n with n ranks) and always (75 % with 2 ranks, 67 % with 3), and both its total and its typical
-    (median held time × events) share of the step time must reach ``min_share_pct``, so one long stall does not
-    make a straggler; a signal needs at least ``min_events`` steps (or collectives). Cost: the largest ``held_back_ns`` among its signals (step time the job loses waiting for
-    it), measured. Slow data loading is named when the rank's median data wait is far above the others' median.
+    A rank must hold back in at least ``min_held_pct`` % of the events and, since its first step holding back
+    (at least ``min_events`` steps or collectives), at least halfway between chance (1/n with n ranks) and always
+    (75 % with 2 ranks, 67 % with 3); both its total and its typical (median held time × events) share of the step
+    time must reach ``min_share_pct``, so one long stall does not make a straggler. Cost, measured: the signal's
+    ``typical_held_ns`` (median held-back time × times it held back), the largest among its signals. Slow data
+    loading is named when the rank's median data wait is far above the others' median.
     """
     if ranks is None or ranks.is_empty():
         return []
     # being last by chance happens 1/n of the time: require at least halfway from chance to always
     n = pl.col("rank").n_unique().over("signal").cast(pl.Float64)
     chance_pct = 100.0 * (1.0 / n + 0.5 * (1.0 - 1.0 / n))
-    hits = ranks.filter((pl.col("events") >= min_events) & (pl.col("held_pct") >= min_held_pct)
+    hits = ranks.filter((pl.col("events_since") >= min_events) & (pl.col("held_pct") >= min_held_pct)
                         & (pl.col("held_since_pct").fill_null(0) >= chance_pct)
                         & (pl.col("held_share_pct") >= min_share_pct)
                         & (pl.col("typical_share_pct") >= min_share_pct))

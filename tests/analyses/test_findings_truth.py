@@ -163,3 +163,23 @@ def test_severity_rule() -> None:
     assert F.severity_of(F.Cost.none(), wall) == "info"
     assert F.severity_of(F.Cost.measured(None, "x"), wall) == "info"
     assert F.severity_of(F.Cost.none(), wall, hazard=True) == "high"
+
+
+def test_recompiles_into_the_limit_are_one_root_cause() -> None:
+    """The real ``limit`` log: dtype recompiles of one frame until the recompile limit, then eager. One root
+    (``recompile_limit``), the recompiles under it, its cost their compile time."""
+    from workbench.analyses.rootcause import link_compile_causes
+
+    c = classify_compiles(read_compile_logs([_shared("compile_logs/torch2.13-cpu/single-process/limit")])[0])
+    found = recompile_finding_list(c)
+    limit = [f for f in found if f.kind == "recompile_limit"]
+    assert len(limit) == 1
+    frame = (limit[0].evidence.co_name, limit[0].evidence.co_firstlineno)
+    same = [f for f in found if f.kind.startswith("recompile_") and f.kind != "recompile_limit"
+            and (f.evidence.co_name, f.evidence.co_firstlineno) == frame]
+    assert same
+    roots = link_compile_causes(found)
+    root = next(f for f in roots if f.kind == "recompile_limit")
+    assert {s.id for s in root.symptoms} == {f.id for f in same}
+    assert not [f for f in roots if f.id in {s.id for s in same}]
+    assert root.cost_ns == sum(f.cost_ns for f in same) + limit[0].cost_ns and root.severity == "high"
