@@ -172,7 +172,7 @@ def discover(path: str | Path) -> Sources:
     notes: list[str] = []
     if not root.is_dir():
         if not _regular(root, notes):
-            raise InputError(notes[0] if notes else f"{root}: not a regular file")
+            raise InputError(notes[0].removesuffix(": skipped") if notes else f"{root}: not a regular file")
         src = Sources(root=root)
         if is_compile_log(root) or root.suffix == ".log" or looks_like_compile_log(root):
             src.compile_logs.append((root, None))

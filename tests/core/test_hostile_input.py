@@ -113,6 +113,10 @@ def test_odd_field_in_one_compile_log_skips_that_line_only(tmp_path: Path, by: s
     assert "rank_1" in rows["file"][0] and rows["rank"][0] == 1
     run = workbench.open(logs, on_error="skip", cache=False)
     assert sorted(set(run.compiles["rank"].to_list())) == [0, 1] and not run.problems
+    res = _cli("info", str(logs), "--json")
+    assert res.returncode == 0, res.stderr
+    info = json.loads(res.stdout)
+    assert info["compiles"] == compiles.height and [k for k in info["skipped"] if f"'{field}'" in k]
 
 
 @pytest.mark.skipif(not LOGS.is_dir(), reason=f"{LOGS} (the shared compile logs) is absent")
@@ -168,6 +172,8 @@ def test_fifo_is_never_opened(tmp_path: Path) -> None:
     assert any("rank-1.json: a FIFO" in p for p in run.problems)
     with pytest.raises(InputError, match="a FIFO"):
         workbench.open(d / "rank-1.json", cache=False)
+    res = _cli("info", str(d / "rank-1.json"))
+    assert res.returncode == 2 and _one_error_line(res) == f"error: {d / 'rank-1.json'}: a FIFO, not a file"
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root lists folders whatever their mode")
