@@ -465,8 +465,9 @@ def _covers(d: RunData, f: _F) -> tuple[bool, str]:
 
 
 def _match(f: _F, after: list[_F], used: set[int]) -> int | None:
-    """Index of the AFTER finding that is ``f`` again: same kind (and frame), same ranks, else overlapping ranks."""
-    cands = [i for i, g in enumerate(after) if i not in used and g.kind == f.kind
+    """Index of the AFTER finding that is ``f`` again: same kind measured the same way (the same analysis: a GPU
+    run's exposed communication is not a CPU run's host wait) and frame; same ranks, else overlapping ranks."""
+    cands = [i for i, g in enumerate(after) if i not in used and g.kind == f.kind and g.source == f.source
              and (f.frame is None or g.frame is None or g.frame == f.frame)]
     for i in cands:
         if after[i].ranks == f.ranks:
