@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -18,7 +19,8 @@ from workbench.compile_log import read_compile_logs
 from workbench.errors import InputError, TraceError
 from workbench.kineto import ASSUMED_RANK, MAX_WORLD_SIZE
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO.parent / "shared"
 LOGS = SHARED / "compile_logs" / "torch2.13-cpu" / "2rank-gloo-divergent-shape"
 BASE = 1_790_000_000_000_000_000
 
@@ -176,18 +178,35 @@ def test_fifo_is_never_opened(tmp_path: Path) -> None:
     assert res.returncode == 2 and _one_error_line(res) == f"error: {d / 'rank-1.json'}: a FIFO, not a file"
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root lists folders whatever their mode")
-def test_unreadable_subfolder_is_skipped_with_one_line(tmp_path: Path) -> None:
-    d = tmp_path / "job"
-    (d / "locked").mkdir(parents=True)
-    _write(d / "rank-0.json", _trace(0))
-    (d / "locked").chmod(0)
+_AS_NOBODY = os.geteuid() == 0 and shutil.which("setpriv") is not None
+
+
+@pytest.mark.skipif(os.geteuid() == 0 and not _AS_NOBODY, reason="root lists folders whatever their mode")
+def test_unreadable_subfolder_is_skipped_with_one_line() -> None:
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="wb-unreadable-"))  # not under pytest's 0700 tmp: another user reads it
     try:
-        run = workbench.open(d, cache=False)
+        top.chmod(0o755)
+        d = top / "job"
+        (d / "locked").mkdir(parents=True)
+        d.chmod(0o755)
+        _write(d / "rank-0.json", _trace(0)).chmod(0o644)
+        (d / "locked").chmod(0)
+        probe = ("import json, sys, workbench; r = workbench.open(sys.argv[1], cache=False); "
+                 "print(json.dumps({'ranks': r.ranks['rank'].to_list(), 'problems': r.problems}))")
+        cmd = [sys.executable, "-c", probe, str(d)]
+        if _AS_NOBODY:  # root reads any folder: look as an unprivileged user
+            cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO,
+                             env={**os.environ, "PYTHONPATH": str(REPO)})
+        assert res.returncode == 0, res.stderr
+        out = json.loads(res.stdout)
+        assert out["ranks"] == [0]
+        assert [p for p in out["problems"] if "locked: cannot list the folder (Permission denied)" in p]
     finally:
-        (d / "locked").chmod(0o755)
-    assert run.ranks.get_column("rank").to_list() == [0]
-    assert any("locked: cannot list the folder" in p for p in run.problems)
+        (top / "job" / "locked").chmod(0o755)
+        shutil.rmtree(top)
 
 
 # --- item 7: odd ts values ---------------------------------------------------------------------------------
