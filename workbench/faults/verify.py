@@ -174,21 +174,24 @@ def recommend_for(run_dir: str | Path, roots: list[Any], out: Path) -> tuple[Any
 
 
 def fix_written(fault: Fault, recs: Any) -> str:
-    """``config: <settings>`` when a config fix is applied for the planted kind, ``code: file:line`` for a code
-    fix with its line, else what is missing."""
+    """The best fix for the planted kind: ``config <settings>`` when it is a config fix written to the TOML, else
+    ``code (<fix>, file:line)``, plus the config alternative written for it, if any."""
     kinds = ALIASES.get(fault.finding, (fault.finding,))
     mine = recs.filter(pl.col("finding_kind").is_in(list(kinds)))
     if mine.is_empty():
         return "no fix for it"
     applied = mine.filter(pl.col("apply"))
-    if fault.fix == "config":
-        if applied.is_empty():
-            return "no config fix"
+    best = mine.row(0, named=True)
+    if best["apply"]:
         return "config " + "; ".join(_settings(c) for c in applied["config"].to_list())
-    first = mine.row(0, named=True)
-    loc = first["location"]
+    if fault.fix == "config":
+        return "no config fix"
+    loc = best["location"]
     short = f"{Path(loc.rsplit(':', 1)[0]).name}:{loc.rsplit(':', 1)[1]}" if loc else "no line"
-    return f"code ({first['fix_id']}, {short})"
+    text = f"code ({best['fix_id']}, {short})"
+    if applied.height:
+        text += "; config alternative " + "; ".join(_settings(c) for c in applied["config"].to_list())
+    return text
 
 
 def _settings(cfg_json: str) -> str:
