@@ -33,7 +33,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", default=None, help="folder for the runs (default: a temporary folder)")
     p.add_argument("--no-rerun", action="store_true", help="record and analyse only")
     p.add_argument("--write-docs", action="store_true", help=f"replace the table in {DOCS.relative_to(ROOT)}")
+    p.add_argument("--gpu-config", default=None, metavar="PATH",
+                   help="only write the config the recommender writes for a launch_bound finding (the rerun "
+                        "config bench/faults_gpu.sh takes: the device machine has no polars to run it there)")
     args = p.parse_args(argv)
+    if args.gpu_config:
+        return write_gpu_config(Path(args.gpu_config))
 
     from workbench.faults.registry import faults
     from workbench.faults.verify import loop, markdown_table
@@ -62,6 +67,21 @@ def main(argv: list[str] | None = None) -> int:
         text = re.sub(re.escape(BEGIN) + r".*?" + re.escape(END), lambda _: block, text, flags=re.S)
         DOCS.write_text(text)
         print(f"wrote the table into {DOCS}")
+    return 0
+
+
+def write_gpu_config(path: Path) -> int:
+    """The recommender's config for a launch-bound finding (its fixer does not depend on the evidence's numbers;
+    tests/faults/test_gpu_samples.py checks that the recorded before-run gets exactly this config)."""
+    from workbench.analyses.findings import Cost, make_finding
+    from workbench.analyses.kinds import IdleEvidence
+    from workbench.analyses.recommendations import recommend, to_compile_config
+
+    f = make_finding("launch_bound", "launch-bound small kernels", IdleEvidence(per_rank=()),
+                     Cost.measured(1, "placeholder"), ranks=[0], wall_ns=10)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(to_compile_config(recommend([f]), header="the fix workbench recommend writes for launch_bound"))
+    print(f"wrote {path}")
     return 0
 
 
