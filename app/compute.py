@@ -199,9 +199,14 @@ def prefetch(store: RunStore, rid: str | None = None) -> None:
     order = ([rid] if rid else []) + [r for r in store.ids() if r != rid]
     for r in order:
         try:
-            headline(store, r)
             if r == rid:
+                store.run(r)  # the landing run counts as used: it stays open
+                headline(store, r)
                 recommendations(store, r)
+                continue
+            with store.in_background():
+                headline(store, r)
+            store.release_if_unused(r)
         except Exception:  # noqa: BLE001 - the page shows it when it is visited
             continue
 

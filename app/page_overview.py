@@ -136,7 +136,7 @@ def runs_section(store: RunStore, current: str | None) -> Any:
         "Runs: which one is worth looking at",
         html.Div(runs_table(store, current), id="runs-list"),
         html.Div("Each run's most costly root cause; click a run to read its story.", className="muted"),
-        dcc.Interval(id="runs-poll", interval=700, disabled=_all_ready(store), max_intervals=400),
+        dcc.Interval(id="runs-poll", interval=1500, disabled=_all_ready(store), max_intervals=400),
         dcc.Store(id="runs-current", data=current),
         id="runs-section",
     )

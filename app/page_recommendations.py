@@ -187,7 +187,7 @@ def _rec_item(r: dict[str, Any], n: int | None, alternatives: list[dict[str, Any
         row("Config", r.get("config"), True), row("Code", code), row("Where", r.get("location"), True),
         html.Details([html.Summary(f"{len(alts)} other way{'s' if len(alts) != 1 else ''} to fix this"),
                       *[_rec_item(a, None) for a in alts]], className="rec-alternatives") if alts else None,
-    ], className="rec rec-item" if n is not None else "rec rec-alt", id=f"rec-{n}" if n is not None else None)
+    ], className="rec rec-item" if n is not None else "rec rec-alt", **({"id": f"rec-{n}"} if n is not None else {}))
 
 
 def apply(store: RunStore, rid: str) -> tuple[Path, str]:

@@ -13,6 +13,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,7 +131,7 @@ class RunStore:
     """Runs by id, opened on first use and cached with every analysis result computed from them."""
 
     #: At most this many runs stay open (with their cached analyses); the least recently used is dropped first.
-    MAX_OPEN_RUNS = 8
+    MAX_OPEN_RUNS = 12
 
     def __init__(self, roots: Iterable[str | Path], *, opener: Callable[[Path], Any] | None = None,
                  max_open_runs: int | None = None):
@@ -144,6 +145,7 @@ class RunStore:
         self._slots: dict[tuple[str, str], _Slot] = {}
         self._headlines: dict[str, _Slot] = {}
         self._default: str | None = None
+        self._local = threading.local()
         self._guard = threading.Lock()
 
     @classmethod
@@ -182,8 +184,29 @@ class RunStore:
         self._touch(run_id)
         return self.cached(run_id, "__run__", lambda: self._open(entry))
 
+    @contextmanager
+    def in_background(self):
+        """Runs opened inside this block (the run list's background analysis) do not count as used: they never
+        push a run a page is showing out of the cache, and are closed again when more than
+        :attr:`max_open_runs` are open."""
+        self._local.background = True
+        try:
+            yield
+        finally:
+            self._local.background = False
+
+    def release_if_unused(self, run_id: str) -> None:
+        """Close ``run_id`` if no page used it and more than :attr:`max_open_runs` runs are open."""
+        with self._guard:
+            open_ids = {k[0] for k, s in self._slots.items() if k[1] == "__run__" and s.done}
+            drop = run_id not in self._recent and run_id not in self._pinned and len(open_ids) > self.max_open_runs
+        if drop:
+            self.forget(run_id)
+
     def _touch(self, run_id: str) -> None:
         """Mark ``run_id`` used; close the least recently used runs beyond :attr:`max_open_runs`."""
+        if getattr(self._local, "background", False):
+            return
         with self._guard:
             if run_id in self._recent:
                 self._recent.remove(run_id)

@@ -9,7 +9,10 @@ READY_JS = """
 (key) => {
   const root = document.getElementById('page-' + key);
   if (!root) return false;
-  if (document.querySelector('[data-dash-is-loading="true"]')) return false;
+  // the run list refreshing itself in the background does not count as loading
+  for (const el of document.querySelectorAll('[data-dash-is-loading="true"]')) {
+    if (!el.closest('#runs-section')) return false;
+  }
   // every plotly graph on the page has drawn
   const graphs = root.querySelectorAll('.dash-graph');
   for (const g of graphs) { if (!g.querySelector('.main-svg')) return false; }
@@ -18,7 +21,7 @@ READY_JS = """
 """
 
 
-def goto_ready(page, url: str, key: str, timeout_ms: int = 30_000) -> float:
+def goto_ready(page, url: str, key: str, timeout_ms: int = 60_000) -> float:
     """Open ``url`` and wait until page ``key`` has rendered with all its graphs; returns the seconds it took."""
     t = time.perf_counter()
     page.goto(url)

@@ -188,15 +188,15 @@ def test_timeline_tells_who_waits_for_whom(page, served, artifacts):
     # zoom into the middle of the long compile wait: the lanes stay, the collective that began before is clipped in
     x0, x1 = layout["xaxis"]["range"]
     mid = (x0 + x1) / 2
+    before = page.text_content("#timeline-info")
     page.evaluate("(r) => Plotly.relayout(document.querySelector('#timeline-graph .js-plotly-plot'), "
                   "{'xaxis.range[0]': r[0], 'xaxis.range[1]': r[1]})", [mid, mid + 20])
-    page.wait_for_function("(m) => { const l = document.querySelector('#timeline-graph .js-plotly-plot').layout;"
-                           " return l.xaxis.range[0] === m && l.meta.lanes; }", arg=mid, timeout=20_000)
+    page.wait_for_function("(b) => document.getElementById('timeline-info').textContent !== b", arg=before,
+                           timeout=60_000)
     after = page.evaluate("() => document.querySelector('#timeline-graph .js-plotly-plot').layout.meta.lanes")
     assert after == lanes
-    drawn = page.evaluate("""(m) => document.querySelector('#timeline-graph .js-plotly-plot').data
-        .filter(t => t.name === 'collectives').flatMap(t => Array.from(t.x)).filter(x => x !== null && !isNaN(x))""",
-                          mid)
+    drawn = page.evaluate("""() => document.querySelector('#timeline-graph .js-plotly-plot')._fullData
+        .filter(t => t.name === 'collectives').flatMap(t => Array.from(t.x)).filter(x => x !== null && !isNaN(x))""")
     assert drawn and min(drawn) == pytest.approx(mid, abs=1e-3), "a collective begun before the window is clipped"
     page.screenshot(path=str(artifacts / "app-timeline-zoomed-wait.png"), full_page=True)
 
@@ -390,8 +390,9 @@ def test_new_user_journey(page, served, runs_root, artifacts):
         p.unlink()
     goto_ready(page, served.url("/"), "overview")
     page.click(f"#run-link-{PLANTED}")
-    page.wait_for_function(f"() => location.search.includes('run={PLANTED}') && document.querySelector('#root-1')",
-                           timeout=30_000)
+    page.wait_for_function(f"() => {{ const t = document.querySelector('.run-title code');"
+                           f" return t && t.textContent === '{PLANTED}' && document.querySelector('#root-1'); }}",
+                           timeout=60_000)
     assert "Divergent recompile" in page.text_content("#root-1")
     page.click("#root-1 .root-timeline-link")
     page.wait_for_function("() => document.querySelector('#page-timeline #timeline-graph .main-svg')", timeout=20_000)
