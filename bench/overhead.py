@@ -1,356 +1,441 @@
-"""Collector overhead on a compiled model (not a test): prints ratios from one run.
+"""Collector overhead measured the way users run it (not a test): one process per arm, ratios with intervals.
 
-1. Always-on (no profiler window): step time with the collector (steps.jsonl, CUDA events, compile capture,
-   NVTX + forward/backward/optimizer hooks) vs the same loop without it. Blocks of steps alternate
-   (bare, collector, collector, bare, ...) so drift hits both; each block is timed with one sync at its end.
-2. Profiled window: steps inside a collector window vs steps inside a bare ``torch.profiler`` window with the
-   same options (CPU + CUDA activities, no shapes/stack/memory). Each step is timed with a sync at its end;
-   the median over the window is kept (the step that exports is an outlier in both). Alternated too.
+Every arm is its own process (forked from this driver, which has imported torch but never touched CUDA or
+compiled anything), running the same loop a user writes::
 
-Targets (issue 3): always-on <= 1.01x bare; window <= 1.05x bare torch.profiler.
+    model = torch.compile(build(...))                  # plain torch.compile in user code
+    opt = torch.optim.AdamW(model.parameters(), fused=True)
+    with collector:                                    # the README surface, default options
+        for step in range(steps):
+            with collector.step():
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = loss_fn(model(x), y)
+                loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+                loss.item()                            # logged every step, as most loops do
 
-    python bench/overhead.py --sizes small,medium --json bench_overhead.json
+Arms: ``bare`` (no collector), ``bare2`` (the same again: the A/A control), ``collector`` (defaults: window at
+steps 5-7, its warm-up step 4), ``profiler`` (a bare ``torch.profiler`` with ``schedule(wait=4, warmup=1, active=3)``,
+the same window), and ablation arms that turn one collector part off (or one fix on). A warm-up process first fills
+the inductor and Triton caches, so every measured process compiles from the cache. Measured processes compile with
+``compile_threads=1`` (no compile worker pool starting up under the timed steps; the pool is the same for every
+arm and only adds noise); the warm-up process uses the default pool.
+
+Rounds: each round runs every arm once, in an order rotated (and reversed on odd rounds) from round to round, so a
+drift of the machine hits all arms alike; arm/bare ratios are paired within a round. Per process the median step
+time (one iteration, start to start, with the collector's own work inside) is taken per segment: ``before``
+(steps 1-3), ``prep`` (step 4: profiler preparation), ``window`` (5-7) and ``after`` (8 to the end). Printed: each
+pair, the median ratio over rounds and a bootstrap 95% interval of that median.
+
+    python bench/overhead.py --shapes issue,small --rounds 6 --json out.json        # on the H200
+    python bench/overhead.py --shapes small --arms bare2,collector,no_window,no_capture --rounds 6
+    python bench/overhead.py --smoke --json out.json                                # CPU, seconds; no claims
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import random
+import select
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
 import time
+import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
-
-import torch
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples"))
 
-from h200_transformer import batch, build, loss_fn  # noqa: E402
+#: d_model, layers, seq, batch, steps per process
+SHAPES: dict[str, tuple[int, int, int, int, int]] = {
+    "issue": (1024, 4, 512, 8, 120),   # issue 17's model: 4 x TransformerEncoderLayer(1024), batch 8 x 512
+    "small": (256, 2, 128, 8, 200),    # launch-bound: host work shows the most
+    "tiny": (32, 1, 16, 2, 10),        # the CPU smoke test
+}
 
-from workbench.collectors import Collector  # noqa: E402
+#: Segments of a process's steps, as (first, last) inclusive; ``None``: to the end.
+SEGMENTS: dict[str, tuple[int, int | None]] = {"before": (1, 3), "prep": (4, 4), "window": (5, 7), "after": (8, None)}
 
-SIZES = {  # d_model, layers, seq, batch
-    "small": (256, 2, 128, 8),      # launch-bound: the collector's host work shows the most
-    "medium": (1024, 4, 512, 16),   # GPU-bound
+
+@dataclass(frozen=True)
+class Arm:
+    kind: str                                            # bare | collector | profiler
+    options: dict[str, Any] = field(default_factory=dict)  # Collector keywords (kind collector)
+    env: dict[str, str] = field(default_factory=dict)      # set in the process before anything runs
+    what: str = ""
+
+
+_OFF = {"profile_repeat": 0, "compile_capture": False, "device_timing": False, "nvtx": False}
+ARMS: dict[str, Arm] = {
+    "bare": Arm("bare", what="no collector (the baseline)"),
+    "bare2": Arm("bare", what="no collector again: the A/A control"),
+    "collector": Arm("collector", what="Collector(path), default options"),
+    "profiler": Arm("profiler", what="bare torch.profiler, schedule(wait=4, warmup=1, active=3), .json.gz export"),
+    "no_window": Arm("collector", {"profile_repeat": 0}, what="collector, profiler off"),
+    "no_capture": Arm("collector", {"compile_capture": False}, what="collector, compile capture off"),
+    "no_device_timing": Arm("collector", {"device_timing": False}, what="collector, CUDA events off"),
+    "no_nvtx": Arm("collector", {"nvtx": False}, what="collector, ranges off"),
+    "steps_only": Arm("collector", _OFF, what="collector, only steps.jsonl"),
+    "teardown": Arm("collector", env={"TEARDOWN_CUPTI": "1"}, what="collector, TEARDOWN_CUPTI=1 (forced)"),
+    "keep_cupti": Arm("collector", env={"TEARDOWN_CUPTI": "0"}, what="collector, TEARDOWN_CUPTI=0 (forced)"),
+    "profiler_teardown": Arm("profiler", env={"TEARDOWN_CUPTI": "1"}, what="bare torch.profiler, TEARDOWN_CUPTI=1"),
+    "fr_on": Arm("bare", env={"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+                              "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}, what="no collector, Flight Recorder on (2000 entries)"),
 }
 
 
-class Wrap(torch.nn.Module):
-    """Gives the collector its own module to hook, so the bare loop runs hook-free on the same compiled model."""
+# ---------------------------------------------------------------------------------------------------- imports
+def _import_workbench() -> None:
+    """Import ``workbench.collectors``; where the analysis stack (polars) is missing, e.g. on the device machine,
+    through a minimal ``workbench`` package whose submodules come from this checkout."""
+    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        import workbench.collectors  # noqa: F401
+        return
+    except ImportError:
+        for name in [m for m in sys.modules if m == "workbench" or m.startswith("workbench.")]:
+            del sys.modules[name]
+    shim = Path(tempfile.mkdtemp(prefix="wb-shim-")) / "workbench"
+    shim.mkdir()
+    (shim / "__init__.py").write_text(
+        f'"""minimal workbench: no analysis stack"""\n__version__ = "0.1.0"\n__path__.append({str(ROOT / "workbench")!r})\n')
+    (shim / "collectors").symlink_to(ROOT / "collectors")
+    sys.path.insert(0, str(shim.parent))
+    import workbench.collectors  # noqa: F401,F811
 
-    def __init__(self, inner: torch.nn.Module) -> None:
-        super().__init__()
-        self.inner = inner
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.inner(x)
+# ---------------------------------------------------------------------------------------------------- one process
+class Gate:
+    """The child's side of the lockstep: wait for the token before a step, hand it back after."""
+
+    def __init__(self, token_fd: int, done_fd: int) -> None:
+        self.token_fd, self.done_fd = token_fd, done_fd
+
+    def wait(self) -> None:
+        if not os.read(self.token_fd, 1):
+            raise SystemExit("driver went away")
+
+    def done(self) -> None:
+        os.write(self.done_fd, b"d")
 
 
-def sync(device: torch.device) -> None:
+def run_arm(arm: Arm, shape: str, device_name: str, backend: str | None, run_dir: Path, warmup: bool,
+            gate: Gate | None) -> dict:
+    """The training loop of one arm (runs in its own process). Step 0 (the compile) runs freely; every later
+    step waits for the driver's token, so the processes of a round take turns step by step. Returns per-step
+    times in ms: from the token to the end of the iteration (the collector's own work is inside ``step()``)."""
+    import torch
+
+    from h200_transformer import batch, build, loss_fn
+
+    if not warmup:
+        import torch._inductor.config as icfg
+
+        icfg.compile_threads = 1
+    d_model, layers, seq, n, steps = SHAPES[shape.removesuffix("_pg")]
+    device = torch.device(device_name)
     if device.type == "cuda":
-        torch.cuda.synchronize(device)
+        device = torch.device("cuda", torch.cuda.current_device())
+    out: dict[str, Any] = {"pid": os.getpid()}
+    collector = None
+    if arm.kind == "collector":
+        from workbench.collectors import Collector
 
+        collector = Collector(run_dir, **arm.options)
+        collector.start()                      # before the process group, as docs/hangs.md asks
+    comm = None
+    if shape.endswith("_pg"):                  # one-rank NCCL group, one all-reduce per step (Flight Recorder arms)
+        import torch.distributed as dist
 
-def bench_size(name: str, device: torch.device, args: argparse.Namespace, tmp: Path) -> dict:
-    d_model, layers, seq, n = SIZES[name]
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=0, world_size=1,
+                                init_method=f"file://{run_dir.parent / ('pg-' + run_dir.name)}")
+        comm = torch.ones(4 << 20, device=device)
     model = build(d_model, layers, device)
-    compiled = torch.compile(model, backend=args.backend)
-    plain_wrap = Wrap(compiled)        # the bare loop: same call depth, no hooks
-    wrapped = Wrap(compiled)           # the collector's loop: hooked by instrument()
-    opt_bare = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")
-    opt_coll = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")
+    compiled = torch.compile(model) if backend is None else torch.compile(model, backend=backend)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     x, y = batch(n, seq, device)
     dtype = torch.bfloat16
 
-    def body(fn, opt) -> None:
+    def body() -> float:
         with torch.autocast(device.type, dtype=dtype):
-            loss = loss_fn(fn(x), y)
+            loss = loss_fn(compiled(x), y)
         loss.backward()
+        if comm is not None:
+            torch.distributed.all_reduce(comm)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        return loss.item()
 
-    t = time.perf_counter()
-    for _ in range(args.warmup):
-        body(plain_wrap, opt_bare)
-        body(wrapped, opt_coll)
-    sync(device)
-    compile_s = time.perf_counter() - t
+    prof = None
+    if arm.kind == "profiler":
+        from torch.profiler import ProfilerActivity, profile, schedule
 
-    # ---------------------------------------------------------------- 1. always-on
-    coll = Collector(tmp / f"{name}-always-on", profile_repeat=0)
-    coll.instrument(wrapped, opt_coll)
-    coll.start()
-
-    def block_bare() -> float:
-        sync(device)
-        t0 = time.perf_counter()
-        for _ in range(args.block):
-            body(plain_wrap, opt_bare)
-        sync(device)
-        return (time.perf_counter() - t0) / args.block
-
-    def block_coll() -> float:
-        sync(device)
-        t0 = time.perf_counter()
-        for _ in range(args.block):
-            with coll.step():
-                body(wrapped, opt_coll)
-        sync(device)
-        return (time.perf_counter() - t0) / args.block
-
-    def step_bare() -> float:
-        t0 = time.perf_counter()
-        body(plain_wrap, opt_bare)
-        sync(device)
-        return time.perf_counter() - t0
-
-    def step_coll() -> float:
-        t0 = time.perf_counter()
-        with coll.step():
-            body(wrapped, opt_coll)
-        sync(device)
-        return time.perf_counter() - t0
-
-    bare, on = [], []
-    for rep in range(args.reps):
-        order = (block_bare, block_coll) if rep % 2 == 0 else (block_coll, block_bare)
-        for fn in order:
-            (bare if fn is block_bare else on).append(fn())
-    # an A/A control: a second bare arm built like the collector's (its own Wrap and optimizer, no collector),
-    # so the measurement's own bias between two identical arms is known
-    ctrl_wrap = Wrap(compiled)
-    opt_ctrl = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")
-
-    def step_ctrl() -> float:
-        t0 = time.perf_counter()
-        body(ctrl_wrap, opt_ctrl)
-        sync(device)
-        return time.perf_counter() - t0
-
-    sbare, son, sctrl = [], [], []
-    arms = [(step_bare, sbare), (step_coll, son), (step_ctrl, sctrl)]
-    for i in range(args.alt_steps):      # alternate single steps (sync each): drift cancels, host cost exposed
-        for fn, out in arms[i % 3:] + arms[:i % 3]:
-            out.append(fn())
-    coll.close()
-    ratios = [c / b for b, c in zip(bare, on)]
-
-    # ---------------------------------------------------------------- 2. profiled window
-    from torch.profiler import ProfilerActivity, profile, schedule
-
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    w = args.window
-
-    def window_bare(k: int) -> list[float]:
-        out = tmp / f"{name}-bare-{k}.json.gz"
-        times = []
-        with profile(activities=acts, schedule=schedule(wait=0, warmup=1, active=w, repeat=1),
-                     on_trace_ready=lambda p: p.export_chrome_trace(str(out))) as prof:
-            for i in range(w + 1):
-                t0 = time.perf_counter()
-                body(plain_wrap, opt_bare)
-                sync(device)
-                prof.step()
-                if i >= 1:
-                    times.append(time.perf_counter() - t0)
-        return times
-
-    def window_coll(k: int, ranges: bool = True) -> list[float]:
-        c = Collector(tmp / f"{name}-window-{k}-{ranges}", profile_start=1, profile_length=w, nvtx=ranges)
-        c.instrument(wrapped, opt_coll)
-        times = []
-        with c:
-            for i in range(w + 1):
-                t0 = time.perf_counter()
-                with c.step():
-                    body(wrapped, opt_coll)
-                    sync(device)
-                if i >= 1:
-                    times.append(time.perf_counter() - t0)
-        assert c.errors == [], c.errors
-        return times
-
-    def plain_steps() -> list[float]:
-        times = []
-        for _ in range(w):
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+        trace = run_dir / "bare-profiler.pt.trace.json.gz"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        prof = profile(activities=acts, schedule=schedule(wait=4, warmup=1, active=3, repeat=1),
+                       on_trace_ready=lambda p: p.export_chrome_trace(str(trace)))
+    times: list[float] = []
+    ctx = collector if collector is not None else (prof if prof is not None else contextlib.nullcontext())
+    step_ctx = collector.step if collector is not None else contextlib.nullcontext
+    t_start = time.perf_counter()
+    with ctx:
+        for i in range(steps):
+            if i and gate is not None:
+                gate.wait()
             t0 = time.perf_counter()
-            body(plain_wrap, opt_bare)
-            sync(device)
+            with step_ctx():
+                body()
+            if prof is not None:
+                prof.step()
             times.append(time.perf_counter() - t0)
-        return times
-
-    def window_coll_noranges(k: int) -> list[float]:
-        return window_coll(k, ranges=False)
-
-    wb, wc, wn, plain = [], [], [], []
-    for k in range(args.window_reps):
-        plain.append(statistics.median(plain_steps()))
-        order = [window_bare, window_coll, window_coll_noranges]
-        order = order[k % 3:] + order[:k % 3]
-        for fn in order:
-            {window_bare: wb, window_coll: wc, window_coll_noranges: wn}[fn].append(statistics.median(fn(k)))
-    return {
-        "size": name, "d_model": d_model, "layers": layers, "seq": seq, "batch": n,
-        "warmup_and_compile_s": round(compile_s, 2),
-        "always_on": {"alternating_steps": args.alt_steps,
-                      "alt_bare_ms": round(statistics.median(sbare) * 1e3, 4),
-                      "alt_collector_ms": round(statistics.median(son) * 1e3, 4),
-                      "ratio_alternating": statistics.median(son) / statistics.median(sbare),
-                      "alt_control_ms": round(statistics.median(sctrl) * 1e3, 4),
-                      "ratio_control": statistics.median(sctrl) / statistics.median(sbare),
-                      "ratio_vs_control": statistics.median(son) / statistics.median(sctrl),
-                      "bare_ms": [round(v * 1e3, 4) for v in bare], "collector_ms": [round(v * 1e3, 4) for v in on],
-                      "ratio_median": statistics.median(ratios), "ratio_total": sum(on) / sum(bare)},
-        "window": {"plain_ms": [round(v * 1e3, 4) for v in plain], "bare_profiler_ms": [round(v * 1e3, 4) for v in wb],
-                   "collector_ms": [round(v * 1e3, 4) for v in wc],
-                   "collector_no_ranges_ms": [round(v * 1e3, 4) for v in wn],
-                   "ratio_median": statistics.median(c / b for b, c in zip(wb, wc)),
-                   "ratio_no_ranges_median": statistics.median(c / b for b, c in zip(wb, wn)),
-                   "profiler_vs_plain": statistics.median(wb) / statistics.median(plain)},
-    }
-
-
-def ablate(name: str, device: torch.device, args: argparse.Namespace, tmp: Path) -> dict:
-    """Always-on cost by part: alternating single steps, bare vs the collector with one part turned off."""
-    d_model, layers, seq, n = SIZES[name]
-    model = build(d_model, layers, device)
-    compiled = torch.compile(model, backend=args.backend)
-    x, y = batch(n, seq, device)
-    variants = {
-        "full": ({}, True), "no_hooks": ({}, False), "no_device_timing": ({"device_timing": False}, True),
-        "no_compile_capture": ({"compile_capture": False}, True), "no_nvtx": ({"nvtx": False}, True),
-        "steps_only": ({"device_timing": False, "compile_capture": False, "nvtx": False}, False),
-    }
-    out = {}
-    for vname, (kwargs, hooks) in variants.items():
-        plain_wrap, wrapped = Wrap(compiled), Wrap(compiled)
-        opt_b = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")
-        opt_c = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")
-        c = Collector(tmp / f"ablate-{vname}", profile_repeat=0, **kwargs)
-        if hooks:
-            c.instrument(wrapped, opt_c)
-
-        def body(fn, opt) -> None:
-            with torch.autocast(device.type, dtype=torch.bfloat16):
-                loss = loss_fn(fn(x), y)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-
-        for _ in range(5):
-            body(plain_wrap, opt_b)
-            body(wrapped, opt_c)
-        tb, tc = [], []
-        with c:
-            for i in range(args.alt_steps):
-                for which in ((0, 1) if i % 2 == 0 else (1, 0)):
-                    sync(device)
-                    t0 = time.perf_counter()
-                    if which == 0:
-                        body(plain_wrap, opt_b)
-                    else:
-                        with c.step():
-                            body(wrapped, opt_c)
-                    sync(device)
-                    (tb if which == 0 else tc).append(time.perf_counter() - t0)
-        out[vname] = {"bare_ms": round(statistics.median(tb) * 1e3, 4),
-                      "collector_ms": round(statistics.median(tc) * 1e3, 4),
-                      "ratio": round(statistics.median(tc) / statistics.median(tb), 4)}
-        print(json.dumps({"ablate": vname, **out[vname]}), flush=True)
+            if gate is not None:
+                gate.done()
+    out["loop_s"] = time.perf_counter() - t_start
+    if collector is not None:
+        out["errors"] = list(collector.errors)
+        out["trace_files"] = [p.name for p in collector.trace_files]
+    if prof is not None:
+        out["trace_files"] = [trace.name] if trace.exists() else []
+    if comm is not None:
+        torch.distributed.destroy_process_group()
+    out["step_ms"] = [round(v * 1e3, 4) for v in times]
+    if device.type == "cuda":
+        out["gpu"] = torch.cuda.get_device_name(device)
+    out["torch"] = torch.__version__
     return out
 
 
-def host_cost_us(tmp: Path, device: torch.device, n: int = 20000) -> dict:
-    """The collector's own host time per step: an empty step, with and without the forward/optimizer hooks."""
-    lin = torch.nn.Linear(2, 2, device=device)
-    bare_mod, hooked = Wrap(lin), Wrap(lin)
-    c = Collector(tmp / "host-cost", profile_repeat=0)
-    c.instrument(hooked)
-    x = torch.randn(1, 2, device=device)
-    with c:
-        for _ in range(100):
-            with c.step():
-                pass
-        out = {}
-        for k in range(3):
-            t0 = time.perf_counter()
-            for _ in range(n):
-                pass
-            empty = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            for _ in range(n):
-                with c.step():
-                    pass
-            step = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            for _ in range(n):
-                bare_mod(x)
-            fwd = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            for _ in range(n):
-                hooked(x)
-            fwd_hooked = time.perf_counter() - t0
-            for key, value in (("empty", empty), ("step", step), ("fwd", fwd), ("fwd_hooked", fwd_hooked)):
-                out.setdefault(key, []).append(value / n * 1e6)
-    sync(device)
-    best = {k: min(v) for k, v in out.items()}
-    return {"step_us": round(best["step"] - best["empty"], 2),
-            "forward_hooks_us": round(best["fwd_hooked"] - best["fwd"], 2)}
+def _fork(arm_name: str, shape: str, args: argparse.Namespace, run_dir: Path, result: Path, warmup: bool,
+          gate: tuple[int, int] | None, close_in_child: list[int]) -> int:
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 0
+    try:  # child
+        for fd in close_in_child:
+            os.close(fd)
+        os.environ.update(ARMS[arm_name].env)
+        res = run_arm(ARMS[arm_name], shape, args.device, args.backend, run_dir, warmup,
+                      Gate(*gate) if gate else None)
+    except BaseException:
+        res, code = {"error": traceback.format_exc()[-4000:]}, 1
+    try:
+        result.write_text(json.dumps(res))
+    finally:
+        os._exit(code)
 
 
-def main() -> None:
+def warmup_process(shape: str, args: argparse.Namespace, tmp: Path) -> dict:
+    """One free-running bare process with the default compile workers: fills the inductor and Triton caches."""
+    t0 = time.perf_counter()
+    result = tmp / f"warmup-{shape}.json"
+    pid = _fork("bare", shape, args, tmp / f"warmup-{shape}", result, True, None, [])
+    os.waitpid(pid, 0)
+    res = json.loads(result.read_text()) if result.exists() else {"error": "no result"}
+    res["process_s"] = round(time.perf_counter() - t0, 2)
+    return res
+
+
+def run_round(arm_names: list[str], shape: str, args: argparse.Namespace, tmp: Path, rnd: int) -> dict[str, dict]:
+    """One process per arm, all started together; after their step 0 the driver hands a token to one process at
+    a time, step by step, the order rotating every step (so a drift of the machine hits every arm alike)."""
+    t0 = time.perf_counter()
+    procs: dict[str, dict[str, Any]] = {}
+    for arm in arm_names:
+        tok_r, tok_w = os.pipe()
+        done_r, done_w = os.pipe()
+        run_dir = tmp / f"{shape}-r{rnd}-{arm}"
+        result = tmp / f"{shape}-r{rnd}-{arm}.json"
+        others = [fd for p in procs.values() for fd in (p["tok"], p["done"])]
+        pid = _fork(arm, shape, args, run_dir, result, False, (tok_r, done_w), [tok_w, done_r, *others])
+        os.close(tok_r)
+        os.close(done_w)
+        procs[arm] = {"pid": pid, "tok": tok_w, "done": done_r, "result": result, "run_dir": run_dir, "alive": True}
+
+    def await_done(arm: str) -> None:
+        p = procs[arm]
+        ready, _, _ = select.select([p["done"]], [], [], args.timeout)
+        if not ready or not os.read(p["done"], 1):
+            p["alive"] = False
+            if not ready:
+                os.kill(p["pid"], signal.SIGKILL)
+
+    for arm in arm_names:      # step 0: compile, concurrently
+        await_done(arm)
+    steps = SHAPES[shape.removesuffix("_pg")][4]
+    for i in range(1, steps):
+        k = (i + rnd) % len(arm_names)
+        for arm in arm_names[k:] + arm_names[:k]:
+            if procs[arm]["alive"]:
+                try:
+                    os.write(procs[arm]["tok"], b"t")
+                except OSError:
+                    procs[arm]["alive"] = False
+                    continue
+                await_done(arm)
+    out = {}
+    for arm, p in procs.items():
+        os.close(p["tok"])
+        os.waitpid(p["pid"], 0)
+        os.close(p["done"])
+        try:
+            res = json.loads(p["result"].read_text())
+        except (OSError, ValueError):
+            res = {"error": "no result (process died)"}
+        res.update(arm=arm, shape=shape)
+        out[arm] = res
+        if not args.keep:
+            shutil.rmtree(p["run_dir"], ignore_errors=True)
+    out["_round_s"] = {"s": round(time.perf_counter() - t0, 1)}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------- statistics
+def segment_ms(step_ms: list[float], seg: str) -> float | None:
+    first, last = SEGMENTS[seg]
+    values = step_ms[first:(None if last is None else last + 1)]
+    return statistics.median(values) if values else None
+
+
+def bootstrap_median(values: list[float], n: int = 10000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of the median of ``values``."""
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(n))
+    return meds[int(0.025 * n)], meds[int(0.975 * n) - 1]
+
+
+def comparisons(arms: list[str]) -> dict[str, tuple[str, str]]:
+    """Label -> (arm, baseline arm): every arm against bare, and profiler-type arms against each other."""
+    out = {a: (a, "bare") for a in arms}
+    if "profiler" in arms:
+        for a in ("collector", "teardown", "keep_cupti", "profiler_teardown"):
+            if a in arms:
+                out[f"{a}/profiler"] = (a, "profiler")
+    return out
+
+
+def summarize(rounds: list[dict[str, dict]], comps: dict[str, tuple[str, str]]) -> dict:
+    """Per comparison and segment: the ratio arm/baseline in each round, the median and its 95% interval."""
+    out: dict[str, Any] = {}
+    for label, (arm, base) in comps.items():
+        segs = {}
+        for seg in SEGMENTS:
+            pairs = []
+            for rnd in rounds:
+                a, b = rnd.get(arm), rnd.get(base)
+                if not a or not b or "step_ms" not in a or "step_ms" not in b:
+                    continue
+                va, vb = segment_ms(a["step_ms"], seg), segment_ms(b["step_ms"], seg)
+                if va is not None and vb:
+                    pairs.append((vb, va, va / vb))
+            if not pairs:
+                continue
+            ratios = [p[2] for p in pairs]
+            lo, hi = bootstrap_median(ratios) if len(ratios) > 1 else (ratios[0], ratios[0])
+            segs[seg] = {"baseline": base, "pairs": [[round(b, 4), round(a, 4), round(r, 4)] for b, a, r in pairs],
+                         "median_ratio": round(statistics.median(ratios), 4), "ci95": [round(lo, 4), round(hi, 4)],
+                         "baseline_ms": round(statistics.median(p[0] for p in pairs), 4),
+                         "arm_ms": round(statistics.median(p[1] for p in pairs), 4)}
+        out[label] = segs
+    return out
+
+
+def print_summary(shape: str, summary: dict, *, show_pairs: bool = True) -> None:
+    print(f"\n== {shape}: ratio to baseline per segment, median over rounds [bootstrap 95% interval]", flush=True)
+    for arm, segs in summary.items():
+        if show_pairs and "after" in segs:
+            for i, (b, a, r) in enumerate(segs["after"]["pairs"]):
+                print(f"  {arm:18} pair {i + 1}: after-window {segs['after']['baseline']} {b:.3f} ms, "
+                      f"{arm} {a:.3f} ms, ratio {r:.4f}")
+        cells = []
+        for seg, s in segs.items():
+            cells.append(f"{seg} {s['median_ratio']:.4f} [{s['ci95'][0]:.4f}, {s['ci95'][1]:.4f}]"
+                         f" ({s['arm_ms']:.2f}/{s['baseline_ms']:.2f} ms vs {s['baseline']})")
+        print(f"  {arm:18} " + "; ".join(cells), flush=True)
+
+
+# ---------------------------------------------------------------------------------------------------- driver
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sizes", default="small,medium")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--backend", default=None, help="torch.compile backend (default inductor; cpu: aot_eager)")
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--reps", type=int, default=30, help="always-on: block pairs")
-    p.add_argument("--block", type=int, default=10, help="always-on: steps per block")
-    p.add_argument("--alt-steps", type=int, default=300, help="always-on: alternating single-step pairs")
-    p.add_argument("--window", type=int, default=8, help="profiled steps per window")
-    p.add_argument("--window-reps", type=int, default=8)
-    p.add_argument("--ablate", default=None, help="a size: always-on cost by part (alternating steps)")
-    p.add_argument("--json", default=None, help="also write the results here")
-    p.add_argument("--keep", default=None, help="keep the run directories here")
-    args = p.parse_args()
-    args.backend = args.backend or ("inductor" if args.device == "cuda" else "aot_eager")
-    device = torch.device(args.device)
+    p.add_argument("--shapes", default="issue,small")
+    p.add_argument("--arms", default="bare2,collector,profiler",
+                   help=f"arms besides bare, comma-separated; known: {', '.join(ARMS)}")
+    p.add_argument("--rounds", type=int, default=6, help="rounds (pairs per arm) per shape, at least")
+    p.add_argument("--max-rounds", type=int, default=None, help="keep going up to this many while time is left")
+    p.add_argument("--budget-s", type=float, default=None, help="stop starting rounds after this many seconds")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--backend", default=None, help="torch.compile backend; default: torch's (inductor)")
+    p.add_argument("--timeout", type=float, default=240.0, help="seconds per process before it is killed")
+    p.add_argument("--smoke", action="store_true", help="CPU, tiny model, aot_eager, one round: checks it runs")
+    p.add_argument("--json", default=None, help="write all results here (rewritten after every round)")
+    p.add_argument("--keep", default=None, help="keep the run directories under this folder")
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.device, args.backend, args.shapes = "cpu", args.backend or "aot_eager", "tiny"
+        args.rounds = min(args.rounds, 1)
+    arms = [a for a in args.arms.split(",") if a and a != "bare"]
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown:
+        p.error(f"unknown arms {unknown}; known: {', '.join(ARMS)}")
+    order = ["bare", *arms]
+    comps = comparisons(arms)
+    _import_workbench()
+    import torch  # noqa: F401  (in the parent, so every forked process starts with it imported; no CUDA here)
+
     tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="wb-overhead-"))
-    results = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-               "torch": torch.__version__, "backend": args.backend, "sizes": []}
-    if args.ablate:
-        results["ablate"] = ablate(args.ablate, device, args, tmp)
-    results["host_cost"] = host_cost_us(tmp, device)
-    print(json.dumps({"host_cost": results["host_cost"]}), flush=True)
-    for name in args.sizes.split(","):
-        r = bench_size(name, device, args, tmp)
-        results["sizes"].append(r)
-        print(json.dumps(r), flush=True)
-    print(f"\n{results['device']}, torch {results['torch']}, backend {args.backend}")
-    for r in results["sizes"]:
-        a = r["always_on"]
-        print(f"{r['size']:8} A/A control (bare vs an identical bare arm): {a['ratio_control']:.4f}x; "
-              f"collector vs that control: {a['ratio_vs_control']:.4f}x")
-    print(f"{'size':8} {'bare ms':>8} {'+coll ms':>8} {'always-on':>9} {'(blocks)':>9} | {'prof ms':>8} "
-          f"{'+coll ms':>8} {'window':>8} {'no-ranges':>9} {'prof/bare':>9}")
-    for r in results["sizes"]:
-        a, w = r["always_on"], r["window"]
-        print(f"{r['size']:8} {a['alt_bare_ms']:8.3f} {a['alt_collector_ms']:8.3f} {a['ratio_alternating']:8.4f}x "
-              f"{a['ratio_median']:8.4f}x | {statistics.median(w['bare_profiler_ms']):8.3f} "
-              f"{statistics.median(w['collector_ms']):8.3f} {w['ratio_median']:7.4f}x {w['ratio_no_ranges_median']:8.4f}x "
-              f"{w['profiler_vs_plain']:8.3f}x")
-    hc = results["host_cost"]
-    print(f"collector host time per step: {hc['step_us']:.1f} us (steps.jsonl line, CUDA events, NVTX), "
-          f"+{hc['forward_hooks_us']:.1f} us per hooked forward")
-    print("targets: always-on <= 1.01x, window <= 1.05x")
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+    t_begin = time.monotonic()
+    results: dict[str, Any] = {"method": __doc__.split("\n\n")[1].strip(), "argv": sys.argv[1:], "arms": {
+        a: ARMS[a].what for a in order}, "segments": SEGMENTS, "shapes": {}}
+
+    def save() -> None:
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=1))
+
+    for shape in args.shapes.split(","):
+        d_model, layers, seq, n, steps = SHAPES[shape.removesuffix("_pg")]
+        entry: dict[str, Any] = {"d_model": d_model, "layers": layers, "seq": seq, "batch": n, "steps": steps,
+                                 "process_group": shape.endswith("_pg"), "rounds": [], "warmup": None}
+        results["shapes"][shape] = entry
+        shape_begin = time.monotonic()
+        warm = warmup_process(shape, args, tmp) if not args.smoke else {"process_s": 0.0, "skipped": "smoke"}
+        entry["warmup"] = {k: warm.get(k) for k in ("process_s", "loop_s", "error", "gpu", "torch")}
+        print(f"[{shape}] warm-up process {warm.get('process_s')} s {warm.get('error', '')}", flush=True)
+        max_rounds = max(args.rounds, args.max_rounds or args.rounds)
+        for r in range(max_rounds):
+            elapsed = time.monotonic() - shape_begin
+            if args.budget_s is not None and r:
+                per_round = (elapsed - warm["process_s"]) / r
+                if (r >= args.rounds and elapsed + per_round > args.budget_s) or elapsed > args.budget_s:
+                    print(f"[{shape}] time budget reached after {r} rounds", flush=True)
+                    break
+            rnd = run_round(order, shape, args, tmp, r)
+            round_s = rnd.pop("_round_s")["s"]
+            for arm, res in rnd.items():
+                if "error" in res:
+                    print(f"[{shape}] round {r + 1} {arm}: ERROR {res['error'][-1500:]}", flush=True)
+            entry["rounds"].append(rnd)
+            line = ", ".join(f"{a} {segment_ms(v['step_ms'], 'after'):.3f}" for a, v in rnd.items() if "step_ms" in v)
+            print(f"[{shape}] round {r + 1} ({round_s} s) after-window ms: {line}", flush=True)
+            entry["summary"] = summarize(entry["rounds"], comps)
+            save()
+        print_summary(shape, entry.get("summary", {}))
+    results["total_s"] = round(time.monotonic() - t_begin, 1)
+    save()
+    print(f"\ntotal {results['total_s']} s; targets: outside windows <= 1.01x bare (interval), "
+          f"window <= 1.05x bare torch.profiler", flush=True)
     if not args.keep:
         shutil.rmtree(tmp, ignore_errors=True)
+    errors = [res for s in results["shapes"].values() for rnd in s["rounds"] for res in rnd.values() if "error" in res]
+    return 1 if errors else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

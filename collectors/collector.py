@@ -19,6 +19,7 @@ import contextlib
 import functools
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -78,6 +79,8 @@ class _StepContext:
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if exc_type is not None and self._c._hang is not None:  # hang capture: the step an error left
             self._c._hang.on_step_error(exc)  # type: ignore[arg-type]
+        if exc_type is not None and self._c._depth == 1:
+            self._c._cut_step = True   # its steps.jsonl line says "interrupted"
         self._c._step_end()
 
 
@@ -147,6 +150,11 @@ class Collector(contextlib.ContextDecorator):
         self._e0: Any = None
         self._created = ""
         self._run_id = ""
+        self._prev_sigterm: Any = None       # the SIGTERM handler before ours (chained to)
+        self._sigterm_installed = False
+        self._stop_reason: str | None = None  # run.json: None (normal end), "SIGTERM", or the exception's type
+        self._cut_step = False                # the step being ended was cut short (close inside a step)
+        self._interrupted_step: int | None = None
 
     # ------------------------------------------------------------------ public
     @property
@@ -249,6 +257,8 @@ class Collector(contextlib.ContextDecorator):
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
         # after an exception the device may never finish (a dead peer in a queued collective): don't wait on it
+        if exc_type is not None and self._stop_reason is None:
+            self._stop_reason = getattr(exc_type, "__name__", str(exc_type))
         self.close(device_wait_s=0.0 if exc_type is not None else CLOSE_DEVICE_WAIT_S)
 
     def start(self) -> Collector:
@@ -290,6 +300,7 @@ class Collector(contextlib.ContextDecorator):
         self._write_fingerprint()
         self._write_run_json(final=False)
         atexit.register(self.close)
+        self._install_sigterm()
         return self
 
     def close(self, *, device_wait_s: float = CLOSE_DEVICE_WAIT_S) -> None:
@@ -300,8 +311,9 @@ class Collector(contextlib.ContextDecorator):
         self._closed = True
         with contextlib.suppress(Exception):
             atexit.unregister(self.close)
-        if self._depth:  # closed inside a step (an exception unwound the loop)
+        if self._depth:  # closed inside a step (SIGTERM, or an exception with no step()): its line says so
             self._depth = 1
+            self._cut_step = True
             self._step_end()
         self._write(self._drain_events(wait_s=device_wait_s))
         last = self._next_step - 1 if self._next_step else None
@@ -327,6 +339,7 @@ class Collector(contextlib.ContextDecorator):
             self._hang = None
         self._write_fingerprint()
         self._write_run_json(final=True)
+        self._restore_sigterm()
         self._started = False
 
     # ------------------------------------------------------------------ steps (hot path)
@@ -374,6 +387,8 @@ class Collector(contextlib.ContextDecorator):
             if self._prev_end is not None:
                 row["data_wait_ns"] = max(0, self._t0 - self._prev_end)
             row["profiled"] = profiled
+            if self._cut_step:
+                row["interrupted"] = True
             if e1 is not None:
                 self._pending.append((step, self._e0, e1))
             self._e0 = None
@@ -389,6 +404,9 @@ class Collector(contextlib.ContextDecorator):
                 self._compile_config_step_end(step)
         except Exception as exc:
             self._fail("step", exc)
+        if self._cut_step:          # it ran in part: numbered and counted, marked in steps.jsonl and run.json
+            self._cut_step = False
+            self._interrupted_step = step
         self._next_step = step + 1
         self._current = None
         self._prev_end = time.time_ns()
@@ -534,9 +552,49 @@ class Collector(contextlib.ContextDecorator):
             if final:
                 meta["finished"] = datetime.now(timezone.utc).isoformat()
                 meta["steps"] = self._next_step
+                meta["stop_reason"] = self._stop_reason
+                meta["interrupted_step"] = self._interrupted_step
             rundir.write_json(self.path / rundir.RUN_JSON, meta)
         except Exception as exc:
             self._fail("run_json", exc)
+
+    # ------------------------------------------------------------------ SIGTERM
+    def _install_sigterm(self) -> None:
+        """On SIGTERM (how torchrun stops its workers) finish like ``close()``, then let the signal do what it did
+        before: call the previous handler, or, where that was the default action, die of the signal."""
+        if self._sigterm_installed or threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            self._prev_sigterm = signal.getsignal(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+            self._sigterm_installed = True
+        except (ValueError, OSError) as exc:   # not the main interpreter, or signals unavailable
+            self._fail("sigterm", exc)
+
+    def _restore_sigterm(self) -> None:
+        if not self._sigterm_installed:
+            return
+        self._sigterm_installed = False
+        with contextlib.suppress(Exception):
+            if signal.getsignal(signal.SIGTERM) == self._on_sigterm:   # only if nobody replaced ours since
+                prev = self._prev_sigterm
+                signal.signal(signal.SIGTERM, prev if prev is not None else signal.SIG_DFL)
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        prev = self._prev_sigterm
+        try:
+            if self._stop_reason is None:
+                self._stop_reason = "SIGTERM"
+            self.close(device_wait_s=0.0)
+        except Exception:  # never keep the signal from acting
+            pass
+        finally:
+            self._restore_sigterm()
+        if callable(prev):
+            prev(signum, frame)
+        elif prev != signal.SIG_IGN:       # the default action (or a handler set outside Python): terminate
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
 
     # ------------------------------------------------------------------ errors
     def _fail(self, component: str, exc: BaseException) -> None:

@@ -7,7 +7,8 @@ that step, and ``ProfilerStep#N`` user annotations span from the end of step ``N
 are the collector's own. The trace is exported once, at the end of ``last``, to a temp folder and renamed into
 ``rank<R>/trace/`` (only ``export_chrome_trace``; never together with ``tensorboard_trace_handler``).
 
-No profiler object exists outside windows, so the always-on path costs nothing here.
+No profiler object exists outside windows, so the always-on path costs nothing here; and CUPTI is detached after
+each window (``TEARDOWN_CUPTI=1`` unless set otherwise), so the steps after a window cost what they did before it.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class ProfilerWindows:
         self._window: tuple[int, int] | None = None
         self._recording = False
         self._step_rf: Any = None
+        self._step_rf_step: int | None = None   # the step the open ProfilerStep#N span is for
         self.files: list[Path] = []
         self.windows_skipped = 0
 
@@ -55,6 +57,10 @@ class ProfilerWindows:
     def _prepare(self, window: tuple[int, int]) -> None:
         import torch.profiler
 
+        # Kineto leaves CUPTI attached after a trace unless TEARDOWN_CUPTI=1: every later kernel launch then pays
+        # for it (measured: 10-25 % of a launch-bound step, for the rest of the run). A user's own value wins, and
+        # torch itself sets "0" where CUDA graphs need CUPTI kept (bench/README.md, "Collector overhead").
+        os.environ.setdefault("TEARDOWN_CUPTI", "1")
         o = self.options
         with warnings.catch_warnings():   # "Profiler clears events at the end of each cycle": one cycle here
             warnings.simplefilter("ignore", UserWarning)
@@ -70,10 +76,10 @@ class ProfilerWindows:
 
         rf = ap.record_function(f"ProfilerStep#{step}")
         rf.__enter__()
-        self._step_rf = rf
+        self._step_rf, self._step_rf_step = rf, step
 
     def _exit_step(self) -> None:
-        rf, self._step_rf = self._step_rf, None
+        rf, self._step_rf, self._step_rf_step = self._step_rf, None, None
         if rf is not None:
             rf.__exit__(None, None, None)
 
@@ -113,18 +119,27 @@ class ProfilerWindows:
             self._guard(self._start, step + 1)
 
     def close(self, last_step: int | None) -> None:
-        """End of the loop: a window in progress is saved as it is; a prepared one is dropped."""
+        """End of the loop: a window in progress is saved as it is, up to ``last_step`` (the last step that ran,
+        an interrupted one included); a prepared one is dropped. The ``ProfilerStep#N`` span already opened for
+        the step after ``last_step`` (opened at the end of the step before, as ``profile.step()`` does) never ran:
+        it is removed from the saved trace, and a window none of whose steps ran is not saved."""
         if self._recording:
             try:
+                unran = self._step_rf_step if (self._step_rf_step is not None and last_step is not None
+                                               and self._step_rf_step > last_step) else None
                 self._exit_step()
-                self._finish(last_step if last_step is not None else self._window[0])  # type: ignore[index]
+                first = self._window[0] if self._window else None
+                if last_step is None or (first is not None and last_step < first):
+                    self._drop()
+                    return
+                self._finish(last_step, unran_step=unran)
             except Exception as exc:
                 self._fail(exc)
         elif self._prof is not None:
             self._drop()
 
     # ------------------------------------------------------------------ export
-    def _finish(self, last: int) -> None:
+    def _finish(self, last: int, unran_step: int | None = None) -> None:
         prof, window = self._prof, self._window
         self._recording = False
         self._prof = None
@@ -137,6 +152,8 @@ class ProfilerWindows:
         tmp = tmp_dir / name
         try:
             prof.export_chrome_trace(str(tmp))
+            if unran_step is not None:
+                _remove_step_span(tmp, unran_step)
             os.replace(tmp, self.trace_dir / name)
         finally:
             shutil.rmtree(tmp_dir, ignore_errors=True)
@@ -165,3 +182,19 @@ class ProfilerWindows:
             pass
         self._drop()
         self._on_error("profiler", exc)
+
+
+def _remove_step_span(path: Path, step: int) -> None:
+    """Rewrite the gzipped Kineto trace at ``path`` without the ``ProfilerStep#<step>`` spans (CPU and GPU user
+    annotations): a step that never ran. Only at close, only for a window the end of the loop cut."""
+    import gzip
+
+    import orjson
+
+    name = f"ProfilerStep#{step}"
+    doc = orjson.loads(gzip.decompress(path.read_bytes()))
+    events = doc.get("traceEvents") if isinstance(doc, dict) else None
+    if not isinstance(events, list):
+        return
+    doc["traceEvents"] = [e for e in events if not (isinstance(e, dict) and e.get("name") == name)]
+    path.write_bytes(gzip.compress(orjson.dumps(doc), compresslevel=6))

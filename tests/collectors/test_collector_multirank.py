@@ -80,3 +80,63 @@ def test_four_ranks(tmp_path):
     out = tmp_path / "run4"
     torchrun(4, out, "--steps", "9")
     check_run(out, 4, steps=9, window=(5, 7), recompile=(1, 6), straggler=2, delay_s=0.04)
+
+
+SIGTERM_WORKER = """
+import sys, time, torch, torch.distributed as dist
+sys.path.insert(0, {root!r})
+from workbench.collectors import Collector
+dist.init_process_group("gloo")
+model = torch.nn.Linear(16, 16)
+collector = Collector({out!r}, profile_start=2, profile_length=100000)   # a window open when the signal comes
+with collector:
+    for i in range(100000):
+        with collector.step():
+            model(torch.randn(4, 16)).sum().backward()
+            for p in model.parameters():
+                dist.all_reduce(p.grad)
+            time.sleep(0.02)
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_from_torchrun_saves_window_and_run_json(tmp_path):
+    """torchrun stops its workers with SIGTERM: each rank's open window is saved, rank 0's final run.json is
+    written, no rank reports a step that did not run, and the workers still die of the signal."""
+    import gzip
+    import signal
+    import time
+
+    out = tmp_path / "run"
+    script = tmp_path / "worker.py"
+    script.write_text(SIGTERM_WORKER.format(root=str(ROOT), out=str(out)))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+           "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(script)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 240
+    files = [out / f"rank{r}/steps.jsonl" for r in range(2)]
+    while time.time() < deadline and not all(f.exists() and f.read_bytes().count(b"\n") >= 6 for f in files):
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)          # the agent forwards SIGTERM to every worker
+    log = proc.communicate(timeout=120)[0]
+    assert proc.returncode != 0, log[-2000:]
+    run_json = json.loads((out / "run.json").read_text())
+    assert run_json["stop_reason"] == "SIGTERM" and "finished" in run_json, run_json
+    for rank in range(2):
+        rdir = out / f"rank{rank}"
+        rows, bad = read_steps(rdir)
+        assert bad == 0 and sorted(rows) == list(range(len(rows))) and len(rows) >= 6
+        fp = json.loads((rdir / "fingerprint.json").read_text())
+        assert fp["steps"] == len(rows) and fp["errors"] == []
+        if rank == 0:
+            assert run_json["steps"] == len(rows)
+        traces = list((rdir / "trace").glob("*.json.gz"))
+        assert len(traces) == 1, log[-2000:]
+        last = max(rows)
+        assert traces[0].name.split(".")[1] == f"steps2-{last}"
+        events = json.loads(gzip.decompress(traces[0].read_bytes()))["traceEvents"]
+        steps_in_trace = {int(e["name"].split("#")[1]) for e in events
+                          if e.get("name", "").startswith("ProfilerStep#")}
+        assert steps_in_trace == set(range(2, last + 1))

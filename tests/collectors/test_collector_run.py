@@ -92,7 +92,72 @@ def test_decorator_and_no_window_when_loop_is_short(tmp_path):
 def test_window_cut_by_end_of_loop_is_saved(tmp_path):
     c = Collector(tmp_path, profile_start=1, profile_length=5)
     train(c, 3)
-    assert [p.name.split(".")[1] for p in (tmp_path / "rank0/trace").glob("*.json.gz")] == ["steps1-2"]
+    traces = list((tmp_path / "rank0/trace").glob("*.json.gz"))
+    assert [p.name.split(".")[1] for p in traces] == ["steps1-2"]
+    # ProfilerStep#3 was opened at the end of step 2 (as profile.step() does) but never ran: not in the trace
+    names = {e["name"] for e in trace_events(traces[0]) if e.get("name", "").startswith("ProfilerStep#")}
+    assert names == {"ProfilerStep#1", "ProfilerStep#2"}
+    assert json.loads((tmp_path / "run.json").read_text())["steps"] == 3
+
+
+def test_window_with_no_step_run_is_not_saved(tmp_path):
+    c = Collector(tmp_path, profile_start=2, profile_length=3)
+    train(c, 2)          # tracing started at the end of step 1; step 2 never ran
+    assert not list((tmp_path / "rank0/trace").glob("*.json.gz"))
+    assert c.errors == []
+
+
+def test_exception_inside_a_step_is_marked(tmp_path):
+    c = Collector(tmp_path, profile_start=1, profile_length=5)
+    model = Tiny()
+    with pytest.raises(RuntimeError, match="boom"):
+        with c:
+            for i in range(5):
+                with c.step():
+                    model(torch.randn(2, 8)).sum().backward()
+                    if i == 3:
+                        raise RuntimeError("boom")
+    steps, bad = read_steps(tmp_path / "rank0")
+    assert bad == 0 and sorted(steps) == [0, 1, 2, 3]
+    assert steps[3].get("interrupted") is True and not any(steps[s].get("interrupted") for s in (0, 1, 2))
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert (run["steps"], run["interrupted_step"], run["stop_reason"]) == (4, 3, "RuntimeError")
+    assert c.steps_done == 4
+    trace = next((tmp_path / "rank0/trace").glob("*.json.gz"))
+    assert trace.name.split(".")[1] == "steps1-3"           # step 3 ran in part: kept; #4 never ran: removed
+    names = {e["name"] for e in trace_events(trace) if e.get("name", "").startswith("ProfilerStep#")}
+    assert names == {"ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"}
+
+
+def test_sigterm_saves_window_and_run_json_then_dies_of_it(tmp_path):
+    script = textwrap.dedent(f"""
+        import sys, time, torch
+        sys.path.insert(0, {str(ROOT)!r})
+        from workbench.collectors import Collector
+        c = Collector({str(tmp_path)!r}, profile_start=2, profile_length=1000)
+        with c:
+            for i in range(100000):
+                with c.step():
+                    torch.randn(32, 32) @ torch.randn(32, 32)
+                    time.sleep(0.01)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    steps_file = tmp_path / "rank0/steps.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (steps_file.exists() and steps_file.read_bytes().count(b"\n") >= 6):
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=60) == -signal.SIGTERM          # the signal still ends the process
+    steps, bad = read_steps(tmp_path / "rank0")
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert bad == 0 and run["stop_reason"] == "SIGTERM" and run["steps"] == len(steps) >= 6
+    assert sorted(steps) == list(range(len(steps)))             # every step that ran, none more
+    assert [s for s, r in steps.items() if r.get("interrupted")] in ([], [run["interrupted_step"]])
+    trace = next((tmp_path / "rank0/trace").glob("*.json.gz"))
+    last = max(steps)
+    assert trace.name.split(".")[1] == f"steps2-{last}"
+    names = {e["name"] for e in trace_events(trace) if e.get("name", "").startswith("ProfilerStep#")}
+    assert names == {f"ProfilerStep#{s}" for s in range(2, last + 1)}
 
 
 def test_profile_ranks_excludes_this_rank(tmp_path):
@@ -234,13 +299,13 @@ def test_sigkill_mid_run_leaves_completed_steps_readable(tmp_path):
 def test_compile_config_applied_in_thread_and_recorded(tmp_path):
     pytest.importorskip("workbench.compile_config")
     cfg = tmp_path / "cc.toml"
-    cfg.write_text('[dynamo]\nrecompile_limit = 3\n[compile]\ndynamic = false\n[env]\nWB_TEST_VAR = "1"\n')
+    cfg.write_text('[dynamo]\nrecompile_limit = 3\n[compile]\ndynamic = false\n[env]\nTORCH_WB_TEST_VAR = "1"\n')
     import torch._dynamo.config as dcfg
 
     before = dcfg.recompile_limit
     try:
         c = Collector(tmp_path / "run", compile_config=cfg, profile_repeat=0)
-        assert os.environ["WB_TEST_VAR"] == "1"                   # env applied at construction
+        assert os.environ["TORCH_WB_TEST_VAR"] == "1"                   # env applied at construction
         assert c.compile_kwargs == {"dynamic": False}
         with c:
             assert dcfg.recompile_limit == 3                       # config applied in this thread
@@ -256,7 +321,7 @@ def test_compile_config_applied_in_thread_and_recorded(tmp_path):
         assert run["compile_config_path"] == str(cfg.resolve())
     finally:
         dcfg.recompile_limit = before
-        os.environ.pop("WB_TEST_VAR", None)
+        os.environ.pop("TORCH_WB_TEST_VAR", None)
 
 
 def test_compile_config_unknown_key_names_the_closest(tmp_path):
