@@ -10,7 +10,7 @@ import polars as pl
 from dash import Input, Output, dcc, html, no_update
 
 from workbench import figures
-from workbench.analyses.diff import RunDiff, job_step_times, step_stats
+from workbench.analyses.diff import RunData, RunDiff, comparability, job_step_times, step_stats
 from workbench.app import compute
 from workbench.app.components import error_panel, fmt_ms, graph, grid, info_panel, safe, section
 from workbench.app.store import RunStore
@@ -72,8 +72,8 @@ def same_job_default(store: RunStore, rid: str) -> str | None:
         if other.get("argv") and (Path(str(other["argv"][0])).name, other.get("world_size")) == key:
             cands.append((str(other.get("created") or ""), e.id))
     for _, cid in sorted(cands, reverse=True):
-        try:
-            if compute.diff(store, rid, cid).comparability.comparable:
+        try:  # the comparability check reads the runs' tables only: no analysis for a rejected candidate
+            if comparability(RunData.from_run(store.run(rid), {}), RunData.from_run(store.run(cid), {})).comparable:
                 return cid
         except Exception:  # noqa: BLE001 - a broken candidate is no default
             continue
