@@ -239,3 +239,19 @@ def start(rank_dir: Path, rank: int, step_state: Callable[[], tuple[int | None, 
     except Exception as exc:
         on_error(exc)
         return None
+
+
+def enable_before_init(run_dir: str | os.PathLike[str]) -> dict[str, str]:
+    """Set the Flight Recorder env (where unset) for a process group created *before* the Collector: call it
+    before ``init_process_group``. NCCL's dump on timeout then lands in ``<run_dir>/nccl_trace_rank_<R>``, which
+    ``workbench analyze <run_dir>`` reads. Returns what it set."""
+    prefix = str(Path(run_dir) / _NCCL_PREFIX)
+    env = {**flight_recorder_env(Path(run_dir)), "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": prefix,
+           "TORCH_FR_DUMP_TEMP_FILE": prefix}
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    done = {}
+    for key, value in env.items():
+        if key not in os.environ:
+            os.environ[key] = value
+            done[key] = value
+    return done
