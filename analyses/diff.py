@@ -335,6 +335,23 @@ def _parameters(d: RunData) -> str:
     return ""
 
 
+def _placement(d: RunData) -> tuple[str, str]:
+    """How many hosts and distinct GPUs the ranks ran on (from the fingerprints; empty when unknown): two ranks
+    time-sharing one GPU are another set-up than two GPUs."""
+    hosts, gpus = set(), set()
+    if "raw" in d.fingerprints.columns:
+        for raw in d.fingerprints["raw"].drop_nulls().to_list():
+            try:
+                fp = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue
+            dev = fp.get("device") if isinstance(fp, dict) else None
+            hosts.add(str(fp.get("host")))
+            if isinstance(dev, dict):
+                gpus.add(str(dev.get("uuid") or (fp.get("host"), dev.get("index"))))
+    return (str(len(hosts)) if hosts else ""), (str(len(gpus)) if gpus else "")
+
+
 def _script(d: RunData) -> str:
     argv = d.meta.get("argv")
     return PurePath(str(argv[0])).name if isinstance(argv, list) and argv else ""
@@ -374,6 +391,9 @@ def comparability(b: RunData, a: RunData) -> Comparability:
                                 "different job" if not fb & fa else "warning"))
     check("world size", _world_size(b), _world_size(a), "warning")
     check("device", _device(b), _device(a), "warning")
+    (hb, gb), (ha, ga) = _placement(b), _placement(a)
+    check("hosts", hb, ha, "warning")
+    check("GPUs in use", gb, ga, "warning")
     for col in ("torch", "cuda", "nccl", "backend"):
         check(col, _fp_values(b, col), _fp_values(a, col), "warning")
     if (b.kernels.height > 0) != (a.kernels.height > 0):
