@@ -290,3 +290,13 @@ def test_kernels_are_compared_per_step_and_grouped_by_normalised_name():
         ranks = kw["rank"].n_unique()
         assert got_ns == pytest.approx(float((per_rank["ns"] / per_rank["len"]).sum()) / ranks)
         assert got_count == pytest.approx(float((per_rank["n"] / per_rank["len"]).sum()) / ranks)
+
+
+def test_a_time_shared_gpu_is_another_set_up():
+    """The same script on two ranks sharing one H200 vs two H200s: comparable, with the placement as a warning."""
+    shared, two = SAMPLES / "h200-2rank-shared-gpu", SAMPLES / "h200x2-ddp-nccl"
+    if not shared.is_dir() or not two.is_dir():
+        pytest.skip("H200 sample runs absent")
+    c = diff_runs(_data(shared), _data(two)).comparability
+    what = {x.what: (x.before, x.after, x.effect) for x in c.differences}
+    assert what["GPUs in use"] == ("1", "2", "warning") and c.level == "warnings", c
