@@ -139,7 +139,18 @@ def create_app(paths: Iterable[str | Path] | None = None, *, store: RunStore | N
 
 
 def render_page(page, pctx: PageContext):
-    """A page's layout, or an error panel when building it fails (the rest of the app keeps working)."""
+    """A page's layout, or an error panel when building it fails (the rest of the app keeps working).
+
+    A page that declares ``CACHE = True`` (its layout depends only on the run and the URL query) is built once per
+    run and query and kept with the run's other cached results.
+    """
+    if getattr(page, "CACHE", False) and pctx.run_id and pctx.store.entry(pctx.run_id) is not None:
+        q = tuple(sorted((k, v) for k, v in pctx.query.items() if k != "run"))
+        return pctx.store.cached(pctx.run_id, f"page:{page.KEY}:{q}", lambda: _render(page, pctx))
+    return _render(page, pctx)
+
+
+def _render(page, pctx: PageContext):
     try:
         body = page.layout(pctx)
     except Exception as exc:  # noqa: BLE001

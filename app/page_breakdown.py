@@ -17,6 +17,8 @@ from workbench.app.store import RunStore
 PATH = "/breakdown"
 NAME = "Breakdown & overlap"
 KEY = "breakdown"
+#: The layout depends only on the run and the URL query: built once, then served from the run's cache.
+CACHE = True
 #: Parts that add up to the window (``compute + exposed comm + exposed memory + idle = window``).
 PARTS = ["compute_ns", "comm_exposed_ns", "memory_exposed_ns", "idle_ns"]
 

@@ -19,6 +19,8 @@ from workbench.app.store import RunStore
 PATH = "/drift"
 NAME = "Drift"
 KEY = "drift"
+#: The layout depends only on the run and the URL query: built once, then served from the run's cache.
+CACHE = True
 
 SIGNALS = {"collector_steps": "collector steps", "profiler_steps": "profiler steps",
            "collectives": "collective arrivals"}
@@ -78,7 +80,7 @@ def _stragglers(store: RunStore, rid: str) -> Any:
 
 
 SKEW_COLUMNS = [
-    col("step", "Step", maxWidth=80), col("order", "Collective # in step", maxWidth=120),
+    col("step", "Step", maxWidth=110), col("order", "Collective # in step", maxWidth=120),
     col("collective", "Collective"), col("pg_name", "Process group", maxWidth=120),
     col("last_rank", "Last rank to arrive"), ms_column("skew_ms", "Arrival skew (first to last)"),
     ms_column("held_back_ms", "Time the last rank held the others"), col("consistent", "Same op on every rank"),

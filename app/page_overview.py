@@ -68,7 +68,7 @@ def findings_table(f: pl.DataFrame) -> pl.DataFrame:
 
 
 FINDING_COLUMNS = [
-    col("n", "#", maxWidth=60), col("kind", "Finding", minWidth=150), col("role", "Role", minWidth=170, wrapText=True, autoHeight=True),
+    col("n", "#", minWidth=70, maxWidth=80), col("kind", "Finding", minWidth=150), col("role", "Role", minWidth=170, wrapText=True, autoHeight=True),
     col("severity", "Severity", maxWidth=100), ms_column("cost_ms", "Cost", minWidth=110, maxWidth=130),
     col("basis", "Cost basis", maxWidth=120), col("ranks", "Ranks", maxWidth=90), col("steps", "Steps", maxWidth=110),
     col("message", "What was seen", flex=3, minWidth=300, wrapText=True, autoHeight=True),
@@ -150,7 +150,8 @@ def layout(pctx) -> Any:
     if rid is None:
         return html.Div([runs_section(store, rid),
                          error_panel("No runs", "No runs were found under the paths the app was started with.")])
-    run_part = safe("Run", _run_part, store, rid)  # first, so the runs list shows its status
+    run_part = store.cached(rid, "page:overview:story", lambda: safe("Run", _run_part, store, rid)) \
+        if store.entry(rid) is not None else safe("Run", _run_part, store, rid)
     return html.Div([runs_section(store, rid), run_part])
 
 

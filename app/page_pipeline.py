@@ -20,6 +20,8 @@ from workbench.app.store import RunStore
 PATH = "/pipeline"
 NAME = "Pipeline"
 KEY = "pipeline"
+#: The layout depends only on the run and the URL query: built once, then served from the run's cache.
+CACHE = True
 
 
 def stage_table(bubbles: pl.DataFrame) -> pl.DataFrame:

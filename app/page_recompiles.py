@@ -18,6 +18,8 @@ from workbench.app.store import RunStore
 PATH = "/recompiles"
 NAME = "Recompiles"
 KEY = "recompiles"
+#: The layout depends only on the run and the URL query: built once, then served from the run's cache.
+CACHE = True
 
 
 def _join_frames(frame: pl.DataFrame, frames: pl.DataFrame, rank_col: str = "rank") -> pl.DataFrame:
@@ -50,8 +52,9 @@ def divergent_table(div: pl.DataFrame, frames: pl.DataFrame | None = None) -> pl
 
 DIVERGENT_COLUMNS = [
     col("compile_id", "Compile id", maxWidth=100), col("ranks", "Compiled on"), col("waiting_ranks", "Waiting ranks"),
-    col("step", "Step", maxWidth=80), col("cause", "Cause"), col("cause_source", "What changed"),
-    ms_column("compile_ms", "Compile time"), ms_column("wait_ms", "Others waited"), col("wait_from", "Wait measured from"),
+    col("step", "Step", maxWidth=110), col("cause", "Cause"), col("cause_source", "What changed", wrapText=True, autoHeight=True, minWidth=140),
+    ms_column("compile_ms", "Compile time"), ms_column("wait_ms", "Others waited"),
+    col("wait_from", "Wait measured from", wrapText=True, autoHeight=True, minWidth=140),
     col("user_line", "Your code being compiled", flex=2, minWidth=260, wrapText=True, autoHeight=True),
 ]
 
@@ -121,7 +124,8 @@ def _layout(store: RunStore, rid: str) -> Any:
         section("Every compile", grid(ns_to_ms(every, "compile_ns"), id="compiles-grid", page_size=50, columns=[
             col("rank", "Rank", maxWidth=110), col("compile_id", "Compile id", maxWidth=100),
             col("co_name", "Function"), col("cause", "Cause"), col("cause_detail", "Detail"),
-            col("cause_source", "What changed"), col("step", "Step", maxWidth=70), col("status", "Status"),
+            col("cause_source", "What changed", wrapText=True, autoHeight=True, minWidth=140),
+            col("step", "Step", maxWidth=110), col("status", "Status"),
             ms_column("compile_ms", "Compile time"), col("reasons", "Guard failures", wrapText=True, autoHeight=True),
             col("user_line", "Your code being compiled", flex=2, minWidth=240, wrapText=True, autoHeight=True),
         ])),

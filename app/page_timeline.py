@@ -20,6 +20,8 @@ from workbench.app.store import RunStore
 PATH = "/timeline"
 NAME = "Timeline"
 KEY = "timeline"
+#: The layout depends only on the run and the URL query: built once, then served from the run's cache.
+CACHE = True
 #: Ranks drawn at first when the run has more (the user adds others in the picker).
 MAX_DEFAULT_RANKS = 8
 
