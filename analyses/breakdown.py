@@ -269,7 +269,7 @@ def main_streams(kernels: pl.DataFrame) -> pl.DataFrame:
 
 def breakdown_findings(
     by_rank: pl.DataFrame, main_stream_causes: pl.DataFrame | None = None, launch: pl.DataFrame | None = None,
-    *, profiler_inflated: bool = False,
+    *, profiler_inflated: bool = False, steps_by_rank: dict[int, list[int]] | None = None,
 ) -> list:
     """Findings (:class:`workbench.analyses.findings.Finding`) from the per-rank breakdown, one per rank.
 
@@ -283,7 +283,8 @@ def breakdown_findings(
 
     ``main_stream_causes``: :func:`idle_causes` rows of each rank's main stream; ``launch``:
     :func:`workbench.analyses.kernels.launch_stats` rows; ``profiler_inflated``: the trace was recorded with
-    with_stack/record_shapes (host time in the window is inflated; the messages say so).
+    with_stack/record_shapes (host time in the window is inflated; the messages say so); ``steps_by_rank``: the
+    analysed steps of each rank (the findings' ``steps``: their cost covers those steps).
     """
     from workbench.analyses.findings import Cost, make_finding
     from workbench.analyses.kinds import ExposedCommEvidence, ExposedMemcpyEvidence, IdleEvidence
@@ -291,6 +292,7 @@ def breakdown_findings(
     out: list = []
     if by_rank is None or by_rank.is_empty():
         return out
+    steps_of = steps_by_rank or {}
     bd = by_rank.filter(pl.col("window_ns") > 0)
     for r in bd.filter(pl.col("comm_exposed_pct") >= 5.0).iter_rows(named=True):
         ev = ExposedCommEvidence(per_rank=({k: r[k] for k in ("rank", "comm_ns", "comm_exposed_ns", "comm_exposed_pct",
@@ -300,7 +302,7 @@ def breakdown_findings(
             f"Communication not overlapped with compute takes {r['comm_exposed_pct']:.1f}% of the device time "
             f"on rank {r['rank']} (overlap {r['comm_overlap_pct'] or 0:.0f}% of communication time).",
             ev, Cost.measured(r["comm_exposed_ns"], "exposed communication time in the analysed window"),
-            ranks=[r["rank"]], source="breakdown"))
+            ranks=[r["rank"]], steps=steps_of.get(r["rank"], ()), source="breakdown"))
     idle = bd.filter(pl.col("idle_pct") >= 20.0)
     if not idle.is_empty():
         causes = main_stream_causes if main_stream_causes is not None else pl.DataFrame()
@@ -332,13 +334,13 @@ def breakdown_findings(
                     "launch_bound" if launch_bound else "host_bound",
                     f"The GPU idles {r['idle_pct']:.1f}% of the time on rank {r['rank']}, "
                     f"{r['host_wait_pct']:.0f}% of it waiting for the host to launch kernels.{extra}{note}",
-                    ev, cost, ranks=[r["rank"]], source="breakdown"))
+                    ev, cost, ranks=[r["rank"]], steps=steps_of.get(r["rank"], ()), source="breakdown"))
             else:
                 out.append(make_finding(
                     "gpu_idle",
                     f"The GPU idles {r['idle_pct']:.1f}% of the analysed window on rank {r['rank']} "
                     "(not mainly waiting on kernel launches: synchronisation, data loading or waiting on peers).",
-                    ev, cost, ranks=[r["rank"]], source="breakdown"))
+                    ev, cost, ranks=[r["rank"]], steps=steps_of.get(r["rank"], ()), source="breakdown"))
     for r in bd.filter(pl.col("memory_exposed_pct") >= 5.0).iter_rows(named=True):
         ev = ExposedMemcpyEvidence(per_rank=({k: r[k] for k in ("rank", "memcpy_ns", "memset_ns", "memory_exposed_ns",
                                                                  "memory_exposed_pct")},))
@@ -347,5 +349,5 @@ def breakdown_findings(
             f"Memory copies/sets run with nothing else on the GPU for {r['memory_exposed_pct']:.1f}% of the "
             f"time on rank {r['rank']} (pinned memory and non_blocking copies on a side stream hide them).",
             ev, Cost.measured(r["memory_exposed_ns"], "exposed copy time in the analysed window"),
-            ranks=[r["rank"]], source="breakdown"))
+            ranks=[r["rank"]], steps=steps_of.get(r["rank"], ()), source="breakdown"))
     return out

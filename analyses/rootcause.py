@@ -6,7 +6,8 @@ copies) are both sets of intervals per rank (absolute ns):
 * a divergent recompile explains, on every rank it names, the time from the compile's start until the compiling
   rank reached the collectives of that step;
 * any other compile finding explains its compiles' time on the rank that compiled;
-* a straggler explains the others' wait in the collectives it arrived at last, and its own data-wait time.
+* a straggler explains the others' wait in the collectives it arrived at last, and its own data-wait time;
+* a pipeline bubble explains its stages' point-to-point communication (a stage waiting for its neighbour).
 
 Each symptom's intervals are intersected with the causes' (most costly cause first; time one cause claimed is not
 claimed again). The overlap becomes a symptom under that cause (cost measured: the overlapping time); what no
@@ -25,7 +26,7 @@ from workbench.analyses.findings import (
     Cost, Finding, finding_id, format_ns, kind_spec, make_finding, rescore, sort_findings,
 )
 from workbench.analyses.kinds import (
-    CompileSkewEvidence, ConfigDivergenceEvidence, CollectiveWaitEvidence, CompileGroupEvidence, CompilingEvidence, DivergentRecompileEvidence, StragglerEvidence,
+    CompileSkewEvidence, ConfigDivergenceEvidence, CollectiveWaitEvidence, PipelineBubbleEvidence, CompileGroupEvidence, CompilingEvidence, DivergentRecompileEvidence, StragglerEvidence,
 )
 
 Spans = list[tuple[int, int]]
@@ -99,6 +100,8 @@ class DeviceTime:
     exposed_memory: dict[int, Spans] = field(default_factory=dict)
     comm: dict[int, Spans] = field(default_factory=dict)
     host: dict[int, bool] = field(default_factory=dict)   # ranks timed from the host (no device activity)
+    steps: dict[int, list[int]] = field(default_factory=dict)  # the analysed steps of host-timed ranks
+    p2p: dict[int, Spans] = field(default_factory=dict)   # point-to-point communication (a pipeline's waits)
 
     def of(self, kind: str) -> dict[int, Spans]:
         return {"host_bound": self.idle, "launch_bound": self.idle, "gpu_idle": self.idle,
@@ -106,6 +109,7 @@ class DeviceTime:
 
 
 _COMM_OP = r"^(gloo:|nccl:|c10d::|record_param_comms)"
+_P2P_KERNEL = r"(?i)sendrecv|_send|_recv"
 
 
 def host_time(events: pl.DataFrame | None, steps: pl.DataFrame | None, window: str = "steady",
@@ -144,6 +148,7 @@ def host_time(events: pl.DataFrame | None, steps: pl.DataFrame | None, window: s
         out.exposed_comm[rank] = subtract(comm, busy)
         out.comm[rank] = comm
         out.host[rank] = True
+        out.steps[rank] = sorted(int(x) for x in g["step"].to_list())
     return out
 
 
@@ -156,10 +161,15 @@ def device_time(window_kernels: pl.DataFrame, events: pl.DataFrame | None = None
         if events is not None:
             return host_time(events, steps, window)
         return out
-    k = window_kernels.select("rank", pl.col("kernel_class").cast(pl.String), "start", "end").drop_nulls(["start", "end"])
+    k = window_kernels.select("rank", pl.col("kernel_class").cast(pl.String), "start", "end",
+                              _p2p=pl.col("name").cast(pl.String).str.contains(_P2P_KERNEL)
+                              ).drop_nulls(["start", "end"])
     for (rank,), g in k.group_by(["rank"], maintain_order=True):
         rank = int(rank)
         rows = list(zip(g["start"].to_list(), g["end"].to_list(), g["kernel_class"].to_list()))
+        p2p = g.filter(pl.col("_p2p") & (pl.col("kernel_class") == "communication"))
+        if p2p.height:
+            out.p2p[rank] = merge(zip(p2p["start"].to_list(), p2p["end"].to_list()))
         busy = merge((s, e) for s, e, _ in rows)
         if not busy:
             continue
@@ -174,7 +184,7 @@ def device_time(window_kernels: pl.DataFrame, events: pl.DataFrame | None = None
         out.comm[rank] = comm
     if events is not None:
         host = host_time(events, steps, window, skip_ranks=sorted(out.window))
-        for name in ("window", "exposed_comm", "comm", "host"):
+        for name in ("window", "exposed_comm", "comm", "host", "steps"):
             getattr(out, name).update(getattr(host, name))
     return out
 
@@ -198,13 +208,13 @@ def host_comm_findings(device: DeviceTime, min_pct: float = 5.0) -> list[Finding
             f"{row['comm_overlap_pct'] or 0:.0f}% of communication time).",
             ExposedCommEvidence(per_rank=(row,), timeline="host"),
             Cost.measured(exp, "collective time with no host op running, in the analysed profiler steps"),
-            ranks=[rank], source="rootcause"))
+            ranks=[rank], steps=device.steps.get(rank, ()), source="rootcause"))
     return out
 
 
 # ---------------------------------------------------------------------------------------------- cause time
 def cause_spans(f: Finding, compiles: pl.DataFrame, matched: pl.DataFrame, steps: pl.DataFrame,
-                all_ranks: Sequence[int] = ()) -> dict[int, Spans]:
+                all_ranks: Sequence[int] = (), device: DeviceTime | None = None) -> dict[int, Spans]:
     """Per rank, the time ``f`` explains (empty for findings that explain no time). A ``compiling`` finding
     explains its compiles' time on every rank (``all_ranks``): the others wait for the compiling rank."""
     ev = f.evidence
@@ -231,6 +241,8 @@ def cause_spans(f: Finding, compiles: pl.DataFrame, matched: pl.DataFrame, steps
             for r, sp in cause_spans(sub, compiles, matched, steps, all_ranks).items():
                 out[r] = merge(out.get(r, []) + sp)
         return out
+    if isinstance(ev, PipelineBubbleEvidence) and device is not None:
+        return {r: device.p2p[r] for r in f.ranks if r in device.p2p}  # a stage waits for its neighbour: bubble
     if isinstance(ev, StragglerEvidence):
         out = {}
         if matched is not None and not matched.is_empty():
@@ -261,7 +273,7 @@ def _child(symptom: Finding, cause: Finding, ns: int) -> Finding:
     rank = _rank_of(symptom)
     method = f"{symptom.cost.method}, overlapping {cause.kind} {cause.id}"
     return symptom.replace(
-        id=f"{symptom.id}@{cause.id}", cost=Cost.measured(ns, method),
+        id=f"{symptom.id}@{cause.id}", cost=Cost.measured(ns, method), steps=cause.steps or symptom.steps,
         message=f"{_NOUN.get(symptom.kind, symptom.kind)} on rank {rank}: {format_ns(ns)} while "
                 f"{cause.kind.replace('_', ' ')} ({cause.id}) was under way.",
         symptoms=())
@@ -368,7 +380,7 @@ def attribute(findings: Sequence[Finding], *, device: DeviceTime, compiles: pl.D
     findings = link_compile_causes(link_config_causes(findings))
     causes = [f for f in sort_findings(findings) if kind_spec(f.kind).role == "cause"]
     all_ranks = sorted(set(device.window) | set(wall_ns))
-    spans = {c.id: cause_spans(c, compiles, matched, steps, all_ranks) for c in causes}
+    spans = {c.id: cause_spans(c, compiles, matched, steps, all_ranks, device) for c in causes}
     children: dict[str, list[Finding]] = {c.id: [] for c in causes}
     roots: list[Finding] = [f for f in findings if kind_spec(f.kind).role != "symptom"]
     for s in (f for f in findings if kind_spec(f.kind).role == "symptom"):

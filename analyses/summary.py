@@ -139,6 +139,14 @@ def _explained_compiles(findings: list[Finding]) -> set[tuple[int, str]]:
     return out
 
 
+def _steps_by_rank(breakdown: pl.DataFrame) -> dict[int, list[int]]:
+    """The analysed steps of each rank (the per-step breakdown's rows)."""
+    if breakdown is None or breakdown.is_empty() or "step" not in breakdown.columns:
+        return {}
+    g = breakdown.drop_nulls("step").group_by("rank").agg(pl.col("step").unique().sort())
+    return {int(r): [int(x) for x in st] for r, st in g.iter_rows()}
+
+
 def _distorted_steps(compiles: pl.DataFrame, steps: pl.DataFrame, traced: dict[int, list] | None = None) -> set[int]:
     """Steps whose start times say nothing about a straggler: steps in which some rank recompiled (by the compile
     log's step, or a profiler step holding the trace's compile ranges) and the step after (the compile is its own
@@ -208,7 +216,7 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
     main_causes = out["idle_by_stream"].join(main, on=["rank", "stream"], how="semi") if not main.is_empty() else None
     found: list[Finding] = [
         *breakdown_findings(out["breakdown_by_rank"], main_causes, out["launch_stats"],
-                            profiler_inflated=overhead is not None),
+                            profiler_inflated=overhead is not None, steps_by_rank=_steps_by_rank(bd)),
         *collective_findings(out["collective_instances"], out["clock_offsets"], out["collective_drift"],
                              aligned=spans_hosts(ranks)),
         *straggler_findings(out["stragglers"]),

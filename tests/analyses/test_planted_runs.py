@@ -200,3 +200,11 @@ def test_pipeline_p2p_waits_are_its_bubble_not_exposed_communication() -> None:
     roots = _sample("cpu-gloo-pipeline").findings()
     assert roots[0].kind == "pipeline_bubble"
     assert not [f for f in roots if f.kind == "exposed_communication"]
+
+
+def test_gpu_pipeline_p2p_waits_sit_under_the_bubble() -> None:
+    roots = _sample("h200x2-pipeline").findings()
+    assert roots[0].kind == "pipeline_bubble"
+    under = {(s.kind, s.ranks) for s in roots[0].symptoms}
+    assert {("exposed_communication", (0,)), ("exposed_communication", (1,))} <= under
+    assert not [f for f in roots if f.kind == "exposed_communication"]
