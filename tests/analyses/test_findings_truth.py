@@ -183,3 +183,17 @@ def test_recompiles_into_the_limit_are_one_root_cause() -> None:
     assert {s.id for s in root.symptoms} == {f.id for f in same}
     assert not [f for f in roots if f.id in {s.id for s in same}]
     assert root.cost_ns == sum(f.cost_ns for f in same) + limit[0].cost_ns and root.severity == "high"
+
+
+def test_per_rank_root_costs_fit_in_the_analysed_wall_time_on_every_sample() -> None:
+    runs = sorted(p for p in SAMPLES.iterdir() if (p / "run.json").is_file()) if SAMPLES.is_dir() else []
+    if not runs:
+        pytest.skip(f"{SAMPLES} has no runs")
+    for path in runs:
+        run = workbench.open(path)
+        roots = run.findings()
+        for rank, wall in metrics.wall_ns(run.steps).items():
+            total = sum(f.cost_ns for f in roots if rank in f.ranks)
+            assert total <= wall, (path.name, rank, total, wall, [(f.id, f.cost_ns) for f in roots])
+        for f in F.flatten(roots):
+            assert f.cost.basis in ("measured", "estimated") and f.cost.method, (path.name, f.id)
