@@ -20,15 +20,18 @@ the inductor and Triton caches, so every measured process compiles from the cach
 ``compile_threads=1`` (no compile worker pool starting up under the timed steps; the pool is the same for every
 arm and only adds noise); the warm-up process uses the default pool.
 
-Rounds: each round runs every arm once, in an order rotated (and reversed on odd rounds) from round to round, so a
-drift of the machine hits all arms alike; arm/bare ratios are paired within a round. Per process the median step
-time (one iteration, start to start, with the collector's own work inside) is taken per segment: ``before``
-(steps 1-3), ``prep`` (step 4: profiler preparation), ``window`` (5-7) and ``after`` (8 to the end). Printed: each
-pair, the median ratio over rounds and a bootstrap 95% interval of that median.
+Rounds (lockstep): a round starts one process per arm together; once each has run its step 0 (the compile), the
+driver hands a token to one process at a time, step by step, the order rotating every step, so a drift of the
+machine hits every arm alike; arm/bare ratios are paired within a round. Per process the median step time (from the
+token to the end of the iteration, the collector's own work inside) is taken per segment: ``before`` (steps 1-3),
+``prep`` (step 4: profiler preparation), ``window`` (5-7) and ``after`` (8 to the end). Printed: each pair, the
+median ratio over rounds and a percentile-bootstrap 95% interval of that median. ``--shapes small_pg`` adds a
+one-rank process group and one all-reduce per step (for the Flight Recorder arms). Method and H200 figures:
+bench/README.md, "Collector overhead".
 
     python bench/overhead.py --shapes issue,small --rounds 6 --json out.json        # on the H200
     python bench/overhead.py --shapes small --arms bare2,collector,no_window,no_capture --rounds 6
-    python bench/overhead.py --smoke --json out.json                                # CPU, seconds; no claims
+    python bench/overhead.py --smoke --json out.json                                # CPU; no claims
 """
 
 from __future__ import annotations

@@ -341,3 +341,14 @@ def test_compile_config_from_env_var(tmp_path, monkeypatch):
     monkeypatch.setenv("WORKBENCH_COMPILE_CONFIG", str(cfg))
     c = Collector(tmp_path / "run")
     assert c.compile_kwargs == {"fullgraph": True}
+
+
+def test_window_detaches_cupti_unless_the_user_chose(tmp_path, monkeypatch):
+    monkeypatch.setenv("TEARDOWN_CUPTI", "placeholder")     # so that monkeypatch restores the original state
+    monkeypatch.delenv("TEARDOWN_CUPTI")
+    train(Collector(tmp_path / "a", profile_start=1, profile_length=1), 3)
+    assert os.environ["TEARDOWN_CUPTI"] == "1"               # Kineto detaches CUPTI after the window
+    monkeypatch.setenv("TEARDOWN_CUPTI", "0")
+    train(Collector(tmp_path / "b", profile_start=1, profile_length=1), 3)
+    assert os.environ["TEARDOWN_CUPTI"] == "0"               # the user's (or torch's CUDA-graph) choice stays
+    assert len(list((tmp_path / "b/rank0/trace").glob("*.json.gz"))) == 1
