@@ -15,9 +15,9 @@ import polars as pl
 
 from workbench.analyses import metrics
 from workbench.analyses.breakdown import (
-    KERNEL_WAIT_NS, breakdown_by_rank, breakdown_findings, idle_causes, idle_gaps, main_streams, time_breakdown,
+    KERNEL_WAIT_NS, breakdown_by_rank, breakdown_findings, idle_causes,
 )
-from workbench.analyses.bubbles import bubble_findings, pipeline_bubbles, step_idle
+from workbench.analyses.bubbles import bubble_findings, step_idle
 from workbench.analyses.collectives import (
     clock_offsets, collective_drift, collective_findings, collective_instances, collective_wait_by_rank,
     match_collectives, spans_hosts,
@@ -25,18 +25,17 @@ from workbench.analyses.collectives import (
 from workbench.analyses.findings import Cost, Finding, findings_frame, findings_to_dicts, make_finding
 from workbench.analyses.applied import config_findings
 from workbench.analyses.hangs import hang_analysis, job_failure_first
-from workbench.analyses.kernels import kernel_class_time, launch_stats, top_kernels
 from workbench.analyses.kinds import CompileGroupEvidence, DivergentRecompileEvidence, ProfilerOverheadEvidence
 from workbench.analyses.overlap import comm_compute_overlap
 from workbench.analyses.per_rank import event_tables
 from workbench.analyses.recompiles import classify_compiles, recompile_finding_list
 from workbench.analyses.rootcause import (
-    attribute, cause_spans, compiling_finding, device_time, host_comm_findings, merge, trace_compile_spans,
+    attribute, cause_spans, compiling_finding, host_comm_findings, merge, trace_compile_spans,
 )
 from workbench.analyses.stragglers import step_times, straggler_findings, straggler_ranks
-from workbench.analyses.window import Window, window_kernels
+from workbench.analyses.window import Window
 from workbench.flight_recorder import run_hangs
-from workbench.schema import COLLECTIVES, COMPILES, EVENTS, FINGERPRINTS, KERNELS, RANKS, STEPS, conform, empty
+from workbench.schema import COLLECTIVES, COMPILES, FINGERPRINTS, RANKS, STEPS, conform, empty
 
 
 def _table(run: Any, name: str, schema: dict) -> pl.DataFrame:

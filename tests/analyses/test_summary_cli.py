@@ -2,7 +2,6 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-import polars as pl
 import pytest
 from conftest import kernels_frame, steps_frame
 from typer.testing import CliRunner
