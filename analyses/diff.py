@@ -48,6 +48,9 @@ TOP_N = 10
 _WINDOW_SOURCES = {"breakdown", "collectives", "bubbles", "overlap", "kernels", "rootcause"}
 _STEP_SOURCES = {"stragglers"}
 _EVENT_SOURCES = {"recompiles", "hangs", "applied", "summary", "collector"}
+#: Kinds whose occurrence one timing per run decides (the first compile's skew, a compile near the timeout): their
+#: absence from one rerun cannot tell a fix from host noise.
+_ONE_SHOT_TIMING = {"compile_skew", "timeout_risk"}
 #: What the AFTER run must have recorded to see a finding of each source again (table, description).
 _NEEDS = {"breakdown": ("kernels", "device data"), "overlap": ("kernels", "device data"),
           "kernels": ("kernels", "device data"), "collectives": ("collectives", "collectives"),
@@ -528,6 +531,8 @@ def _judge(f: _F, g: _F | None, b: RunData, a: RunData, comp: Comparability) -> 
         ok, why = _covers(a, f)
         if ok and f.source in _STEP_SOURCES and _collector_steps(a) < MIN_STEPS:
             ok, why = False, f"AFTER has only {_collector_steps(a)} collector steps"
+        if ok and f.kind in _ONE_SHOT_TIMING:
+            ok, why = False, "not in AFTER, but one timing a run decides it (one sample a side)"
         if not ok:
             return FindingVerdict(**base, after_cost_ns=None, after_per_step_ns=None, verdict="cannot tell",
                                   evidence=f"{why}: its absence proves nothing")
