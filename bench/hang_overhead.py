@@ -1,0 +1,121 @@
+"""Cost of hang capture and of the Flight Recorder on a training step (one gloo rank, CPU), as ratios.
+
+Configurations, each in a fresh process (the Flight Recorder buffer is read when the process group is created),
+run interleaved ``--repeats`` times:
+
+* ``baseline``: the collector with hang capture off, ``TORCH_FR_BUFFER_SIZE=0``;
+* ``fr_on``: the collector with hang capture off, the Flight Recorder at torch's default (gloo records by default);
+* ``hang_capture``: what a user gets — the collector with hang capture on (watchdog thread, faulthandler, exit
+  dump) and the Flight Recorder on.
+
+Each step is a small forward/backward plus one blocking ``all_reduce`` (the collective is where the Flight
+Recorder adds its entry). Prints the median step time and the process CPU time per step per configuration and
+their ratios to ``baseline``, then the calling thread's CPU time per tiny ``all_reduce`` (the Flight Recorder's
+own per-collective cost); no assertion (timing belongs here, not in tests). On a loaded machine read the CPU
+columns: wall times there measure the other tenants.
+
+    python bench/hang_overhead.py [--steps 3000] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+WORKER = r'''
+import json, os, socket, sys, time
+import torch, torch.distributed as dist
+from workbench.collectors import Collector, hang_capture
+config, steps, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+if config != "hang_capture":
+    hang_capture.start = lambda *a, **k: None        # the collector without hang capture
+torch.set_num_threads(1)
+s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 1))
+x = torch.randn(32, 64)
+grad = torch.zeros(64 * 64 + 64 + 64 + 1)
+times = []
+with Collector(out, profile_repeat=0, compile_capture=False) as c:
+    for step in range(steps):
+        if step == steps // 10:
+            cpu0, w0 = time.process_time_ns(), time.perf_counter_ns()
+        t0 = time.perf_counter_ns()
+        with c.step():
+            model(x).sum().backward()
+            dist.all_reduce(grad)
+            model.zero_grad(set_to_none=True)
+        times.append(time.perf_counter_ns() - t0)
+    cpu = (time.process_time_ns() - cpu0) / (steps - steps // 10)
+    wall = (time.perf_counter_ns() - w0) / (steps - steps // 10)
+# the Flight Recorder's own cost per collective: the calling thread's CPU time per tiny all_reduce
+tiny = torch.ones(4)
+for _ in range(200):
+    dist.all_reduce(tiny)
+t0 = time.thread_time_ns()
+for _ in range(steps):
+    dist.all_reduce(tiny)
+per_call = (time.thread_time_ns() - t0) / steps
+from torch._C._distributed_c10d import _dump_fr_trace
+import pickle
+entries = len(pickle.loads(_dump_fr_trace())["entries"])
+warm = times[steps // 10:]
+print(json.dumps({"config": config, "median_ns": sorted(warm)[len(warm) // 2], "mean_ns": sum(warm) / len(warm),
+                  "cpu_ns": cpu, "wall_ns": wall, "call_cpu_ns": per_call, "fr_entries": entries}))
+'''
+
+CONFIGS = ("baseline", "fr_on", "hang_capture")
+
+
+def run_one(config: str, steps: int, tmp: Path) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    env.pop("TORCH_FR_BUFFER_SIZE", None)
+    if config == "baseline":
+        env["TORCH_FR_BUFFER_SIZE"] = "0"
+    script = tmp / "worker.py"
+    script.write_text(WORKER)
+    out = tmp / f"run-{config}-{os.urandom(3).hex()}"
+    p = subprocess.run([sys.executable, str(script), config, str(steps), str(out)], env=env, capture_output=True,
+                       text=True, timeout=900)
+    if p.returncode != 0:
+        raise SystemExit(f"{config}: worker failed:\n{p.stderr[-2000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args(argv)
+    results: dict[str, list[dict]] = {c: [] for c in CONFIGS}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(args.repeats):
+            for c in CONFIGS:
+                results[c].append(run_one(c, args.steps, Path(tmp)))
+    base = statistics.median(r["median_ns"] for r in results["baseline"])
+    base_cpu = statistics.median(r["cpu_ns"] for r in results["baseline"])
+    print(f"{'config':14s} {'median step':>12s} {'ratio':>7s} {'CPU/step':>10s} {'ratio':>7s} {'FR entries':>10s}"
+          f"  (each: median of {args.repeats} processes × {args.steps} steps; CPU = the process's, all threads)")
+    for c in CONFIGS:
+        med = statistics.median(r["median_ns"] for r in results[c])
+        cpu = statistics.median(r["cpu_ns"] for r in results[c])
+        each = " ".join(f"{r['cpu_ns'] / 1e3:.0f}" for r in results[c])
+        print(f"{c:14s} {med / 1e3:10.1f} µs {med / base:7.3f} {cpu / 1e3:8.1f} µs {cpu / base_cpu:7.3f} "
+              f"{results[c][0]['fr_entries']:>10d}  [CPU µs: {each}]")
+    base_call = statistics.median(r["call_cpu_ns"] for r in results["baseline"])
+    print("\ncalling thread's CPU per tiny all_reduce (the Flight Recorder's own cost is the difference):")
+    for c in CONFIGS:
+        call = statistics.median(r["call_cpu_ns"] for r in results[c])
+        print(f"{c:14s} {call / 1e3:8.1f} µs  (+{(call - base_call) / 1e3:.1f} µs vs baseline)")
+
+
+if __name__ == "__main__":
+    main()
