@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from workbench.analyses.findings import (
-    Cost, Finding, finding_id, format_ns, kind_spec, make_finding, rescore, sort_findings,
+    Cost, Finding, format_ns, kind_spec, make_finding, rescore, sort_findings,
 )
 from workbench.analyses.kinds import (
-    CompileSkewEvidence, ConfigDivergenceEvidence, CollectiveWaitEvidence, PipelineBubbleEvidence, CompileGroupEvidence, CompilingEvidence, DivergentRecompileEvidence, StragglerEvidence,
+    CollectiveWaitEvidence, CompileGroupEvidence, CompileSkewEvidence, CompilingEvidence, ConfigDivergenceEvidence,
+    DivergentRecompileEvidence, PipelineBubbleEvidence, StragglerEvidence,
 )
 
 Spans = list[tuple[int, int]]
@@ -485,5 +486,6 @@ def compiling_finding(compiles: pl.DataFrame, traced: dict[int, Spans], window: 
         ranks=sorted(ns), source="rootcause")
 
 
-__all__ = ["attribute", "cause_spans", "compiling_finding", "trace_compile_spans", "device_time", "DeviceTime", "finding_id", "merge",
-           "intersect", "subtract", "length"]
+__all__ = ["attribute", "cause_spans", "compiling_finding", "device_time", "DeviceTime", "host_comm_findings",
+           "host_time", "intersect", "length", "link_compile_causes", "link_config_causes", "merge", "subtract",
+           "trace_compile_spans"]
