@@ -96,12 +96,12 @@ def check_found(fault: Fault, roots: list[Any], truth: dict[str, Any]) -> Found:
         if f.kind not in kinds:
             continue
         blamed = _planted_ranks(f)
+        same = [g for g in roots if g.kind in kinds]      # e.g. the recompiles and the limit they ran into
         if fault.finding in ("divergent_recompile", "straggler", "compile_skew", "divergent_config",
                              "divergent_fingerprint"):
             ranks_ok = blamed == set(fault.ranks)
-        else:
-            ranks_ok = set(fault.ranks) <= set(f.ranks)
-        same = [g for g in roots if g.kind in kinds]      # e.g. the recompiles and the limit they ran into
+        else:                                             # a job-wide fault may come as one finding per rank
+            ranks_ok = set(fault.ranks) <= {r for g in same for r in g.ranks}
         seen = {s for g in same for s in g.steps} | {_step_of(g) for g in same}
         steps_ok = (not fault.steps) or set(fault.steps) <= seen
         return Found(i, f, ranks_ok, steps_ok, f.cost.ns, f.cost.basis, expected_cost(f, truth), top)
