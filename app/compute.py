@@ -179,8 +179,9 @@ def divergent(store: RunStore, rid: str) -> pl.DataFrame:
 
 def recommendation_findings(store: RunStore, rid: str) -> Any:
     """The findings recommendations answer, exactly as the analyses return them (what ``workbench recommend``
-    passes to :func:`~workbench.analyses.recommendations.recommend`)."""
-    return table(store, rid, "findings")
+    passes to :func:`~workbench.analyses.recommendations.recommend`): the typed root causes."""
+    t = tables(store, rid)
+    return list(t.roots) if hasattr(t, "roots") else table(store, rid, "findings")
 
 
 def recommendations(store: RunStore, rid: str) -> pl.DataFrame:
