@@ -433,6 +433,8 @@ _NOT_COLLECTIVES = {"wait_tensor"}
 
 
 def _graph_collectives(payload: str) -> list[dict[str, Any]]:
+    if "_c10d_functional" not in payload:
+        return []
     out = []
     site = None
     for line in payload.splitlines():
@@ -452,6 +454,10 @@ def _graph_collectives(payload: str) -> list[dict[str, Any]]:
 def read_graph_collectives(path: Path, rank: int | None) -> list[dict[str, Any]]:
     """The ``_c10d_functional`` collectives of every compiled graph in one TORCH_TRACE log, in graph order."""
     rows: list[dict[str, Any]] = []
+    if rank is None:
+        from workbench.compile_log import rank_from_filename
+
+        rank = rank_from_filename(path)
     try:
         fh = path.open("r", errors="replace")
     except OSError:
