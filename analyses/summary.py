@@ -222,7 +222,6 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
         *bubble_findings(out["bubbles"]),
         *recompile_finding_list(compiles, steps=steps, collectives=matched if not matched.is_empty() else colls,
                                 fingerprints=fingerprints, timeout_s=timeout_s),
-        *hang_analysis(run_hangs(run), steps, compiles, getattr(run, "world_size", None))[1],  # analyses/hangs.py
         *config_findings(getattr(run, "meta", None) or {}, fingerprints),  # analyses/applied.py
     ]
     if overhead is not None:
@@ -239,7 +238,9 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
         found.append(comp)
     wall = metrics.wall_ns(steps) or {r: sum(e - s for s, e in w) for r, w in device.window.items()}
     roots = attribute(found, device=device, compiles=compiles, matched=matched, steps=steps, wall_ns=wall)
-    roots = job_failure_first(roots)  # why the job stopped comes first (analyses/hangs.py)
+    # why the job stopped comes first; its cost is the other ranks' blocked time, not capped at its own ranks' wall
+    roots = job_failure_first([*hang_analysis(run_hangs(run), steps, compiles, getattr(run, "world_size", None))[1],
+                               *roots])  # analyses/hangs.py
     tables = {name: _declared(name, frame) for name, frame in out.items()}
     return AnalysisTables(**tables, findings=findings_frame(roots), roots=tuple(roots))
 
