@@ -11,11 +11,13 @@ import sys
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from workbench.faults.registry import Fault, FaultContext, RankRecord
 
-#: The process-group timeout the hang faults run under (seconds): short, so a planted hang ends fast.
-PG_TIMEOUT_S = 6
+#: The process-group timeout of the faults that fail fast by themselves (an abort, a closed connection): long, so a
+#: slow start on a loaded machine never times out first. The timeout fault sets its own short one.
+PG_TIMEOUT_S = 60
 
 
 class Counter:
@@ -33,9 +35,26 @@ class Counter:
     def plant(self, what: str, line: int, **extra: Any) -> None:
         """Record (before it runs) that the next collective / event at ``line`` of the caller is the fault."""
         caller = sys._getframe(1).f_code.co_filename
-        self.ctx.note("planted", {"what": what, "step": self.ctx.step, "seq": self.seq + 1,
+        self.ctx.note("planted", {"what": what, "step": self.ctx.step, "seq": next_seq(self.seq),
                                   "call_site": f"{caller}:{line}", **extra})
         self.ctx.save()
+
+
+def next_seq(counted: int) -> int:
+    """The sequence id the default group's next collective gets (torch's own counter, which also counts calls
+    the Flight Recorder does not list, such as ``monitored_barrier``), else this script's count + 1."""
+    try:
+        return int(dist.distributed_c10d._get_default_group()._get_sequence_number_for_group()) + 1
+    except Exception:
+        return counted + 1
+
+
+def settle(timeout_s: float = 300.0) -> None:
+    """Wait for every rank (``monitored_barrier`` with its own long timeout): after a warm-up compile, so a slow
+    first compile on a loaded machine never trips the short timeout of the fault."""
+    import datetime
+
+    dist.monitored_barrier(timeout=datetime.timedelta(seconds=timeout_s))
 
 
 def flat_grads(model: torch.nn.Module) -> torch.Tensor:
