@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", nargs="*", default=None, help="fault names (default: every CPU fault but hang_*)")
     p.add_argument("--work", default=None, help="folder for the runs (default: a temporary folder)")
     p.add_argument("--no-rerun", action="store_true", help="record and analyse only")
+    p.add_argument("--reuse", action="store_true", help="analyse the runs already in --work again (no recording)")
     p.add_argument("--write-docs", action="store_true", help=f"replace the table in {DOCS.relative_to(ROOT)}")
     p.add_argument("--gpu-config", default=None, metavar="PATH",
                    help="only write the config the recommender writes for a launch_bound finding (the rerun "
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         print(f"… {name}", file=sys.stderr, flush=True)
         try:
-            res = loop(name, work, rerun=not args.no_rerun)
+            res = loop(name, work, rerun=not args.no_rerun, reuse=args.reuse)
         except Exception as exc:  # noqa: BLE001 - one broken fault must not hide the others' rows
             print(f"{name}: {type(exc).__name__}: {exc}", file=sys.stderr)
             continue

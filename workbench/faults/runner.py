@@ -78,6 +78,17 @@ def run_fault(name: str, out: str | Path, *, compile_config: str | Path | None =
     for log in logs:
         log.close()
     wall = time.monotonic() - t0
+    return write_ground_truth(name, out, codes=codes, wall_s=wall, compile_config=compile_config)
+
+
+def write_ground_truth(name: str, out: str | Path, *, codes: dict[int, int | None] | None = None,
+                       wall_s: float | None = None, compile_config: str | Path | None = None) -> dict[str, Any]:
+    """(Re)compute ``ground_truth.json`` of run ``out`` from its ranks' saved measurements (``fault/rank<R>.json``);
+    without ``codes``/``wall_s`` the values of the existing file are kept."""
+    module = load_module(name)
+    fault: Fault = module.FAULT
+    out = Path(out)
+    old = json.loads((out / GROUND_TRUTH).read_text()) if (out / GROUND_TRUTH).is_file() else {}
     records = {}
     for rank in range(fault.world_size):
         path = out / RECORD_FILE.format(rank=rank)
@@ -88,8 +99,10 @@ def run_fault(name: str, out: str | Path, *, compile_config: str | Path | None =
     make = getattr(module, "ground_truth", None) or default_ground_truth
     truth = make(records, fault)
     truth.update({"description": fault.description, "fix": fault.fix, "device": fault.device,
-                  "world_size": fault.world_size, "returncodes": {str(k): v for k, v in codes.items()},
-                  "wall_s": round(wall, 3), "compile_config": str(compile_config) if compile_config else None,
+                  "world_size": fault.world_size,
+                  "returncodes": {str(k): v for k, v in codes.items()} if codes is not None else old.get("returncodes"),
+                  "wall_s": round(wall_s, 3) if wall_s is not None else old.get("wall_s"),
+                  "compile_config": str(compile_config) if compile_config else old.get("compile_config"),
                   "fault_spec": fault.to_dict()})
     (out / GROUND_TRUTH).write_text(json.dumps(truth, indent=1, default=str) + "\n")
     return truth

@@ -109,11 +109,13 @@ def check_found(fault: Fault, roots: list[Any], truth: dict[str, Any]) -> Found:
 
 
 def expected_cost(f: Any, truth: dict[str, Any]) -> int | None:
-    """The ground truth to compare ``f``'s cost with: for a window kind, the worst rank's measured cost summed
-    over the finding's steps; else the run's ``cost_ns``."""
+    """The ground truth to compare ``f``'s cost with: for a window kind, the script's own measurement summed over
+    the finding's steps, on the finding's rank (a one-rank finding) or the worst rank; else the run's
+    ``cost_ns``."""
     by = truth.get("cost_by_rank_step_ns")
     if f.kind in WINDOW_KINDS and by and f.steps:
-        sums = [sum(int(d.get(str(s), 0)) for s in f.steps) for d in by.values()]
+        ranks = [str(r) for r in f.ranks if str(r) in by] if len(f.ranks) == 1 else list(by)   # like with like
+        sums = [sum(int(by[r].get(str(s), 0)) for s in f.steps) for r in ranks or list(by)]
         return max(sums) if sums else None
     return truth.get("cost_ns")
 
@@ -254,11 +256,17 @@ def diff_verdict(before: Path, after: Path, kind: str) -> str:
     return mine[0].verdict if mine else "no verdict for the kind"
 
 
-def loop(name: str, work: Path, *, rerun: bool = True) -> LoopResult:
-    """Run fault ``name`` through the whole loop under ``work/<name>/`` (before/, fixes.toml, after/)."""
+def loop(name: str, work: Path, *, rerun: bool = True, reuse: bool = False) -> LoopResult:
+    """Run fault ``name`` through the whole loop under ``work/<name>/`` (before/, fixes.toml, after/);
+    ``reuse``: runs already recorded there are analysed again (their ground truth recomputed), not rerun."""
     import time
 
-    from workbench.faults.runner import run_fault
+    from workbench.faults.runner import run_fault as _run, write_ground_truth
+
+    def run_fault(n: str, out: Path, **kw: Any) -> dict[str, Any]:
+        if reuse and (out / GROUND_TRUTH).is_file():
+            return write_ground_truth(n, out)
+        return _run(n, out, **kw)
 
     t0 = time.monotonic()
     fault = get_fault(name)
