@@ -149,7 +149,7 @@ def grid(frame: pl.DataFrame, *, id: str, columns: list[dict] | None = None, hei
         id=id,
         rowData=rows,
         columnDefs=cols,
-        defaultColDef={"sortable": True, "filter": True, "resizable": True, "minWidth": 100,
+        defaultColDef={"sortable": True, "filter": True, "resizable": True, "minWidth": 120,
                        "wrapHeaderText": True, "autoHeaderHeight": True},
         columnSize="responsiveSizeToFit",
         dashGridOptions=options,

@@ -66,9 +66,8 @@ OVERFLOW_JS = """
   const bad = [];
   const name = (el) => (el.id ? '#' + el.id : el.tagName.toLowerCase() + '.' + (el.className.baseVal ?? el.className))
                          .slice(0, 60) + ' "' + (el.textContent || '').trim().slice(0, 40) + '"';
-  const inside = '.ag-body-viewport, .ag-center-cols-viewport, .ag-header-viewport, .ag-body-horizontal-scroll,'
-               + ' .ag-header-container, .ag-center-cols-container, .ag-floating-top, .ag-floating-bottom,'
-               + ' .ag-sticky-top, .ag-paging-panel, .ag-overlay, .modebar, .dash-dropdown, .toml, svg';
+  // inside a grid's root (it clips and scrolls its own contents), dropdowns, the TOML box and SVG (checked below)
+  const inside = '.ag-root, .ag-paging-panel, .ag-overlay, .modebar, .dash-dropdown, .toml, svg';
   for (const card of document.querySelectorAll('.section, .stat-card, .rec, .panel')) {
     const r = card.getBoundingClientRect();
     for (const el of card.querySelectorAll('*')) {
