@@ -30,7 +30,8 @@ import orjson
 import polars as pl
 
 import workbench.analyses.kinds  # noqa: F401  (every other kind is declared before ours)
-from workbench.analyses.findings import KINDS, Cost, Evidence, Finding, declare_kind, make_finding
+from workbench.analyses.findings import KINDS, Cost, Evidence, Finding, make_finding
+from workbench.analyses.findings import declare_kind as _declare_kind
 
 #: Kinds this module emits; every one ends (or will end) the job, so each is a hazard.
 JOB_FAILURE_KINDS: tuple[str, ...] = ("desync", "hang", "rank_died")
@@ -81,8 +82,10 @@ class CompiledDesyncEvidence(Evidence):
 
 
 def _declare() -> None:
-    if "desync" in KINDS:
-        return
+    def declare_kind(name: str, *args: Any, **kw: Any) -> None:   # once per kind, whoever imports first
+        if name not in KINDS:
+            _declare_kind(name, *args, **kw)
+
     declare_kind("desync", JobFailureEvidence,
                  "Ranks issued different collectives at one sequence id of a process group (missing on a rank, or "
                  "a different op, size or dtype): the job hangs or aborts there.",
