@@ -195,10 +195,18 @@ def recommendation_toml(recs: pl.DataFrame, header: str | None = None) -> str:
     return recs_analysis.to_compile_config(recs, header=header)
 
 
+#: Pause before each run the background analysis opens after the landing run (the browser's first load comes first).
+BACKGROUND_PAUSE_S = 1.0
+
+
 def prefetch(store: RunStore, rid: str | None = None) -> None:
     """Open and analyse ``rid`` first, then every other run's headline (call in a background thread)."""
+    import time
+
     order = ([rid] if rid else []) + [r for r in store.ids() if r != rid]
     for r in order:
+        if r != rid:
+            time.sleep(BACKGROUND_PAUSE_S)  # leave the CPU to the pages being served between two runs
         try:
             if r == rid:
                 store.run(r)  # the landing run counts as used: it stays open

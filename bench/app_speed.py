@@ -36,7 +36,8 @@ from conftest import CHROMIUM, CHROMIUM_ARGS, Served  # noqa: E402
 from workbench.app.main import PAGES, create_app  # noqa: E402
 from workbench.app.store import RunStore, find_runs  # noqa: E402
 
-META_JS = "() => document.querySelector('#timeline-graph .js-plotly-plot').layout.meta"
+META_JS = ("() => { const m = document.querySelector('#timeline-graph .js-plotly-plot').layout.meta;"
+           " return {exact: m.exact, visible_kernels: m.visible_kernels, spans: m.spans}; }")
 
 
 def first_load(browser, roots: list[Path]) -> float:
