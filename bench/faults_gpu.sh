@@ -19,13 +19,13 @@ printf '"""minimal workbench for the device machine"""\n__version__ = "0.1.0"\n'
 for f in rundir.py errors.py compile_config.py config_policy.py; do ln -sf "$REPO/workbench/$f" /tmp/shim/workbench/$f; done
 ln -sfn "$REPO/collectors" /tmp/shim/workbench/collectors
 ln -sfn "$REPO/workbench/faults" /tmp/shim/workbench/faults
-export PYTHONPATH=/tmp/site:/tmp/shim
+export PYTHONPATH=/tmp/site:/tmp/shim PYTHONSAFEPATH=1  # children too: never the repo root first
 export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-cache
 nvidia-smi -L; python3 -P -c "import torch, workbench.collectors, workbench.faults; print(torch.__version__, torch.cuda.get_device_name(0))" || exit 1
 S=/tmp/gpu-faults; rm -rf $S; mkdir -p $S
 run() {  # name out [config]
   local t=$(date +%s)
-  timeout ${T:-200} python3 -m workbench.faults run "$1" --out "$S/$2" ${3:+--compile-config "$3"} > "$OUT/$1-$(basename $2).log" 2>&1
+  timeout ${T:-200} python3 -P -m workbench.faults run "$1" --out "$S/$2" ${3:+--compile-config "$3"} > "$OUT/$1-$(basename $2).log" 2>&1
   echo "$1 $2 rc=$? $(( $(date +%s) - t ))s"; tail -2 "$OUT/$1-$(basename $2).log"
 }
 run launch_bound launch_bound/before
