@@ -166,11 +166,14 @@ class RunStore:
         return [e.id for e in self.entries]
 
     def default_id(self) -> str | None:
-        """The run the app lands on: the first that recorded a GPU (by its fingerprints), else the first run."""
+        """The run the app lands on: of the runs that recorded a GPU (by their fingerprints), the one with the most
+        ranks (a distributed job is what the workbench is for), else the first run."""
         if not self.entries:
             return None
         if self._default is None or self._default not in self._by_id:
-            self._default = next((e.id for e in self.entries if _records_gpu(e)), self.entries[0].id)
+            gpu = [e for e in self.entries if _records_gpu(e)]
+            best = max(gpu, key=lambda e: len(list(e.path.glob("rank*/fingerprint.json"))), default=None)
+            self._default = best.id if best is not None else self.entries[0].id
         return self._default
 
     def entry(self, run_id: str | None) -> RunEntry | None:

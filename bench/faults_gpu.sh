@@ -2,8 +2,8 @@
 # Records the GPU faults of the zoo on one GPU (the workbench's device machine) into $OUT/gpu-faults.tar.gz:
 #   launch_bound/before, launch_bound/after (rerun with the config `workbench recommend` writes for launch_bound,
 #   given as $1: make it here with `python bench/faults.py --gpu-config gpu_fix/launch_bound.toml`),
-#   pageable_h2d/before. Unpack into sample_traces/gpu-launch-bound/{before,after} (+ fixes.toml) and
-#   sample_traces/gpu-pageable-h2d/before; tests/faults/test_gpu_samples.py checks them.
+#   pageable_h2d/before. Unpack into sample_traces/gpu-launch-bound-{before,after} (+ fixes.toml in -before) and
+#   sample_traces/gpu-pageable-h2d; tests/faults/test_gpu_samples.py checks them.
 # The machine's python3 has torch but neither orjson nor polars: orjson comes as a wheel in .whl/, and a minimal
 # `workbench` package (rundir, errors, compile_config, config_policy, collectors, faults) goes first on PYTHONPATH,
 # so the collectors and the fault runner import without the analysis stack. Analyse the runs where polars is.

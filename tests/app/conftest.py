@@ -5,8 +5,6 @@ Never ``playwright install``: the browser is ``/usr/bin/chromium`` (apt package 
 
 from __future__ import annotations
 
-import os
-import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,8 +13,6 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
-CHROMIUM = os.environ.get("WORKBENCH_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
 
 
 class Served:
@@ -41,18 +37,6 @@ class Served:
     def close(self) -> None:
         self.server.shutdown()
         self.thread.join(timeout=5)
-
-
-@pytest.fixture(scope="session")
-def browser():
-    """One headless chromium for the session; skips when chromium or playwright is missing."""
-    if not Path(CHROMIUM).exists() and not shutil.which(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} not found: apt-get install -y chromium")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield b
-        b.close()
 
 
 @pytest.fixture()

@@ -253,7 +253,7 @@ def test_recommendations_best_fix_first(page, served, runs_root):
     from workbench.analyses.recommendations import recommend
 
     run, t = _tables(runs_root / PLANTED)
-    recs = recommend(t["findings"], run.compiles)
+    recs = recommend(run.findings())  # the typed root causes, as the page renders them
     goto_ready(page, served.url(f"/recommendations?run={PLANTED}"), "recommendations")
     titles = page.eval_on_selector_all("#recs-section > .rec-item > div > .rec-title",
                                        "els => els.map(e => e.textContent)")

@@ -16,7 +16,8 @@ from workbench.faults.registry import get_fault
 from workbench.faults.verify import COST_TOLERANCE, check_found, fix_written, gone_on_rerun, roots_of
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
-LB, H2D = SAMPLES / "gpu-launch-bound", SAMPLES / "gpu-pageable-h2d"
+LB_BEFORE, LB_AFTER, H2D = (SAMPLES / "gpu-launch-bound-before", SAMPLES / "gpu-launch-bound-after",
+                             SAMPLES / "gpu-pageable-h2d")
 
 
 def _need(path: Path) -> Path:
@@ -27,7 +28,7 @@ def _need(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def launch_bound():
-    before, after = _need(LB / "before"), _need(LB / "after")
+    before, after = _need(LB_BEFORE), _need(LB_AFTER)
     return before, after, roots_of(before), roots_of(after)
 
 
@@ -51,7 +52,7 @@ def test_launch_bound_fix_is_the_applied_config_and_it_worked(launch_bound):
     recs = recommend(roots)
     fault = get_fault("launch_bound")
     assert fix_written(fault, recs) == "config compile.mode='reduce-overhead'"
-    applied_cfg = tomllib.loads((LB / "fixes.toml").read_text())
+    applied_cfg = tomllib.loads((LB_BEFORE / "fixes.toml").read_text())
     written = {}
     for c in recs.filter(pl.col("apply"))["config"].to_list():
         for sec, body in json.loads(c).items():
@@ -66,7 +67,7 @@ def test_launch_bound_fix_is_the_applied_config_and_it_worked(launch_bound):
 def test_pageable_copy_found_with_a_code_fix():
     from workbench.analyses.recommendations import recommend
 
-    before = _need(H2D / "before")
+    before = _need(H2D)
     roots = roots_of(before)
     truth = json.loads((before / "ground_truth.json").read_text())
     fault = get_fault("pageable_h2d")

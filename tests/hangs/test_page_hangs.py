@@ -3,29 +3,17 @@ last collective for the killed-rank fault, and the rank_died finding."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import threading
-from pathlib import Path
 
 import pytest
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
-CHROMIUM = os.environ.get("WORKBENCH_CHROMIUM", "/usr/bin/chromium")
-
-
-@pytest.fixture(scope="module")
-def chromium_page():
-    if not Path(CHROMIUM).exists() and not shutil.which(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} not found: apt-get install -y chromium")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                    args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        yield page
-        browser.close()
+@pytest.fixture()
+def chromium_page(browser):
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    yield ctx.new_page()
+    ctx.close()
 
 
 def test_hangs_page_shows_each_ranks_last_step_and_collective(hang_runs, chromium_page):
