@@ -270,21 +270,28 @@ def main_streams(kernels: pl.DataFrame) -> pl.DataFrame:
 def breakdown_findings(
     by_rank: pl.DataFrame, main_stream_causes: pl.DataFrame | None = None, launch: pl.DataFrame | None = None,
     *, profiler_inflated: bool = False, steps_by_rank: dict[int, list[int]] | None = None,
+    gaps: pl.DataFrame | None = None, segments: pl.DataFrame | None = None,
 ) -> list:
     """Findings (:class:`workbench.analyses.findings.Finding`) from the per-rank breakdown, one per rank.
 
     * ``exposed_communication``: communication not hidden under compute ≥ 5 % of the window on the rank
       (cost: its exposed time);
-    * ``host_bound`` / ``launch_bound``: the GPU idles ≥ 20 % of the window and, on the rank's main compute
-      stream, most idle time is host wait (``launch_bound`` when most compute kernels are also short);
-      cost: its idle time;
-    * ``gpu_idle``: idle ≥ 30 % without a host-wait majority;
+    * ``host_bound`` / ``launch_bound``: the GPU idles ≥ 20 % of the window, on the rank's main compute stream
+      most idle time is host wait (``launch_bound`` when most compute kernels are also short), and the *launch
+      gaps* reach 20 % of the window; cost: the launch gaps, what replaying each step as a CUDA graph saves.
+      A launch gap is a host-wait gap on the main stream between two kernels of one step; the gap before a
+      step's first activity (``segments``' starts) is the host's time between steps (the loop, data, a
+      synchronisation), which no graph removes, and is not one. Without ``gaps``/``segments`` the cost is the
+      idle time;
+    * ``gpu_idle``: idle ≥ 30 % without a host-wait majority, or host wait mostly between steps;
     * ``exposed_memcpy``: memcpy/memset running alone ≥ 5 % of the window.
 
     ``main_stream_causes``: :func:`idle_causes` rows of each rank's main stream; ``launch``:
     :func:`workbench.analyses.kernels.launch_stats` rows; ``profiler_inflated``: the trace was recorded with
     with_stack/record_shapes (host time in the window is inflated; the messages say so); ``steps_by_rank``: the
-    analysed steps of each rank (the findings' ``steps``: their cost covers those steps).
+    analysed steps of each rank (the findings' ``steps``: their cost covers those steps); ``gaps``:
+    :func:`idle_gaps` rows (the host-wait ones of the main streams are read); ``segments``: :func:`time_breakdown`
+    rows (``rank``, ``start``: where each step's activity begins).
     """
     from workbench.analyses.findings import Cost, make_finding
     from workbench.analyses.kinds import ExposedCommEvidence, ExposedMemcpyEvidence, IdleEvidence
@@ -307,8 +314,8 @@ def breakdown_findings(
     if not idle.is_empty():
         causes = main_stream_causes if main_stream_causes is not None else pl.DataFrame()
         if not causes.is_empty():
-            idle = idle.join(causes.select("rank", "stream", "host_wait_pct", "kernel_wait_pct", "other_pct"),
-                             on="rank", how="left")
+            idle = idle.join(causes.select("rank", "stream", "host_wait_ns", "host_wait_pct", "kernel_wait_pct",
+                                           "other_pct"), on="rank", how="left")
         else:
             idle = idle.with_columns(host_wait_pct=pl.lit(None, pl.Float64), stream=pl.lit(None, pl.Int64))
         short_pct = None
@@ -319,13 +326,40 @@ def breakdown_findings(
         note = (" The trace was recorded with with_stack/record_shapes, which slow every host-side op: part of this "
                 "host wait is the profiler's own cost; measure without them before acting." if profiler_inflated
                 else "")
+        between: dict[int, int] | None = None  # per rank: host-wait gaps holding a step's start (between steps)
+        if gaps is not None and segments is not None and "host_wait_ns" in idle.columns:
+            hw = gaps.filter(pl.col("category") == "host_wait").join(
+                idle.select("rank", pl.col("stream").cast(gaps.schema["stream"])), on=["rank", "stream"], how="semi")
+            starts = segments.select(pl.col("rank").cast(hw.schema["rank"]), pl.col("start").alias("_step_start"))
+            held = hw.sort("start").join_asof(starts.sort("_step_start"), left_on="start", right_on="_step_start",
+                                              by="rank", strategy="forward", allow_exact_matches=False,
+                                              check_sortedness=False)
+            held = held.filter(pl.col("_step_start") <= pl.col("end")).group_by("rank").agg(pl.col("gap_ns").sum())
+            between = {int(k): int(v) for k, v in held.iter_rows()}
         for r in idle.iter_rows(named=True):
             host = (r["host_wait_pct"] or 0) >= 50.0
+            row = {k: r.get(k) for k in ("rank", "stream", "idle_ns", "idle_pct", "host_wait_pct", "window_ns")}
+            cost = Cost.measured(r["idle_ns"], "GPU idle time in the analysed window")
+            if host and between is not None:
+                row["between_steps_wait_ns"] = between.get(r["rank"], 0)
+                row["launch_gap_ns"] = max(0, int(r.get("host_wait_ns") or 0) - row["between_steps_wait_ns"])
+                host = 100.0 * row["launch_gap_ns"] / r["window_ns"] >= 20.0
+                cost = Cost.measured(row["launch_gap_ns"], "launch gaps: host-wait gaps between the kernels of a "
+                                                           "step on the main stream, in the analysed window")
+                if not host:
+                    cost = Cost.measured(r["idle_ns"], "GPU idle time in the analysed window")
             if not host and r["idle_pct"] < 30.0:
                 continue
-            row = {k: r.get(k) for k in ("rank", "stream", "idle_ns", "idle_pct", "host_wait_pct", "window_ns")}
             ev = IdleEvidence(per_rank=(row,), short_kernel_pct=short_pct, profiler_inflated=profiler_inflated)
-            cost = Cost.measured(r["idle_ns"], "GPU idle time in the analysed window")
+            if not host and row.get("launch_gap_ns") is not None:
+                out.append(make_finding(
+                    "gpu_idle",
+                    f"The GPU idles {r['idle_pct']:.1f}% of the analysed window on rank {r['rank']}, mostly between "
+                    f"steps: {row['between_steps_wait_ns'] / 1e6:.2f} ms before the steps' first kernels (the "
+                    "training loop, data loading, a synchronisation, the profiler's own step), against "
+                    f"{row['launch_gap_ns'] / 1e6:.2f} ms of launch gaps inside the steps.{note}",
+                    ev, cost, ranks=[r["rank"]], steps=steps_of.get(r["rank"], ()), source="breakdown"))
+                continue
             if host:
                 launch_bound = short_pct is not None and short_pct >= 50.0
                 extra = (f" {short_pct:.0f}% of compute kernels run < 10 µs: launch overhead dominates."

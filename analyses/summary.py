@@ -215,7 +215,8 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
     main_causes = out["idle_by_stream"].join(main, on=["rank", "stream"], how="semi") if not main.is_empty() else None
     found: list[Finding] = [
         *breakdown_findings(out["breakdown_by_rank"], main_causes, out["launch_stats"],
-                            profiler_inflated=overhead is not None, steps_by_rank=_steps_by_rank(bd)),
+                            profiler_inflated=overhead is not None, steps_by_rank=_steps_by_rank(bd),
+                            gaps=gaps, segments=bd),  # launch gaps: the host-wait gaps inside steps
         *collective_findings(out["collective_instances"], out["clock_offsets"], out["collective_drift"],
                              aligned=spans_hosts(ranks)),
         *straggler_findings(out["stragglers"]),

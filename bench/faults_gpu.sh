@@ -20,7 +20,7 @@ for f in rundir.py errors.py compile_config.py config_policy.py; do ln -sf "$REP
 ln -sfn "$REPO/collectors" /tmp/shim/workbench/collectors
 ln -sfn "$REPO/workbench/faults" /tmp/shim/workbench/faults
 export PYTHONPATH=/tmp/site:/tmp/shim PYTHONSAFEPATH=1  # children too: never the repo root first
-export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-cache
+export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-cache TORCH_LOGS=perf_hints  # perf_hints: why CUDA graphs were skipped
 nvidia-smi -L; python3 -P -c "import torch, workbench.collectors, workbench.faults; print(torch.__version__, torch.cuda.get_device_name(0))" || exit 1
 S=/tmp/gpu-faults; rm -rf $S; mkdir -p $S
 run() {  # name out [config]
