@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from workbench.analyses.findings import KINDS, Cost, Evidence, Finding, declare_kind, make_finding
+from workbench.analyses.findings import KINDS, Cost, Evidence, Finding, declare_kind, make_finding, ranks_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +68,7 @@ def config_findings(meta: dict[str, Any], fingerprints: pl.DataFrame | None = No
         ranks = tuple(e["ranks"])
         out.append(make_finding(
             "config_not_applied",
-            f"config {setting} not applied on rank {', '.join(map(str, ranks))}: {reason}",
+            f"config {setting} not applied on {ranks_text(ranks)}: {reason}",
             ConfigNotAppliedEvidence(setting, e["value"], reason, ranks, path),
             Cost.none("none: the setting did not take effect"), ranks=ranks, source="applied", key=setting))
     return out

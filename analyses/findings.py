@@ -143,8 +143,9 @@ Fixer = Callable[..., Any]
 class KindSpec:
     """A declared finding kind: its evidence type, one-line definition, how its cost is obtained, its role
     (``cause``: can explain other findings' time; ``symptom``: can be explained by a cause; ``fact``: neither),
-    ``hazard`` (can hang or kill the job or silently change what runs: at least ``high`` whatever it costs), and
-    the fixers registered for it (best first)."""
+    ``hazard`` (can hang or kill the job or silently change what runs: at least ``high`` whatever it costs),
+    ``diverges`` (ranks may run different programs: a desync risk, listed before every time cost, see
+    :func:`sort_findings`), and the fixers registered for it (best first)."""
 
     name: str
     evidence: type[Evidence]
@@ -152,6 +153,8 @@ class KindSpec:
     cost_method: str
     role: Role = "cause"
     hazard: bool = False
+    diverges: bool = False
+    estimate_severity: Severity | None = None   # the most severe an estimated cost of this kind may be
     fixers: list[Fixer] = field(default_factory=list)
 
 
@@ -160,11 +163,12 @@ KINDS: dict[str, KindSpec] = {}
 
 
 def declare_kind(name: str, evidence: type[Evidence], definition: str, cost_method: str, *,
-                 role: Role = "cause", hazard: bool = False) -> KindSpec:
+                 role: Role = "cause", hazard: bool = False, diverges: bool = False,
+                 estimate_severity: Severity | None = None) -> KindSpec:
     """Declare a finding kind once. Declaring the same name twice is an error."""
     if name in KINDS:
         raise ValueError(f"finding kind {name!r} declared twice")
-    spec = KindSpec(name, evidence, definition, cost_method, role, hazard)
+    spec = KindSpec(name, evidence, definition, cost_method, role, hazard, diverges, estimate_severity)
     KINDS[name] = spec
     return spec
 
@@ -218,7 +222,7 @@ def make_finding(kind: str, message: str, evidence: Evidence, cost: Cost, *, ran
     st = tuple(sorted({int(s) for s in steps if s is not None}))
     return Finding(
         id=finding_id(kind, rk, st, key), kind=kind,
-        severity=severity_of(cost, wall_ns, hazard=kind_spec(kind).hazard),
+        severity=_severity(kind, cost, wall_ns),
         ranks=rk, steps=st, cost=cost, message=message, evidence=evidence, symptoms=tuple(symptoms),
         source=source,
     )
@@ -238,18 +242,56 @@ def severity_of(cost: Cost, wall_ns: int | None, *, hazard: bool = False) -> Sev
     return "high" if share >= HIGH_SHARE_PCT else "medium" if share >= MEDIUM_SHARE_PCT else "low"
 
 
+def _severity(kind: str, cost: Cost, wall_ns: int | None) -> Severity:
+    """:func:`severity_of` for ``kind``: its hazard flag, and an estimated cost no more severe than the kind
+    declares (``estimate_severity``)."""
+    spec = kind_spec(kind)
+    sev = severity_of(cost, wall_ns, hazard=spec.hazard)
+    cap = spec.estimate_severity
+    if cap is not None and cost.basis == "estimated" and SEVERITIES.index(sev) < SEVERITIES.index(cap):
+        return cap
+    return sev
+
+
 def rescore(f: Finding, wall_ns: int | None) -> Finding:
     """``f`` with its severity recomputed for ``wall_ns`` (after its cost changed)."""
-    return f.replace(severity=severity_of(f.cost, wall_ns, hazard=kind_spec(f.kind).hazard))
+    return f.replace(severity=_severity(f.kind, f.cost, wall_ns))
+
+
+def rank_tier(f: Finding) -> int:
+    """Where ``f`` goes in the ranking, before its cost is looked at (the one ranking rule):
+
+    0. kinds that can make ranks run different programs (``diverges``: config or version drift, different
+       programs, mismatched collectives, desync, hang): a correctness risk outranks any time cost, as hang and
+       desync triage lead;
+    1. a measured cost;
+    2. an estimated cost (a guess never outranks a measurement);
+    3. no cost (zero or unknown): facts, risks and notes.
+    """
+    _load_kinds()
+    spec = KINDS.get(f.kind)
+    if spec is not None and spec.diverges:
+        return 0
+    if f.cost_ns <= 0:
+        return 3
+    return 1 if f.cost.basis == "measured" else 2
 
 
 def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
-    """Most costly first; ties: more severe first, then kind, then id (stable)."""
+    """Ranked by :func:`rank_tier`, then most costly first; ties: more severe first, then kind, then id."""
     order = {s: i for i, s in enumerate(SEVERITIES)}
-    return sorted(findings, key=lambda f: (-f.cost_ns, order[f.severity], f.kind, f.id))
+    return sorted(findings, key=lambda f: (rank_tier(f), -f.cost_ns, order[f.severity], f.kind, f.id))
 
 
 # ---------------------------------------------------------------------------------------------- views
+def ranks_text(ranks: Iterable[int]) -> str:
+    """``"rank 1"``, ``"ranks 0 and 2"``, ``"ranks 0, 2 and 3"`` (sorted, each once)."""
+    rs = [str(r) for r in sorted({int(x) for x in ranks})]
+    if len(rs) <= 1:
+        return f"rank {rs[0] if rs else '-'}"
+    return "ranks " + (", ".join(rs[:-1]) + " and " + rs[-1])
+
+
 def format_ns(ns: int | float | None) -> str:
     """``"2.57 s"``, ``"312 ms"``, ``"4.1 ms"``, ``"85 µs"`` (two significant decimals at most)."""
     if ns is None:

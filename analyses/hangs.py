@@ -89,7 +89,8 @@ def _declare() -> None:
     declare_kind("desync", JobFailureEvidence,
                  "Ranks issued different collectives at one sequence id of a process group (missing on a rank, or "
                  "a different op, size or dtype): the job hangs or aborts there.",
-                 "the healthy ranks' time blocked in that collective until the job failed (measured)", hazard=True)
+                 "the healthy ranks' time blocked in that collective until the job failed (measured)", hazard=True,
+                 diverges=True)
     declare_kind("hang", JobFailureEvidence,
                  "Ranks timed out (or stalled) in a collective that one rank entered late or never, with no "
                  "mismatch: that rank was busy elsewhere (compiling, in other code).",
@@ -100,7 +101,7 @@ def _declare() -> None:
     declare_kind("compiled_desync", CompiledDesyncEvidence,
                  "A compiled graph issues different collectives on different ranks (from the compile logs): the "
                  "job hangs or aborts when it runs.", "none (a hang risk found before it hangs)", role="fact",
-                 hazard=True)
+                 hazard=True, diverges=True)
 
 
 _declare()
@@ -145,6 +146,30 @@ def entry_steps(entries: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     vals = [_step_at(index.get(int(r), []), t) for r, t in
             zip(entries.get_column("rank").to_list(), entries.get_column("created_ns").to_list())]
     return entries.with_columns(pl.Series("step", vals, dtype=pl.Int32))
+
+
+def collective_arrivals(entries: pl.DataFrame | None, steps: pl.DataFrame | None) -> pl.DataFrame:
+    """Each rank's arrival at each collective its Flight Recorder kept (``created_ns``: when the rank issued it),
+    every step included (a profiler sees only its windows), in the shape of matched collectives: ``rank``,
+    ``pg_name``, ``step``, ``order`` (the sequence id), ``arrival``, ``p2p``, ``ranks_seen``, ``last_arrival``,
+    ``last_rank``, ``wait_ns`` (last arrival - own arrival). The ranks' clocks are taken as one (one host)."""
+    if entries is None or entries.is_empty() or steps is None or steps.is_empty():
+        return pl.DataFrame()
+    e = entry_steps(entries.filter(pl.col("created_ns").is_not_null() & pl.col("seq").is_not_null()), steps)
+    key = ["pg_name", "seq"]
+    e = e.with_columns(
+        pl.col("step").min().over(key).alias("step"),
+        pl.col("is_p2p").fill_null(False).alias("p2p"),
+        pl.col("created_ns").alias("arrival"),
+        pl.col("seq").alias("order"),
+    ).unique(["rank", *key], keep="first")
+    out = e.with_columns(
+        ranks_seen=pl.col("rank").n_unique().over(key),
+        last_arrival=pl.col("arrival").max().over(key),
+        last_rank=pl.col("rank").sort_by("arrival").last().over(key),
+    ).with_columns(wait_ns=(pl.col("last_arrival") - pl.col("arrival")).clip(lower_bound=0))
+    return out.select("rank", "pg_name", "step", "order", "arrival", "p2p", "ranks_seen", "last_arrival",
+                      "last_rank", "wait_ns").sort("pg_name", "order", "rank")
 
 
 # ---------------------------------------------------------------------------------------------- per rank
@@ -742,7 +767,8 @@ def compiled_collective_findings(graph_collectives: pl.DataFrame) -> list[Findin
         fix = (f"make the code at {_short(site)} issue the same collectives on every rank (no rank-dependent "
                "branch around a collective inside a compiled region)")
         ev = CompiledDesyncEvidence(cid, graph, idx, {r: v for r, v in sorted(lists.items())}, odd, site, fix)
-        msg = (f"Compiled collectives differ: graph [{cid}] ({graph}) issues {len(o)} collective(s) on "
+        n_coll = f"{len(o)} collective" + ("" if len(o) == 1 else "s")
+        msg = (f"Compiled collectives differ: graph [{cid}] ({graph}) issues {n_coll} on "
                f"{_ranks_text(odd)} but {len(major)} on the others; first difference at position {idx} "
                f"({o[idx] if idx < len(o) else 'nothing'} vs {major[idx] if idx < len(major) else 'nothing'}) "
                f"from {_short(site)}. Fix: {fix}")

@@ -10,7 +10,7 @@ their own; ``fact`` findings neither cost nor explain time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from workbench.analyses.findings import Evidence, declare_kind
@@ -106,7 +106,11 @@ class CompileSkewEvidence(Evidence):
     co_name: str | None
     skew_ns: int
     slowest_rank: int
-    compile_ns_by_rank: dict[int, int]
+    compile_ns_by_rank: dict[int, int]    # the frame's compile plus its backward graph's, per rank
+    step: int | None = None               # the step the slowest rank compiled in
+    wait_by_rank: dict[int, int] = field(default_factory=dict)   # the others' measured wait there
+    held_ns: int | None = None            # last arrival - second-latest there
+    noise_ns: int | None = None           # the top of that measure's noise in the other steps
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +218,7 @@ def _declare() -> None:
                  "excess over their median in that step (measured); else the compile time (estimated)")
     declare_kind("different_programs", DifferentProgramsEvidence,
                  "Ranks compile different frames: they run different code, so their compiles are not comparable.",
-                 "none (a fact about the run)", role="fact")
+                 "none (a fact about the run)", role="fact", diverges=True)
     declare_kind("nccl_timeout_risk", TimeoutRiskEvidence,
                  "A one-rank compile takes ≥ 10 % of the collective timeout: a slower one kills the job.",
                  "none (a risk)", role="fact", hazard=True)
@@ -222,17 +226,22 @@ def _declare() -> None:
                  "One compile hits the compile cache on some ranks and misses on others.", "none", role="fact")
     declare_kind("divergent_collective_schedule", CollectiveScheduleEvidence,
                  "Inductor ordered a graph's collectives differently on different ranks (hang risk).",
-                 "none (a risk)", role="fact", hazard=True)
+                 "none (a risk)", role="fact", hazard=True, diverges=True)
     declare_kind("divergent_config", ConfigDivergenceEvidence,
-                 "The torch version or dynamo/inductor config differs across ranks.",
+                 "The torch version or dynamo/inductor config differs across ranks: they may run different "
+                 "programs (ranked before every time cost).",
                  "none (a hang risk); when the rank whose config differs is also the one whose compile is slower, "
-                 "that compile skew goes under it and is its cost (estimated)", role="fact", hazard=True)
+                 "that compile skew goes under it and is its cost", role="fact", hazard=True, diverges=True)
     declare_kind("divergent_fingerprint", ConfigDivergenceEvidence,
                  "A library version or config hash in the collectors' fingerprints differs across ranks.", "none",
-                 role="fact", hazard=True)
+                 role="fact", hazard=True, diverges=True)
     declare_kind("compile_skew", CompileSkewEvidence,
-                 "One compile id takes ≥ 1 s longer on one rank than on the fastest.",
-                 "compile-time difference between the slowest and fastest rank (measured)")
+                 "One compile id takes ≥ 1 s longer on one rank than on the fastest; a root cause when that rank "
+                 "arrived last at its step's collectives by more than the run's own noise, else a note.",
+                 "the other ranks' wait for it in the step of the compile (measured: the collectives' arrivals, "
+                 "else step times less each rank's own compile time), at most the compile-time difference; "
+                 "zero when they did not wait; estimated from the compile times (at most a low note) only when "
+                 "no step or collective was recorded", estimate_severity="low")
     declare_kind("compile_time", CompileTimeEvidence,
                  "Total compile time on a rank ≥ 60 s: a compile-cache warm start would cut start-up.",
                  "none (start-up time, outside the steps)", role="fact")
@@ -283,7 +292,7 @@ def _declare() -> None:
                  "summed time it held the others back (its start minus the second-latest start, measured)")
     declare_kind("collective_mismatch", CollectiveMismatchEvidence,
                  "Ranks disagree on a collective's name, dtype or size, or a call is missing on some ranks.",
-                 "none (a hang risk)", role="fact", hazard=True)
+                 "none (a hang risk)", role="fact", hazard=True, diverges=True)
     declare_kind("clock_offset", ClockOffsetEvidence,
                  "Ranks on several hosts with clocks > 100 µs apart (times were aligned).", "none", role="fact")
     declare_kind("collective_drift", CollectiveDriftEvidence,

@@ -10,6 +10,9 @@ The CLI, the app, the report and every analysis take these numbers from here.
 * **Recompile count**: per rank, compiles of a frame beyond its first (rows of a frame minus one, summed).
 * **Analysed wall time** of a rank: from its first step's batch request to its last step's end.
 * **Severity order**: :data:`workbench.analyses.findings.SEVERITIES`.
+* **Noise**: a value stands out of a run's own noise when it is above ``median + NOISE_Z × 1.4826 × MAD`` of the
+  same measure elsewhere in the run (:func:`robust_upper`); a series in step order stands out of its own noise
+  when its median is at least ``NOISE_Z`` times its step-to-step noise (:func:`consistency_z`).
 
 Example:
     >>> import polars as pl
@@ -27,7 +30,10 @@ import polars as pl
 from workbench.analyses.findings import SEVERITIES
 
 __all__ = ["SEVERITIES", "step_table", "typical_step_ns", "data_wait_median_ns", "recompile_counts", "wall_ns",
-           "step_excess_ns"]
+           "step_excess_ns", "NOISE_Z", "robust_upper", "consistency_z"]
+
+#: How many robust standard deviations (1.4826 × MAD) a value must stand out of its run's own noise.
+NOISE_Z = 3.0
 
 STEP_TABLE: dict[str, pl.DataType] = {
     "rank": pl.Int32,
@@ -106,3 +112,34 @@ def step_excess_ns(steps: pl.DataFrame | None, step: int, ranks: list[int] | tup
         if this.height and rest.height:
             out[rank] = max(0, int(this["step_ns"][0] - (rest["step_ns"].median() or 0)))
     return out
+
+
+def _median(v: list[float]) -> float:
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+def robust_upper(values: list[int] | list[float]) -> float:
+    """The top of ``values``' noise: ``median + NOISE_Z × 1.4826 × MAD``; 0 with fewer than 3 values."""
+    v = sorted(float(x) for x in values if x is not None)
+    if len(v) < 3:
+        return 0.0
+    med = _median(v)
+    return med + NOISE_Z * 1.4826 * _median(sorted(abs(x - med) for x in v))
+
+
+def consistency_z(values: list[int] | list[float]) -> float:
+    """``median / noise`` of a series in step order, the noise from successive differences
+    (``1.4826 × median |Δ| / √2``, so a steady trend is not noise): large when the values stay well above zero
+    step after step, small when they jump between zero and something (inf: every step the same positive value;
+    0: a median that is not positive)."""
+    v = [float(x) for x in values if x is not None]
+    if not v:
+        return 0.0
+    med = _median(sorted(v))
+    if med <= 0:
+        return 0.0
+    if len(v) < 2:
+        return float("inf")
+    noise = 1.4826 * _median(sorted(abs(b - a) for a, b in zip(v, v[1:]))) / 2 ** 0.5
+    return float("inf") if noise == 0 else med / noise

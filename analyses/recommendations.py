@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Sequence
@@ -341,9 +342,12 @@ def _compile_time(f: Finding) -> list[Fix]:
     slow = ""
     if isinstance(f.evidence, CompileSkewEvidence):
         slow = f" (rank {f.evidence.slowest_rank} compiled {format_ns(f.evidence.skew_ns)} longer)"
-    return [_CACHE, Fix("shared_cache_dir", f"Give every rank the same warm compile cache{slow}",
-                        "no rank compiles from a cold cache", 0.7, "needs storage every rank shares",
-                        code="set TORCHINDUCTOR_CACHE_DIR to a directory every rank shares, warmed by a previous run")]
+    shared = Fix("shared_cache_dir", f"Give every rank the same warm compile cache{slow}",
+                 "no rank compiles from a cold cache", 0.7, "needs storage every rank shares",
+                 code="set TORCHINDUCTOR_CACHE_DIR to a directory every rank shares, warmed by a previous run")
+    if isinstance(f.evidence, CompileSkewEvidence) and f.cost.ns == 0:   # nobody waited for it: nothing to write
+        return [dataclasses.replace(shared, gain=0.0, why="the other ranks did not wait for this compile")]
+    return [_CACHE, shared]
 
 
 @register_fixer("nccl_timeout_risk")
@@ -446,11 +450,10 @@ def recommend(findings: Sequence[Finding] | Any, compiles: pl.DataFrame | None =
     """Ranked fixes (RECOMMENDATIONS) for the typed root-cause ``findings`` (``analysis_tables(run).roots``):
     findings most costly first, and within one finding the fixes by expected gain. The best config fix of each
     finding has ``apply`` = True unless an earlier fix already set the same key. ``compiles`` is unused (kept for
-    callers). A FINDINGS polars frame still works during the transition (the old, untyped path)."""
+    callers). A FINDINGS polars frame is refused: it has lost the typed evidence the fixers read."""
     if isinstance(findings, pl.DataFrame):
-        from workbench.analyses.legacy_recommendations import recommend_frame
-
-        return recommend_frame(findings, compiles)
+        raise TypeError("recommend() takes the typed findings (analysis_tables(run).roots or run.findings()), "
+                        "not the FINDINGS frame")
     roots = list(getattr(findings, "roots", findings))
     if not roots:
         return schema.empty(RECOMMENDATIONS)

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
 from workbench import schema
 from workbench.analyses import metrics
-from workbench.analyses.findings import Cost, Finding, findings_frame, make_finding
+from workbench.analyses.findings import Cost, Finding, findings_frame, make_finding, ranks_text
 from workbench.analyses.kinds import (
     CacheDivergenceEvidence, CollectiveScheduleEvidence, CompileGroupEvidence, CompileSkewEvidence,
     CompileTimeEvidence, ConfigDivergenceEvidence, DifferentProgramsEvidence, DivergentRecompileEvidence,
@@ -304,8 +305,8 @@ def different_programs(compiles: pl.DataFrame) -> Finding | None:
     example, ranks = next(iter(only_on.items()))
     return make_finding(
         "different_programs",
-        f"Ranks compile different code: {len(only_on)} frame(s) are compiled on some ranks only (e.g. {example} on "
-        f"rank {', '.join(map(str, ranks))}). They run different programs, so their compiles are not compared "
+        f"Ranks compile different code: {_count(len(only_on), 'frame')} compiled on some ranks only (e.g. {example} "
+        f"on {ranks_text(ranks)}). They run different programs, so their compiles are not compared "
         "across ranks; check that every rank runs the same model and code path.",
         DifferentProgramsEvidence(frames_by_rank=frames, only_on=only_on), Cost.none("none (a fact about the run)"),
         ranks=sorted({r for rs in only_on.values() for r in rs}), source="recompiles")
@@ -385,14 +386,175 @@ def divergence_cost(div: pl.DataFrame, compiles: pl.DataFrame | None = None, ste
                           DIVERGENCE_COST)
 
 
+# ---------------------------------------------------------------------- start-up skew
+@dataclass(frozen=True, slots=True)
+class StartupWait:
+    """What the other ranks waited in one step for the rank that arrived last at its collectives."""
+
+    last_rank: int | None            # the rank the others waited for (None: nothing measured)
+    wait_by_rank: dict[int, int]     # the others' wait for it in that step
+    held_ns: int                     # last arrival - second-latest arrival (what it held the job back)
+    noise_ns: int                    # the top of the same measure's noise in the other steps
+    method: str                      # how it was measured ("" when nothing was)
+
+
+def _arrival_wait(rows: pl.DataFrame, step: int) -> StartupWait | None:
+    """From collective arrivals (matched collectives or :func:`~workbench.analyses.hangs.collective_arrivals`):
+    the waits in ``step``'s collectives for the rank last at its first one, and the held-back noise per step."""
+    if rows is None or rows.is_empty() or not {"arrival", "step", "order", "rank"} <= set(rows.columns):
+        return None
+    m = rows.filter(~pl.col("p2p").fill_null(False) & pl.col("step").is_not_null() & pl.col("arrival").is_not_null())
+    key = ["pg_name", "step", "order"]
+    inst = m.group_by(key).agg(
+        first=pl.col("arrival").min(), n=pl.col("rank").n_unique(),
+        last_rank=pl.col("rank").sort_by("arrival").last(),
+        held=pl.col("arrival").sort().tail(2).diff().last().fill_null(0),
+    ).filter(pl.col("n") > 1)
+    here = inst.filter(pl.col("step") == step).sort("first")
+    if here.is_empty():
+        return None
+    last = int(here["last_rank"][0])
+    mine = here.filter(pl.col("last_rank") == last)
+    waits = m.join(mine.select(key), on=key).with_columns(
+        w=(pl.col("arrival").max().over(key) - pl.col("arrival"))).filter(pl.col("rank") != last)
+    by_rank = {int(r): int(w) for r, w in waits.group_by("rank").agg(pl.col("w").sum()).iter_rows() if w}
+    per_step = inst.filter(pl.col("step") != step).group_by("step").agg(pl.col("held").sum())["held"].to_list()
+    return StartupWait(last, by_rank, int(mine["held"].sum()), int(metrics.robust_upper(per_step)),
+                       f"collective wait in the same step (step {step})")
+
+
+def _step_wait(steps: pl.DataFrame | None, step: int, compile_ns: dict[int, int]) -> StartupWait | None:
+    """From step times alone: each rank's time in ``step`` that is neither its own compiling (``compile_ns``) nor
+    its typical step; the rank with the least of it arrived last, the others' surplus over it is their wait."""
+    t = metrics.step_table(steps)
+    if t.is_empty():
+        return None
+    slack: dict[int, int] = {}
+    for rank in sorted(set(t["rank"].to_list())):
+        mine = t.filter(pl.col("rank") == rank)
+        this, rest = mine.filter(pl.col("step") == step), mine.filter(pl.col("step") != step)
+        if this.height and rest.height:
+            slack[rank] = int(this["step_ns"][0] - (rest["step_ns"].median() or 0) - compile_ns.get(rank, 0))
+    if len(slack) < 2:
+        return None
+    order = sorted(slack, key=slack.get)
+    last = order[0]
+    from workbench.analyses.stragglers import step_times
+
+    st = step_times(steps.filter(pl.col("step") != step))
+    held_steps = st.filter(pl.col("is_latest")).group_by("source", "step").agg(pl.col("held_back_ns").max())
+    return StartupWait(last, {r: slack[r] - slack[last] for r in order[1:]}, slack[order[1]] - slack[last],
+                       int(metrics.robust_upper(held_steps["held_back_ns"].to_list())),
+                       f"step-time excess over the rank's median in the same step, less its own compile time "
+                       f"(step {step})")
+
+
+def startup_wait(step: int | None, compile_ns: dict[int, int], *, steps: pl.DataFrame | None = None,
+                 collectives: pl.DataFrame | None = None, arrivals: pl.DataFrame | None = None) -> StartupWait | None:
+    """The ranks' wait in ``step`` for the one that arrived last, measured, best source first: the collectives'
+    arrivals in that step (a profiler's matched ``collectives``, else the Flight Recorder ``arrivals``), else the
+    step times less each rank's own compile time (``compile_ns``, ns per rank). None when nothing was recorded."""
+    if step is None:
+        return None
+    for rows in (_matched(collectives), arrivals):
+        got = _arrival_wait(rows, step) if rows is not None else None
+        if got is not None:
+            return got
+    return _step_wait(steps, step, compile_ns)
+
+
+def _compile_time_by_rank(c: pl.DataFrame, step: int | None = None) -> dict[int, int]:
+    """Per rank, the compile time of its compiles (of ``step`` when given): the frame plus its backward graph
+    (``bwd_compile_s``, compiled at the first backward, outside the frame's own duration)."""
+    rows = c if step is None else c.filter(pl.col("step") == step)
+    bwd = (pl.col("bwd_compile_s").fill_null(0) * 1e9) if "bwd_compile_s" in rows.columns else pl.lit(0)
+    g = rows.group_by("rank").agg((pl.col("duration_ns").fill_null(0) + bwd).sum().cast(pl.Int64).alias("ns"))
+    return {int(r): int(n) for r, n in g.iter_rows() if n}
+
+
 # ---------------------------------------------------------------------- findings
 def _s(ns: int | None) -> str:
     return "unknown time" if ns is None else f"{ns / 1e9:.2f} s"
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _sum_known(values: list[Any]) -> int | None:
     known = [int(v) for v in values if v is not None]
     return sum(known) if known else None
+
+
+#: A compile-time difference worth a note even when nobody waited for it.
+SKEW_NOTE_NS = 1_000_000_000
+#: The least extra compile time that can make a start-up skew (below it, the order ranks start in decides).
+SKEW_MIN_NS = 250_000_000
+
+
+def skew_findings(cands: list[tuple[str, str | None, dict[int, int], dict[int, int | None]]], c: pl.DataFrame,
+                  steps: pl.DataFrame | None, collectives: pl.DataFrame | None,
+                  arrivals: pl.DataFrame | None) -> list[Finding]:
+    """``compile_skew`` per step of first compiles (``cands``: compile id, frame, compile ns by rank, step by rank).
+
+    A root cause when the others measurably waited in that step (:func:`startup_wait`) for the rank that arrived
+    last, by more than the run's own noise, and that rank's extra compile time (at least ``SKEW_MIN_NS``) explains
+    at least half of it; its cost is their wait (measured). Else, for a compile-time difference ≥ 1 s, a zero-cost note that says why
+    nobody waited. Estimated from the compile times only when no step or collective was recorded.
+    """
+    by_step: dict[int | None, list] = {}
+    for cand in cands:
+        st = [v for v in cand[3].values() if v is not None]
+        by_step.setdefault(max(set(st), key=st.count) if st else None, []).append(cand)
+    out = []
+    for step, group in sorted(by_step.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+        durs: dict[int, int] = {}
+        for _, _, d, _ in group:
+            for r, ns in d.items():
+                durs[r] = durs.get(r, 0) + ns
+        skew = max(durs.values()) - min(durs.values())
+        cid, co_name, _, _ = max(group, key=lambda g: max(g[2].values()) - min(g[2].values()))
+        head = f"Compile {cid} ({co_name})" if len(group) == 1 else f"The {len(group)} first compiles ({cid}, …)"
+        w = startup_wait(step, _compile_time_by_rank(c, step) if step is not None else durs, steps=steps,
+                         collectives=collectives, arrivals=arrivals)
+        at = [step] if step is not None else []
+        if w is None:
+            if skew >= SKEW_NOTE_NS:
+                slow = max(durs, key=durs.get)
+                out.append(make_finding(
+                    "compile_skew", f"{head} took {_s(skew)} longer on rank {slow} than on the fastest rank; no step "
+                    "or collective times were recorded, so whether the others waited for it is not known.",
+                    CompileSkewEvidence(cid, co_name, int(skew), int(slow), durs, step),
+                    Cost.estimated(skew, "compile-time difference between the slowest and the fastest rank (no "
+                                   "wait recorded)"), ranks=list(durs), steps=at, source="recompiles", key=cid))
+            continue
+        last = w.last_rank if w.last_rank in durs else max(durs, key=durs.get)
+        extra = durs[last] - min(durs.values())
+        ev = CompileSkewEvidence(cid, co_name, int(extra), int(last), durs, step, dict(w.wait_by_rank),
+                                 w.held_ns, w.noise_ns)
+        if w.wait_by_rank and w.held_ns > w.noise_ns and extra >= SKEW_MIN_NS and 2 * extra >= w.held_ns:
+            wait = max(w.wait_by_rank.values())
+            out.append(make_finding(
+                "compile_skew", f"{head} took {_s(extra)} longer on rank {last} than on the fastest rank, and rank "
+                f"{last} arrived last in step {step}: {ranks_text(w.wait_by_rank)} waited {_s(wait)} for it "
+                f"({w.method}).", ev, Cost.measured(wait, w.method), ranks=list(durs), steps=at,
+                source="recompiles", key=cid))
+            continue
+        if skew < SKEW_NOTE_NS:
+            continue
+        slow = max(durs, key=durs.get)
+        why = (f"rank {w.last_rank} arrived last in step {step}, not rank {slow}" if last != slow else
+               f"the {_s(w.held_ns)} it held the others back in step {step} is within the run's own noise "
+               f"({_s(w.noise_ns)} in the other steps)" if w.held_ns <= w.noise_ns else
+               f"its extra compile time explains less than half of the {_s(w.held_ns)} it held the others back")
+        out.append(make_finding(
+            "compile_skew", f"{head} took {_s(skew)} longer on rank {slow} than on the fastest rank, but the other "
+            f"ranks did not measurably wait for it: {why} ({w.method}).",
+            CompileSkewEvidence(cid, co_name, int(skew), int(slow), durs, step, dict(w.wait_by_rank), w.held_ns,
+                                w.noise_ns),
+            Cost.none(f"none: the others did not wait for it ({why})"), ranks=list(durs), steps=at,
+            source="recompiles", key=cid))
+    return out
 
 
 def recompile_findings(compiles: pl.DataFrame, **kwargs: Any) -> pl.DataFrame:
@@ -404,14 +566,17 @@ def recompile_findings(compiles: pl.DataFrame, **kwargs: Any) -> pl.DataFrame:
 
 def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None = None,
                            collectives: pl.DataFrame | None = None, fingerprints: pl.DataFrame | None = None,
-                           timeout_s: float | None = None, startup_compile_s: float = 60.0) -> list[Finding]:
+                           timeout_s: float | None = None, startup_compile_s: float = 60.0,
+                           arrivals: pl.DataFrame | None = None) -> list[Finding]:
     """Typed findings from the compiles table (plus steps/collectives/fingerprints when given).
 
     Kinds: ``divergent_recompile`` (one per divergent compile: ranks, step, the others' wait with its method; its
     per-cause recompile is not reported again), ``different_programs``, ``nccl_timeout_risk``,
     ``divergent_cache``, ``divergent_collective_schedule``, ``divergent_config``, ``divergent_fingerprint``,
     ``compile_skew``, ``recompile_<cause>``, ``recompile_limit`` (frame silently running eager), ``graph_break``
-    (never a failure), ``compile_failure`` (a compiler error), ``compile_time``.
+    (never a failure), ``compile_failure`` (a compiler error), ``compile_time``. ``arrivals``: every step's
+    collective arrivals (:func:`workbench.analyses.hangs.collective_arrivals`), for waits outside the profiler's
+    windows (a start-up skew in step 0).
     """
     if compiles.height == 0:
         return []
@@ -430,8 +595,8 @@ def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None
                 divergent_rows.add((r, d["compile_id"]))
             step_txt = f"at step {d['step']}" if d["step"] is not None else "at an unknown step (no step context)"
             cause_txt = f" ({d['cause']}: {d['cause_source']})" if d["cause_source"] else f" ({d['cause']})"
-            ranks_txt = ", ".join(map(str, d["ranks"]))
-            waiting = ", ".join(map(str, d["missing_ranks"]))
+            ranks_txt = ranks_text(d["ranks"])
+            waiting = ranks_text(d["missing_ranks"])
             wait_by_rank = {int(k): int(v) for k, v in json.loads(d["wait_by_rank"]).items() if v is not None}
             ev = DivergentRecompileEvidence(
                 compile_id=d["compile_id"], co_name=d["co_name"], location=d["location"],
@@ -443,8 +608,8 @@ def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None
             verb = "waited" if cost.basis == "measured" else "waited an estimated"
             out.append(make_finding(
                 "divergent_recompile",
-                f"Rank {ranks_txt} alone recompiled {d['co_name']} ({d['compile_id']}) {step_txt}{cause_txt}; the "
-                f"compile took {_s(d['duration_ns'])} while rank {waiting} {verb} {_s(d['wait_ns'])} "
+                f"{ranks_txt.capitalize()} alone recompiled {d['co_name']} ({d['compile_id']}) {step_txt}{cause_txt}; "
+                f"the compile took {_s(d['duration_ns'])} while {waiting} {verb} {_s(d['wait_ns'])} "
                 f"({d['cost_method']}).",
                 ev, cost, ranks=list(d["ranks"]) + list(d["missing_ranks"]), steps=[d["step"]],
                 source="recompiles", key=d["compile_id"] if div.height > 1 else ""))
@@ -452,7 +617,7 @@ def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None
             if ratio >= 0.1:
                 out.append(make_finding(
                     "nccl_timeout_risk",
-                    f"The divergent compile {d['compile_id']} on rank {ranks_txt} took {_s(d['duration_ns'])}, "
+                    f"The divergent compile {d['compile_id']} on {ranks_txt} took {_s(d['duration_ns'])}, "
                     f"{ratio:.0%} of the {timeout:.0f} s collective timeout: a slower compile (inductor, bigger "
                     f"model) would kill the job with a collective timeout.",
                     TimeoutRiskEvidence(d["compile_id"], tuple(d["ranks"]), int(d["duration_ns"] or 0), timeout, ratio),
@@ -468,10 +633,12 @@ def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None
         shared = c.with_columns(_base_id().alias("_id"))
         by_id = shared.group_by("_id").agg(
             pl.col("rank"), pl.col("cache_hits"), pl.col("cache_misses"), pl.col("duration_ns").alias("duration"),
-            pl.col("start"), pl.col("collective_schedule"), pl.col("co_name").first(),
+            pl.col("start"), pl.col("collective_schedule"), pl.col("co_name").first(), pl.col("step"),
+            (pl.col("bwd_compile_s") if "bwd_compile_s" in shared.columns else pl.lit(None, pl.Float64)).alias("bwd"),
         )
         divergent_ids = {cid for _, cid in divergent_rows}
         recompiled_ids = set(shared.filter(pl.col("frame_compile_id").fill_null(0) > 0)["_id"].to_list())
+        skew_ids: list[tuple[str, str | None, dict[int, int], dict[int, int | None]]] = []
         for r in by_id.sort("_id").iter_rows(named=True):
             if r["_id"] in divergent_ids or len(set(r["rank"])) < 2:
                 continue
@@ -482,7 +649,8 @@ def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None
             if hit_ranks and miss_ranks:
                 out.append(make_finding(
                     "divergent_cache",
-                    f"Compile {r['_id']} hit the compile cache on rank {hit_ranks} but missed on rank {miss_ranks}: "
+                    f"Compile {r['_id']} hit the compile cache on {ranks_text(hit_ranks)} but missed on "
+                    f"{ranks_text(miss_ranks)}: "
                     f"the missing ranks compile longer and the others wait.",
                     CacheDivergenceEvidence(r["_id"], tuple(hit_ranks), tuple(miss_ranks)),
                     Cost.none("none by itself (see compile_skew for the time)"),
@@ -501,21 +669,12 @@ def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None
                     Cost.none("none (a hang risk)"), ranks=list(scheds), source="recompiles", key=r["_id"]))
             if r["_id"] in recompiled_ids:
                 continue  # the skew of a recompile is part of that recompile's finding
-            durs = {rk: d for rk, d in zip(r["rank"], r["duration"]) if d is not None}
+            durs = {int(rk): int(d + (b or 0) * 1e9) for rk, d, b in zip(r["rank"], r["duration"], r["bwd"])
+                    if d is not None}
             starts = [t for t in r["start"] if t is not None]
-            same_run = bool(starts) and max(starts) - min(starts) <= 600e9
-            if len(durs) >= 2 and same_run:
-                skew = max(durs.values()) - min(durs.values())
-                if skew >= 1_000_000_000:
-                    slow = max(durs, key=durs.get)
-                    out.append(make_finding(
-                        "compile_skew",
-                        f"Compile {r['_id']} ({r['co_name']}) took {_s(skew)} longer on rank {slow} than on the "
-                        f"fastest rank: the others waited about that long at the first collective after it.",
-                        CompileSkewEvidence(r["_id"], r["co_name"], int(skew), int(slow),
-                                            {int(k): int(v) for k, v in durs.items()}),
-                        Cost.estimated(skew, "compile-time difference between the slowest and the fastest rank"),
-                        ranks=list(durs), source="recompiles", key=r["_id"]))
+            if len(durs) >= 2 and starts and max(starts) - min(starts) <= 600e9:   # one run
+                skew_ids.append((r["_id"], r["co_name"], durs, dict(zip(r["rank"], r["step"]))))
+        out += skew_findings(skew_ids, c, steps, collectives, arrivals)
         for col, what in (("torch_version", "torch version"), ("config_hash", "dynamo/inductor config")):
             per = c.group_by("rank").agg(pl.col(col).drop_nulls().unique())
             vals = {r["rank"]: tuple(sorted(r[col])) for r in per.iter_rows(named=True) if r[col]}
@@ -581,23 +740,23 @@ def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None
                                           "most (compile log)")
                             if total is not None else Cost.measured(None, "compile time not recorded in the log"))
             src = "; ".join(g["sources"][:3])
-            ranks_txt = ", ".join(map(str, g["ranks"]))
+            ranks_txt = ranks_text(g["ranks"])
             if cause == "limit":
                 out.append(make_finding(
                     "recompile_limit",
-                    f"{where} hit the recompile limit on rank {ranks_txt} ({src}): the frame now runs eager, "
+                    f"{where} hit the recompile limit on {ranks_txt} ({src}): the frame now runs eager, "
                     "silently, for every new input variant.",
                     ev, compile_cost, ranks=g["ranks"], steps=g["steps"], source="recompiles", key=key))
             elif cause == "graph_break" and set(g["statuses"]) == {"failed"}:
                 out.append(make_finding(
                     "compile_failure",
-                    f"fullgraph=True compile of {where} failed on rank {ranks_txt} at a graph break: {src}.",
+                    f"fullgraph=True compile of {where} failed on {ranks_txt} at a graph break: {src}.",
                     ev, Cost.none("none (the compile raised)"), ranks=g["ranks"], steps=g["steps"],
                     source="recompiles", key=key))
             elif cause == "graph_break":
                 out.append(make_finding(
                     "graph_break",
-                    f"Graph break in {where} on rank {ranks_txt}: {src}. The frame still compiles, split into "
+                    f"Graph break in {where} on {ranks_txt}: {src}. The frame still compiles, split into "
                     "pieces that run with Python in between (its runtime cost is not measured: compare a run "
                     "without the break).",
                     ev, Cost.measured(None, "not measured: a graph break's runtime cost needs a run without it"),
@@ -605,14 +764,14 @@ def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None
             elif cause == "compile_error":
                 out.append(make_finding(
                     "compile_failure",
-                    f"Compiling {where} failed on rank {ranks_txt} ({g['cause_detail']}): {src}.",
+                    f"Compiling {where} failed on {ranks_txt} ({g['cause_detail']}): {src}.",
                     ev, Cost.none("none (the frame runs eager or the job stops)"), ranks=g["ranks"],
                     steps=g["steps"], source="recompiles", key=key))
             else:
                 out.append(make_finding(
                     f"recompile_{cause}",
-                    f"{g['count']} recompile(s) of {where} caused by {cause}: {src} "
-                    f"({_s(total)} of compile time on rank {ranks_txt}).",
+                    f"{_count(g['count'], 'recompile')} of {where} caused by {cause}: {src} "
+                    f"({_s(total)} of compile time on {ranks_txt}).",
                     ev, compile_cost, ranks=g["ranks"], steps=g["steps"], source="recompiles", key=key))
 
     # --- total compile time (start-up): candidate for a compile-cache warm start

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from workbench.analyses.findings import (
-    Cost, Finding, format_ns, kind_spec, make_finding, rescore, sort_findings,
+    Cost, Finding, format_ns, kind_spec, make_finding, ranks_text, rescore, sort_findings,
 )
 from workbench.analyses.kinds import (
     CollectiveWaitEvidence, CompileGroupEvidence, CompileSkewEvidence, CompilingEvidence, ConfigDivergenceEvidence,
@@ -276,8 +276,19 @@ def _child(symptom: Finding, cause: Finding, ns: int) -> Finding:
     return symptom.replace(
         id=f"{symptom.id}@{cause.id}", cost=Cost.measured(ns, method), steps=cause.steps or symptom.steps,
         message=f"{_NOUN.get(symptom.kind, symptom.kind)} on rank {rank}: {format_ns(ns)} while "
-                f"{cause.kind.replace('_', ' ')} ({cause.id}) was under way.",
+                f"{_cause_text(cause)} was under way.",
         symptoms=())
+
+
+def _cause_text(cause: Finding) -> str:
+    """``"the divergent recompile of rank 1 at step 8"``: a cause named in words (no id)."""
+    ev = cause.evidence
+    who = (ev.compiling_ranks if isinstance(ev, DivergentRecompileEvidence) else (ev.rank,)
+           if isinstance(ev, StragglerEvidence) else (ev.slowest_rank,) if isinstance(ev, CompileSkewEvidence)
+           else cause.ranks)
+    steps = cause.steps
+    at = "" if not steps else f" at step {steps[0]}" if len(steps) == 1 else f" in steps {steps[0]}-{steps[-1]}"
+    return f"the {cause.kind.replace('_', ' ')} of {ranks_text(who)}{at}" if who else f"the {cause.kind}"
 
 
 def _wait_child(cause: Finding) -> Finding | None:
@@ -288,13 +299,22 @@ def _wait_child(cause: Finding) -> Finding | None:
         return None
     return make_finding(
         "collective_wait",
-        f"Rank {', '.join(map(str, sorted(ev.wait_by_rank)))} waited "
-        + ", ".join(f"{format_ns(v)} (rank {k})" for k, v in sorted(ev.wait_by_rank.items()))
-        + f" in the collectives of step {ev.step} for rank {', '.join(map(str, ev.compiling_ranks))}'s compile.",
+        f"{_waited_text(ev.wait_by_rank)} in the collectives of step {ev.step} for the compile of "
+        f"{ranks_text(ev.compiling_ranks)}.",
         CollectiveWaitEvidence(dict(ev.wait_by_rank), len(ev.wait_by_rank), (ev.step,) if ev.step is not None else ()),
         Cost.measured(max(ev.wait_by_rank.values()), cause.cost.method),
         ranks=sorted(ev.wait_by_rank), steps=[ev.step] if ev.step is not None else [], source="rootcause",
         key=cause.id)
+
+
+def _waited_text(wait_by_rank: dict[int, int]) -> str:
+    """``"Rank 0 waited 2.63 s"``, ``"Ranks 0 and 2 waited 2.63 s and 2.60 s"``, ``"Ranks 0, 2 and 3 waited 2.6 s,
+    2.5 s and 2.4 s"`` (in rank order)."""
+    items = sorted(wait_by_rank.items())
+    times = [format_ns(v) for _, v in items]
+    said = times[0] if len(times) == 1 else ", ".join(times[:-1]) + " and " + times[-1]
+    who = ranks_text(k for k, _ in items)
+    return f"{who[0].upper()}{who[1:]} waited {said}"
 
 
 def _odd_ranks(by_rank: dict) -> set[int]:
@@ -324,12 +344,16 @@ def link_config_causes(findings: Sequence[Finding]) -> list[Finding]:
         worst = max(mine, key=lambda s: s.cost_ns)
         linked = c.replace(
             symptoms=c.symptoms + tuple(mine),
-            cost=Cost.estimated(worst.cost_ns, f"compile skew of rank {worst.evidence.slowest_rank}, whose "
-                                f"{c.evidence.field} differs ({worst.id})"),
-            message=f"{c.message} Rank {', '.join(map(str, sorted(odd)))} also compiled slower: "
+            cost=Cost(worst.cost.ns, worst.cost.basis, f"compile skew of rank {worst.evidence.slowest_rank}, whose "
+                      f"{c.evidence.field} differs: {worst.cost.method}"),
+            message=f"{c.message} {ranks_text(odd).capitalize()} also compiled slower: "
                     f"{format_ns(worst.cost_ns)} of compile skew.")
         findings = [linked if f is c else f for f in findings if f not in mine]
     return findings
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _frame(ev: CompileGroupEvidence) -> tuple:
@@ -349,7 +373,8 @@ def _break_lines(ev: CompileGroupEvidence) -> set[int]:
 def link_compile_causes(findings: Sequence[Finding]) -> list[Finding]:
     """One root per compile problem: a frame's recompiles go under the ``recompile_limit`` they ran into, and the
     recompiles of a graph break's resume function (``torch_dynamo_resume_in_<fn>_at_<line>``, e.g. a float from
-    ``.item()`` specialised per value) go under that ``graph_break``; the root's cost is their compile time."""
+    ``.item()`` specialised per value) go under that ``graph_break``; the root's cost is their compile time and
+    its steps are the steps of those compiles (with its own)."""
     findings = list(findings)
     groups = [f for f in findings if isinstance(f.evidence, CompileGroupEvidence)]
     recompiles = [f for f in groups if f.kind.startswith("recompile_") and f.kind != "recompile_limit"]
@@ -368,8 +393,10 @@ def link_compile_causes(findings: Sequence[Finding]) -> list[Finding]:
         if not mine:
             continue
         total = sum(r.cost_ns for r in mine) + (root.cost_ns if root.kind == "recompile_limit" else 0)
-        linked = root.replace(symptoms=root.symptoms + tuple(mine), cost=Cost.measured(total, why),
-                              message=f"{root.message} It caused {sum(r.evidence.count for r in mine)} recompile(s) "
+        steps = tuple(sorted({s for g in (root, *mine) for s in g.steps}))   # the steps its cost comes from
+        linked = root.replace(symptoms=root.symptoms + tuple(mine), cost=Cost.measured(total, why), steps=steps,
+                              message=f"{root.message} It caused "
+                                      f"{_count(sum(r.evidence.count for r in mine), 'recompile')} "
                                       f"({format_ns(total)} of compile time), listed under it.")
         findings = [linked if f is root else f for f in findings if f not in mine]
     return findings
@@ -477,7 +504,7 @@ def compiling_finding(compiles: pl.DataFrame, traced: dict[int, Spans], window: 
     worst = max(ns, key=ns.get)
     return make_finding(
         "compiling",
-        f"torch.compile ran inside the profiler window on rank {', '.join(map(str, sorted(ns)))} "
+        f"torch.compile ran inside the profiler window on {ranks_text(ns)} "
         f"({format_ns(ns[worst])} on rank {worst}, seen in the {seen_in}): idle time and the other ranks' waits "
         "in that time are the compiler's, not slow host code or a straggler.",
         CompilingEvidence({r: tuple(v) for r, v in ids.items() if r in ns}, ns, {r: length(window[r]) for r in ns},

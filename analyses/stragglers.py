@@ -21,6 +21,7 @@ import polars as pl
 
 from workbench.analyses.findings import Cost, Finding, make_finding
 from workbench.analyses.kinds import StragglerEvidence
+from workbench.analyses.metrics import NOISE_Z, consistency_z
 
 
 def step_times(steps: pl.DataFrame, source: str | None = None) -> pl.DataFrame:
@@ -101,7 +102,10 @@ def straggler_ranks(
     ``change_ns``, ``trend`` (``steady`` / ``growing`` / ``shrinking`` of its per-step held-back time),
     ``typical_held_ns`` (median held-back time when it held back × times it held back), ``typical_share_pct``,
     ``median_data_wait_ns``, ``held_steps`` (steps where it held the others back), ``held_since_pct`` (share of
-    the events since ``first_step`` where it held back), ``events_since`` (events since ``first_step``).
+    the events since ``first_step`` where it held back), ``events_since`` (events since ``first_step``),
+    ``held_z`` (:func:`~workbench.analyses.metrics.consistency_z` of its per-step held-back time since
+    ``first_step``, zeros included: large when it holds back step after step, steady or growing, small when it
+    is last now and then by chance).
     """
     parts = []
     if exclude_steps:
@@ -133,6 +137,7 @@ def straggler_ranks(
             mean_data_wait_ns=pl.col("data_wait_ns").mean(),
             median_data_wait_ns=pl.col("data_wait_ns").median(),
             held_steps=pl.col("step").filter(pl.col("is_latest") & (pl.col("held_back_ns") > min_hold_ns)).sort(),
+            _seq=pl.col("held_back_ns").sort_by("step"), _seq_steps=pl.col("step").sort(),
         ).with_columns(step_time_ns=pl.lit(int(steps_total), pl.Int64), signal=pl.lit(signal))
         parts.append(agg.join(_trend(st, "held_back_ns"), on="rank", how="left"))
     if matched is not None and not matched.is_empty():
@@ -164,6 +169,7 @@ def straggler_ranks(
                     pl.col("step") >= pl.col("step").filter(pl.col("held_back_ns") > min_hold_ns).min()).sum(),
                 _held_since=pl.col("n").filter(
                     pl.col("step") >= pl.col("step").filter(pl.col("held_back_ns") > min_hold_ns).min()).sum(),
+                _seq=pl.col("held_back_ns").sort_by("step"), _seq_steps=pl.col("step").sort(),
             ).with_columns(
                 events=pl.lit(inst.height, pl.UInt32), step_time_ns=pl.lit(total, pl.Int64),
                 mean_data_wait_ns=pl.lit(None, pl.Float64), median_data_wait_ns=pl.lit(None, pl.Float64),
@@ -174,10 +180,14 @@ def straggler_ranks(
         return pl.DataFrame()
     cols = ["rank", "signal", "events", "held_count", "held_back_ns", "typical_held_ns", "step_time_ns", "first_step",
             "mean_data_wait_ns", "median_data_wait_ns", "held_steps", "slope_ns_per_step", "change_ns", "trend",
-            "_since", "_held_since"]
+            "_seq", "_seq_steps", "_since", "_held_since"]
     out = pl.concat([p.select(cols).cast({"events": pl.UInt32, "held_back_ns": pl.Int64, "typical_held_ns": pl.Int64,
-                                          "median_data_wait_ns": pl.Float64, "held_steps": pl.List(pl.Int32)})
+                                          "median_data_wait_ns": pl.Float64, "held_steps": pl.List(pl.Int32),
+                                          "_seq": pl.List(pl.Int64), "_seq_steps": pl.List(pl.Int32)})
                      for p in parts])
+    z = [consistency_z([v for v, st in zip(seq or [], steps_ or []) if first is not None and st >= first])
+         for seq, steps_, first in zip(out["_seq"].to_list(), out["_seq_steps"].to_list(), out["first_step"].to_list())]
+    out = out.with_columns(held_z=pl.Series(z, dtype=pl.Float64)).drop("_seq", "_seq_steps")
     share = pl.when(pl.col("step_time_ns") > 0)
     return out.with_columns(
         held_pct=100.0 * pl.col("held_count") / pl.col("events"),
@@ -189,13 +199,15 @@ def straggler_ranks(
 
 
 def straggler_findings(ranks: pl.DataFrame, min_share_pct: float = 1.0, min_held_pct: float = 50.0,
-                       min_events: int = 5) -> list[Finding]:
+                       min_events: int = 5, min_z: float = NOISE_Z) -> list[Finding]:
     """Findings of kind ``straggler``: one per straggling rank, with the evidence of every signal that names it.
 
     A rank must hold back in at least ``min_held_pct`` % of the events and, since its first step holding back
     (at least ``min_events`` steps or collectives), at least halfway between chance (1/n with n ranks) and always
     (75 % with 2 ranks, 67 % with 3); both its total and its typical (median held time × events) share of the step
-    time must reach ``min_share_pct``, so one long stall does not make a straggler. Cost, measured: the signal's
+    time must reach ``min_share_pct``, so one long stall does not make a straggler; and its held-back time must
+    stand out of the run's own noise: robust z (``held_z``) of at least ``min_z`` over the steps, so a rank that is
+    last by a few ms now and then under CPU contention is not one. Cost, measured: the signal's
     ``typical_held_ns`` (median held-back time × times it held back), the largest among its signals. Slow data
     loading is named when the rank's median data wait is far above the others' median.
     """
@@ -207,7 +219,8 @@ def straggler_findings(ranks: pl.DataFrame, min_share_pct: float = 1.0, min_held
     hits = ranks.filter((pl.col("events_since") >= min_events) & (pl.col("held_pct") >= min_held_pct)
                         & (pl.col("held_since_pct").fill_null(0) >= chance_pct)
                         & (pl.col("held_share_pct") >= min_share_pct)
-                        & (pl.col("typical_share_pct") >= min_share_pct))
+                        & (pl.col("typical_share_pct") >= min_share_pct)
+                        & (pl.col("held_z").fill_null(float("inf")) >= min_z))
     out = []
     for rank in sorted(set(hits["rank"].to_list())):
         ev = hits.filter(pl.col("rank") == rank).sort("typical_held_ns", descending=True)

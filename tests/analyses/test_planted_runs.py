@@ -161,7 +161,7 @@ def test_recommend_leads_with_the_root_cause() -> None:
     run = _sample("h200x2-planted")
     from workbench.analyses.recommendations import recommend
 
-    recs = recommend(analysis_tables(run).findings)
+    recs = recommend(analysis_tables(run).roots)
     assert recs["finding_kind"][0] == "divergent_recompile"
 
 
