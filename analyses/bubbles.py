@@ -44,6 +44,21 @@ def step_idle(step_breakdown: pl.DataFrame) -> pl.DataFrame:
     return step_breakdown.select("rank", "step", "window_ns", "idle_ns", "idle_pct")
 
 
+def _step_by_segment(ann: pl.DataFrame, seg: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
+    """``ann`` with each device range of ``ranks`` given the step whose device segment holds its start (null
+    outside every segment). A device range has no launch of its own, so ingest labels it by host time; when the
+    host runs ahead of the GPU that is the next step, and its first-forward delay came out negative."""
+    segs = seg.filter(pl.col("rank").is_in(ranks)).select(
+        pl.col("rank").cast(pl.Int32), pl.col("start").alias("_s"), pl.col("end").alias("_e"),
+        pl.col("step").cast(pl.Int32).alias("_step")).sort("_s")
+    out = ann.with_columns(pl.col("rank").cast(pl.Int32)).sort("start").join_asof(
+        segs, left_on="start", right_on="_s", by="rank", strategy="backward", check_sortedness=False)
+    on_gpu = (pl.col("timeline") == "gpu") & pl.col("rank").is_in(ranks)
+    inside = pl.col("_step").is_not_null() & (pl.col("start") < pl.col("_e"))
+    return out.with_columns(step=pl.when(~on_gpu).then(pl.col("step")).when(inside).then(pl.col("_step"))
+                            .otherwise(None).cast(pl.Int32)).drop("_s", "_e", "_step")
+
+
 def pipeline_bubbles(
     events: pl.DataFrame,
     steps: pl.DataFrame,
@@ -85,6 +100,7 @@ def pipeline_bubbles(
             start=pl.when(pl.col("rank").is_in(gpu_ranks)).then(pl.coalesce("g_start", "start")).otherwise("start"),
             end=pl.when(pl.col("rank").is_in(gpu_ranks)).then(pl.coalesce("g_end", "end")).otherwise("end"),
         ).drop("g_start", "g_end")
+        ann = _step_by_segment(ann, seg, gpu_ranks)
     fwd = covered_between(ann.filter("is_fwd"), seg, name="forward_ns").select("rank", "step", "forward_ns")
     bwd = covered_between(ann.filter("is_bwd"), seg, name="backward_ns").select("rank", "step", "backward_ns")
     # time inside the ranges spent receiving from the neighbouring stage is waiting, not work

@@ -240,7 +240,8 @@ def collective_drift(matched: pl.DataFrame) -> pl.DataFrame:
 
     For every complete non-p2p instance, a rank's offset is its arrival minus the instance's median arrival.
     Columns: ``rank``, ``instances``, ``mean_offset_ns``, ``first_offset_ns`` / ``last_offset_ns`` (first and last
-    instance), ``steps`` (distinct steps), ``slope_ns_per_s`` (least-squares slope of the offset against wall time:
+    instance), ``steps`` (distinct steps), ``slope_ns_per_s`` (least-squares slope of
+    the offset against the instance's median arrival, the same x for every rank, so two ranks' slopes mirror:
     positive = this rank arrives later and later), ``drift_ns`` (median offset over the last third of the
     instances minus that over the first third: how far it moved, robust to a one-off late arrival).
     """
@@ -249,7 +250,8 @@ def collective_drift(matched: pl.DataFrame) -> pl.DataFrame:
     key = ["pg_name", "pg_ranks", "step", "order"]
     m = matched.filter(~pl.col("p2p") & pl.col("complete") & (pl.col("ranks_seen") > 1)).with_columns(
         offset=(pl.col("arrival") - pl.col("arrival").median().over(key)),
-        t=(pl.col("arrival") - pl.col("arrival").min()).cast(pl.Float64) / 1e9,
+        # every rank is placed at the instance's time (its median arrival), so with two ranks the slopes mirror
+        t=(pl.col("arrival").median().over(key) - pl.col("arrival").min()).cast(pl.Float64) / 1e9,
     )
     if m.is_empty():
         return pl.DataFrame()
@@ -257,7 +259,7 @@ def collective_drift(matched: pl.DataFrame) -> pl.DataFrame:
     var = ((pl.col("t") - pl.col("t").mean()) ** 2).mean()
     third = (pl.len() / 3).ceil().cast(pl.Int64)
     return (
-        m.sort("arrival")
+        m.sort("t", "arrival")
         .group_by("rank")
         .agg(
             instances=pl.len(),
