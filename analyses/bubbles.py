@@ -176,8 +176,9 @@ def bubble_findings(bubbles: pl.DataFrame, min_pct: float = 20.0) -> list[Findin
     return [make_finding(
         "pipeline_bubble",
         f"Pipeline bubbles take {worst['pct']:.0f}% of the step on rank {worst['rank']} "
-        f"({per_rank.height} stage(s) above {min_pct:.0f}%; GPipe theory with {stages} stages and {mb:.0f} "
-        f"micro-batches: {theory or 0:.0f}%); the first forward starts {(worst['delay'] or 0) / 1e6:.1f} ms into the "
+        f"({per_rank.height} stage{'s' if per_rank.height != 1 else ''} above {min_pct:.0f}%; GPipe theory with "
+        f"{stages} stage{'s' if stages != 1 else ''} and {mb:.0f} micro-batches: {theory or 0:.0f}%); the first "
+        f"forward starts {(worst['delay'] or 0) / 1e6:.1f} ms into the "
         "step.",
         PipelineBubbleEvidence(tuple(per_rank.drop("steps").to_dicts()), theory, mb, stages),
         Cost.measured(worst["bubble_ns"], "step time not covered by any forward or backward on the worst stage"),

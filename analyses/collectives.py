@@ -288,7 +288,7 @@ def collective_findings(
             first = bad.row(0, named=True)
             out.append(make_finding(
                 "collective_mismatch",
-                f"{bad.height} collective call(s) disagree across ranks, first in step {first['step']}: "
+                f"{bad.height} collective call{'s disagree' if bad.height != 1 else ' disagrees'} across ranks, first in step {first['step']}: "
                 f"{first['mismatch']} (process group {first['pg_name'] or '?'}, call {first['order']}).",
                 CollectiveMismatchEvidence("disagree", bad.height, tuple(bad.head(5).select(
                     "pg_name", "step", "order", "collective", "mismatch").to_dicts())),
@@ -298,7 +298,7 @@ def collective_findings(
         if not missing.is_empty():
             out.append(make_finding(
                 "collective_mismatch",
-                f"{missing.height} collective call(s) were not found on every loaded rank of their process group "
+                f"{missing.height} collective call{'s were' if missing.height != 1 else ' was'} not found on every loaded rank of their process group "
                 "(different call counts per rank: a divergent code path, or profiler windows that cover "
                 "different calls).",
                 CollectiveMismatchEvidence("missing", missing.height, tuple(missing.head(5).select(
