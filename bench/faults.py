@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.gpu_config:
         return write_gpu_config(Path(args.gpu_config))
 
+    from workbench.faults._launch import shared_launcher
     from workbench.faults.registry import faults
     from workbench.faults.verify import loop, markdown_table
 
@@ -49,15 +50,16 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work or tempfile.mkdtemp(prefix="faults-"))
     results = []
     t0 = time.monotonic()
-    for name in names:
-        print(f"… {name}", file=sys.stderr, flush=True)
-        try:
-            res = loop(name, work, rerun=not args.no_rerun, reuse=args.reuse)
-        except Exception as exc:  # noqa: BLE001 - one broken fault must not hide the others' rows
-            print(f"{name}: {type(exc).__name__}: {exc}", file=sys.stderr)
-            continue
-        results.append(res)
-        print(f"  {res.seconds:.0f} s: {res.row()}", file=sys.stderr, flush=True)
+    with shared_launcher():               # every run's ranks fork from one process that imported torch once
+        for name in names:
+            print(f"… {name}", file=sys.stderr, flush=True)
+            try:
+                res = loop(name, work, rerun=not args.no_rerun, reuse=args.reuse)
+            except Exception as exc:  # noqa: BLE001 - one broken fault must not hide the others' rows
+                print(f"{name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+                continue
+            results.append(res)
+            print(f"  {res.seconds:.0f} s: {res.row()}", file=sys.stderr, flush=True)
     table = markdown_table(results)
     print(table)
     print(f"\n{len(results)} faults in {time.monotonic() - t0:.0f} s; runs in {work}")

@@ -27,4 +27,9 @@ class Zoo:
 
 @pytest.fixture(scope="session")
 def zoo(tmp_path_factory) -> Zoo:
-    return Zoo(tmp_path_factory.mktemp("faults"))
+    """The session's fault runs; their ranks fork from one process that imported torch once (for the session:
+    tests/hangs reuse it)."""
+    from workbench.faults._launch import shared_launcher
+
+    with shared_launcher():
+        yield Zoo(tmp_path_factory.mktemp("faults"))

@@ -36,6 +36,9 @@ class HangRuns:
 @pytest.fixture(scope="session")
 def hang_runs(tmp_path_factory) -> HangRuns:
     pytest.importorskip("torch")
+    from workbench.faults._launch import shared_launcher
+
     runs = HangRuns(tmp_path_factory.mktemp("hangs"))
-    runs.record()
+    with shared_launcher():              # the ranks fork from one process that imported torch once
+        runs.record()
     return runs

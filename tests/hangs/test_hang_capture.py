@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -19,44 +18,62 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 
 WORKER = textwrap.dedent('''
-    import os, sys, time, socket
+    import json, os, sys, time, socket, traceback
     import torch, torch.distributed as dist
     from workbench.collectors import Collector
-    mode, out = sys.argv[1], sys.argv[2]
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    with Collector(out, profile_repeat=0) as c:
-        for step in range(4):
-            with c.step():
-                dist.all_reduce(torch.ones(3))
-                if mode == "error" and step == 2:
-                    raise RuntimeError("planted error")
-                if mode == "stall" and step == 1:
-                    time.sleep(3.5)
-                if mode == "abort" and step == 1:
-                    os.abort()                                    # line 17 of this script
+
+    def run(mode, out):
+        s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+        with Collector(out, profile_repeat=0) as c:
+            for step in range(4):
+                with c.step():
+                    dist.all_reduce(torch.ones(3))
+                    if mode == "error" and step == 2:
+                        raise RuntimeError("planted error")
+                    if mode == "stall" and step == 1:
+                        time.sleep(3.5)
+                    if mode == "abort" and step == 1:
+                        os.abort()                                    # the planted abort
+
+    # one process per mode, forked after the imports (so torch is imported once, not once per mode)
+    pids = {}
+    for mode, out in zip(sys.argv[1::2], sys.argv[2::2]):
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                run(mode, out)
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            sys.stdout.flush(); sys.stderr.flush()
+            os._exit(code)
+        pids[pid] = mode
+    codes = {}
+    for _ in list(pids):
+        pid, status = os.wait()
+        codes[pids[pid]] = os.waitstatus_to_exitcode(status)
+    print(json.dumps(codes))
 ''')
-
-
-def _run(tmp: Path, mode: str) -> tuple[Path, int]:
-    script = tmp / "worker.py"
-    if not script.exists():
-        script.write_text(WORKER)
-    out = tmp / mode
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "WORKBENCH_HANG_STALL_S": "1"}
-    env.pop("RANK", None)
-    p = subprocess.run([sys.executable, str(script), mode, str(out)], env=env, capture_output=True, timeout=240)
-    return out, p.returncode
+ABORT_LINE = next(i for i, line in enumerate(WORKER.splitlines(), 1) if "the planted abort" in line)
+MODES = ("ok", "error", "stall", "abort")
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
+    """Each mode in its own real one-rank gloo process (forked from one that imported torch)."""
     pytest.importorskip("torch")
     tmp = tmp_path_factory.mktemp("capture")
-    (tmp / "worker.py").write_text(WORKER)
-    with ThreadPoolExecutor(4) as pool:
-        return dict(zip(("ok", "error", "stall", "abort"),
-                        pool.map(lambda m: _run(tmp, m), ("ok", "error", "stall", "abort"))))
+    script = tmp / "worker.py"
+    script.write_text(WORKER)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "WORKBENCH_HANG_STALL_S": "1"}
+    env.pop("RANK", None)
+    args = [a for m in MODES for a in (m, str(tmp / m))]
+    p = subprocess.run([sys.executable, str(script), *args], env=env, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    codes = json.loads(p.stdout.strip().splitlines()[-1])
+    return {m: (tmp / m, codes[m]) for m in MODES}
 
 
 def _events(out: Path) -> list[dict]:
@@ -102,6 +119,6 @@ def test_an_abort_leaves_the_line_it_was_at(runs):
     assert rc != 0
     state = load_hang_tables(out).rank_state.row(0, named=True)
     assert state["fatal"] is True and state["exit_reason"] is None
-    assert state["fatal_call_site"].endswith("worker.py:17 in <module>"), state["fatal_call_site"]
+    assert state["fatal_call_site"].endswith(f"worker.py:{ABORT_LINE} in run"), state["fatal_call_site"]
     steps = [json.loads(x) for x in (out / "rank0/steps.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps] == [0]                # the step it died in was never written

@@ -25,9 +25,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             print(json.dumps([f.to_dict() for f in zoo.values()], indent=1))
         else:
-            for f in zoo.values():
-                where = f"ranks {','.join(map(str, f.ranks)) or '-'} steps {','.join(map(str, f.steps)) or 'all'}"
-                print(f"{f.name:32s} {f.device:4s} {f.world_size} ranks  fix={f.fix:6s} {where:22s} {f.description}")
+            rows = [(f.name, f.device.upper(), _count(f.world_size, "rank"), planted_at(f), f.fix,
+                     f.description) for f in zoo.values()]
+            head = ("fault", "device", "world", "planted at", "fix", "what")
+            widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head) - 1)]
+            for r in [head, *rows]:
+                print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
         return 0
     from workbench.faults.registry import get_fault
     from workbench.faults.runner import failed_ranks, run_fault, tail_log
@@ -57,6 +60,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rank {r} exited {truth['returncodes'][str(r)]}:\n{tail_log(args.out, r, 1500)}", file=sys.stderr)
     # a hang fault's ranks are meant to fail or be killed: only the other faults' failures are errors
     return 1 if bad and not args.name.startswith("hang") else 0
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _listed(word: str, values: tuple[int, ...]) -> str:
+    return f"{word}{'s' if len(values) > 1 else ''} {', '.join(map(str, values))}"
+
+
+def planted_at(fault) -> str:
+    """``rank 1, step 5`` / ``ranks 0, 1, every step``: where the fault is planted."""
+    ranks = _listed("rank", fault.ranks) if fault.ranks else "no rank"
+    return f"{ranks}, {_listed('step', fault.steps) if fault.steps else 'every step'}"
 
 
 if __name__ == "__main__":
