@@ -1,7 +1,8 @@
 """Every finding kind, declared once: its evidence dataclass, one-line definition, cost method and role.
 
-Adding a fault kind = one evidence class and one :func:`~workbench.analyses.findings.declare_kind` call here, one
-detector in an analysis module, one fixer (``@register_fixer("kind")`` in ``analyses/recommendations.py``).
+Adding a fault kind = one evidence class and one row of :data:`KIND_TABLE` here (declared with
+:func:`~workbench.analyses.findings.declare_kind` on import), one detector in an analysis module, one fixer
+(``@register_fixer("kind")`` in ``analyses/recommendations.py``).
 
 Roles: ``cause`` findings can explain other findings' time (their symptoms); ``symptom`` findings (idle, exposed
 communication, collective waits) are attributed to a cause when they overlap it in time, else stay findings of
@@ -211,96 +212,113 @@ class PipelineBubbleEvidence(Evidence):
 
 
 # ---------------------------------------------------------------------------------------------- declarations
+#: One kind per recompile cause (the causes with a kind of their own, and ``first``, left out).
+_RECOMPILE_KINDS: tuple[tuple[str, type[Evidence], str, str, str], ...] = tuple(
+    (f"recompile_{cause}", CompileGroupEvidence, "",
+     f"Recompiles of one frame whose failed guard is a {cause.replace('_', ' ')} change.",
+     "summed compile time of those recompiles (measured from the compile log)")
+    for cause in CAUSES if cause not in ("first", "limit", "graph_break", "compile_error"))
+
+#: Every kind of this module, in order: name, evidence, flags, definition, cost method. Flags: ``fact`` or
+#: ``symptom`` (the role; a cause without either), ``hazard`` (at least ``high``), ``diverges`` (ranks may run
+#: different programs: ranked before every time cost), ``estimate:<severity>`` (the most severe an estimated cost
+#: of the kind may be); see :class:`~workbench.analyses.findings.KindSpec`.
+KIND_TABLE: tuple[tuple[str, type[Evidence], str, str, str], ...] = (
+    ("divergent_recompile", DivergentRecompileEvidence, "",
+     "A compile of the same code object on some ranks only, while the others wait for it.",
+     "the waiting ranks' collective wait in the step of the compile (measured); else their step-time excess over "
+     "their median in that step (measured); else the compile time (estimated)"),
+    ("different_programs", DifferentProgramsEvidence, "fact diverges",
+     "Ranks compile different frames: they run different code, so their compiles are not comparable.",
+     "none (a fact about the run)"),
+    ("nccl_timeout_risk", TimeoutRiskEvidence, "fact hazard",
+     "A one-rank compile takes ≥ 10 % of the collective timeout: a slower one kills the job.",
+     "none (a risk)"),
+    ("divergent_cache", CacheDivergenceEvidence, "fact",
+     "One compile hits the compile cache on some ranks and misses on others.",
+     "none"),
+    ("divergent_collective_schedule", CollectiveScheduleEvidence, "fact hazard diverges",
+     "Inductor ordered a graph's collectives differently on different ranks (hang risk).",
+     "none (a risk)"),
+    ("divergent_config", ConfigDivergenceEvidence, "fact hazard diverges",
+     "The torch version or dynamo/inductor config differs across ranks: they may run different programs (ranked "
+     "before every time cost).",
+     "none (a hang risk); when the rank whose config differs is also the one whose compile is slower, that compile "
+     "skew goes under it and is its cost"),
+    ("divergent_fingerprint", ConfigDivergenceEvidence, "fact hazard diverges",
+     "A library version or config hash in the collectors' fingerprints differs across ranks.",
+     "none"),
+    ("compile_skew", CompileSkewEvidence, "estimate:low",
+     "One rank's first compiles take longer than the others' and it arrives last at the collectives of that step, by "
+     "more than the run's own noise: the others wait for it (else, for a ≥ 1 s difference, a note that nobody "
+     "waited).",
+     "the time it held the other ranks back in the step of the compile: its arrival minus the second-latest's "
+     "(measured: the collectives' arrivals, else step times less each rank's own compile time); zero when they did "
+     "not wait for it; estimated from the compile times (at most a low note) only when no step or collective was "
+     "recorded"),
+    ("compile_time", CompileTimeEvidence, "fact",
+     "Total compile time on a rank ≥ 60 s: a compile-cache warm start would cut start-up.",
+     "none (start-up time, outside the steps)"),
+    ("compiling", CompilingEvidence, "",
+     "Compiles ran inside the profiler window: the idle GPU then waits for the compiler, not the host.",
+     "compile time inside the analysed window (measured)"),
+    *_RECOMPILE_KINDS,
+    ("recompile_limit", CompileGroupEvidence, "hazard",
+     "A frame hit the recompile limit and now runs eager, silently, for new input variants.",
+     "summed compile time before the limit (measured); the eager slowdown is not measured"),
+    ("graph_break", CompileGroupEvidence, "",
+     "Dynamo split a frame at unsupported code (the frame still compiles, in pieces).",
+     "not measured (unknown): the runtime cost of a break needs a run without it"),
+    ("compile_failure", CompileGroupEvidence, "fact hazard",
+     "A compile raised (fullgraph=True at a graph break, or a compiler error).",
+     "none"),
+    ("exposed_communication", ExposedCommEvidence, "symptom",
+     "Communication not overlapped with compute ≥ 5 % of a rank's analysed device window.",
+     "exposed communication time on the worst rank (measured)"),
+    ("host_bound", IdleEvidence, "symptom",
+     "GPU idle ≥ 20 % of the window, mostly waiting for the host to launch kernels.",
+     "idle time on the worst rank (measured)"),
+    ("launch_bound", IdleEvidence, "symptom",
+     "Host-bound idle where most compute kernels run < 10 µs: launch overhead dominates.",
+     "idle time on the worst rank (measured)"),
+    ("gpu_idle", IdleEvidence, "symptom",
+     "GPU idle ≥ 30 % of the window, not mainly waiting for kernel launches.",
+     "idle time on the worst rank (measured)"),
+    ("exposed_memcpy", ExposedMemcpyEvidence, "symptom",
+     "Memory copies/sets running alone on the GPU ≥ 5 % of the window.",
+     "exposed copy time on the worst rank (measured)"),
+    ("collective_wait", CollectiveWaitEvidence, "symptom",
+     "Time ranks spent in collectives waiting for the last rank to arrive.",
+     "last arrival minus own arrival, summed per rank (measured)"),
+    ("profiler_overhead", ProfilerOverheadEvidence, "fact",
+     "The trace was recorded with with_stack/record_shapes: every host op ran slower while profiled.",
+     "none (it inflates host time in the window; measure without them to compare)"),
+    ("straggler", StragglerEvidence, "",
+     "One rank reaches the synchronisation points last in most steps and holds the others back.",
+     "median time it held the others back (its start or arrival minus the second-latest's) × the times it did "
+     "(measured)"),
+    ("collective_mismatch", CollectiveMismatchEvidence, "fact hazard diverges",
+     "Ranks disagree on a collective's name, dtype or size, or a call is missing on some ranks.",
+     "none (a hang risk)"),
+    ("clock_offset", ClockOffsetEvidence, "fact",
+     "Ranks on several hosts with clocks > 100 µs apart (times were aligned).",
+     "none"),
+    ("collective_drift", CollectiveDriftEvidence, "fact",
+     "The rank whose arrival at collectives moved most relative to the others (> 1 ms).",
+     "none (a trend, not lost time)"),
+    ("pipeline_bubble", PipelineBubbleEvidence, "",
+     "Pipeline stages idle ≥ 20 % of the step with ≥ 2 micro-batches per step.",
+     "summed bubble time on the worst stage (measured)"),
+)
+
+
 def _declare() -> None:
-    declare_kind("divergent_recompile", DivergentRecompileEvidence,
-                 "A compile of the same code object on some ranks only, while the others wait for it.",
-                 "the waiting ranks' collective wait in the step of the compile (measured); else their step-time "
-                 "excess over their median in that step (measured); else the compile time (estimated)")
-    declare_kind("different_programs", DifferentProgramsEvidence,
-                 "Ranks compile different frames: they run different code, so their compiles are not comparable.",
-                 "none (a fact about the run)", role="fact", diverges=True)
-    declare_kind("nccl_timeout_risk", TimeoutRiskEvidence,
-                 "A one-rank compile takes ≥ 10 % of the collective timeout: a slower one kills the job.",
-                 "none (a risk)", role="fact", hazard=True)
-    declare_kind("divergent_cache", CacheDivergenceEvidence,
-                 "One compile hits the compile cache on some ranks and misses on others.", "none", role="fact")
-    declare_kind("divergent_collective_schedule", CollectiveScheduleEvidence,
-                 "Inductor ordered a graph's collectives differently on different ranks (hang risk).",
-                 "none (a risk)", role="fact", hazard=True, diverges=True)
-    declare_kind("divergent_config", ConfigDivergenceEvidence,
-                 "The torch version or dynamo/inductor config differs across ranks: they may run different "
-                 "programs (ranked before every time cost).",
-                 "none (a hang risk); when the rank whose config differs is also the one whose compile is slower, "
-                 "that compile skew goes under it and is its cost", role="fact", hazard=True, diverges=True)
-    declare_kind("divergent_fingerprint", ConfigDivergenceEvidence,
-                 "A library version or config hash in the collectors' fingerprints differs across ranks.", "none",
-                 role="fact", hazard=True, diverges=True)
-    declare_kind("compile_skew", CompileSkewEvidence,
-                 "One compile id takes ≥ 1 s longer on one rank than on the fastest; a root cause when that rank "
-                 "arrived last at its step's collectives by more than the run's own noise, else a note.",
-                 "the other ranks' wait for it in the step of the compile (measured: the collectives' arrivals, "
-                 "else step times less each rank's own compile time), at most the compile-time difference; "
-                 "zero when they did not wait; estimated from the compile times (at most a low note) only when "
-                 "no step or collective was recorded", estimate_severity="low")
-    declare_kind("compile_time", CompileTimeEvidence,
-                 "Total compile time on a rank ≥ 60 s: a compile-cache warm start would cut start-up.",
-                 "none (start-up time, outside the steps)", role="fact")
-    declare_kind("compiling", CompilingEvidence,
-                 "Compiles ran inside the profiler window: the idle GPU then waits for the compiler, not the host.",
-                 "compile time inside the analysed window (measured)")
-    for cause in CAUSES:
-        if cause in ("first", "limit", "graph_break", "compile_error"):
-            continue
-        declare_kind(f"recompile_{cause}", CompileGroupEvidence,
-                     f"Recompiles of one frame whose failed guard is a {cause.replace('_', ' ')} change.",
-                     "summed compile time of those recompiles (measured from the compile log)")
-    declare_kind("recompile_limit", CompileGroupEvidence,
-                 "A frame hit the recompile limit and now runs eager, silently, for new input variants.",
-                 "summed compile time before the limit (measured); the eager slowdown is not measured",
-                 hazard=True)
-    declare_kind("graph_break", CompileGroupEvidence,
-                 "Dynamo split a frame at unsupported code (the frame still compiles, in pieces).",
-                 "not measured (unknown): the runtime cost of a break needs a run without it")
-    declare_kind("compile_failure", CompileGroupEvidence,
-                 "A compile raised (fullgraph=True at a graph break, or a compiler error).", "none",
-                 role="fact", hazard=True)
-
-    declare_kind("exposed_communication", ExposedCommEvidence,
-                 "Communication not overlapped with compute ≥ 5 % of a rank's analysed device window.",
-                 "exposed communication time on the worst rank (measured)", role="symptom")
-    declare_kind("host_bound", IdleEvidence,
-                 "GPU idle ≥ 20 % of the window, mostly waiting for the host to launch kernels.",
-                 "idle time on the worst rank (measured)", role="symptom")
-    declare_kind("launch_bound", IdleEvidence,
-                 "Host-bound idle where most compute kernels run < 10 µs: launch overhead dominates.",
-                 "idle time on the worst rank (measured)", role="symptom")
-    declare_kind("gpu_idle", IdleEvidence,
-                 "GPU idle ≥ 30 % of the window, not mainly waiting for kernel launches.",
-                 "idle time on the worst rank (measured)", role="symptom")
-    declare_kind("exposed_memcpy", ExposedMemcpyEvidence,
-                 "Memory copies/sets running alone on the GPU ≥ 5 % of the window.",
-                 "exposed copy time on the worst rank (measured)", role="symptom")
-    declare_kind("collective_wait", CollectiveWaitEvidence,
-                 "Time ranks spent in collectives waiting for the last rank to arrive.",
-                 "last arrival minus own arrival, summed per rank (measured)", role="symptom")
-    declare_kind("profiler_overhead", ProfilerOverheadEvidence,
-                 "The trace was recorded with with_stack/record_shapes: every host op ran slower while profiled.",
-                 "none (it inflates host time in the window; measure without them to compare)", role="fact")
-
-    declare_kind("straggler", StragglerEvidence,
-                 "One rank reaches the synchronisation points last in most steps and holds the others back.",
-                 "summed time it held the others back (its start minus the second-latest start, measured)")
-    declare_kind("collective_mismatch", CollectiveMismatchEvidence,
-                 "Ranks disagree on a collective's name, dtype or size, or a call is missing on some ranks.",
-                 "none (a hang risk)", role="fact", hazard=True, diverges=True)
-    declare_kind("clock_offset", ClockOffsetEvidence,
-                 "Ranks on several hosts with clocks > 100 µs apart (times were aligned).", "none", role="fact")
-    declare_kind("collective_drift", CollectiveDriftEvidence,
-                 "The rank whose arrival at collectives moved most relative to the others (> 1 ms).",
-                 "none (a trend, not lost time)", role="fact")
-    declare_kind("pipeline_bubble", PipelineBubbleEvidence,
-                 "Pipeline stages idle ≥ 20 % of the step with ≥ 2 micro-batches per step.",
-                 "summed bubble time on the worst stage (measured)")
+    for name, evidence, flags, definition, cost_method in KIND_TABLE:
+        words = flags.split()
+        role = "fact" if "fact" in words else "symptom" if "symptom" in words else "cause"
+        cap = next((w.split(":", 1)[1] for w in words if w.startswith("estimate:")), None)
+        declare_kind(name, evidence, definition, cost_method, role=role, hazard="hazard" in words,
+                     diverges="diverges" in words, estimate_severity=cap)  # type: ignore[arg-type]
 
 
 _declare()

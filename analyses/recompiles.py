@@ -499,7 +499,8 @@ def skew_findings(cands: list[tuple[str, str | None, dict[int, int], dict[int, i
 
     A root cause when the others measurably waited in that step (:func:`startup_wait`) for the rank that arrived
     last, by more than the run's own noise, and that rank's extra compile time (at least ``SKEW_MIN_NS``) explains
-    at least half of it; its cost is their wait (measured). Else, for a compile-time difference ≥ 1 s, a zero-cost note that says why
+    at least half of it; its cost is the time it held them back (measured: its arrival minus the second-latest's,
+    what the job would save without it; with two ranks, the other's wait). Else, for a compile-time difference ≥ 1 s, a zero-cost note that says why
     nobody waited. Estimated from the compile times only when no step or collective was recorded.
     """
     by_step: dict[int | None, list] = {}
@@ -534,11 +535,14 @@ def skew_findings(cands: list[tuple[str, str | None, dict[int, int], dict[int, i
                                  w.held_ns, w.noise_ns)
         if w.wait_by_rank and w.held_ns > w.noise_ns and extra >= SKEW_MIN_NS and 2 * extra >= w.held_ns:
             wait = max(w.wait_by_rank.values())
+            held = (f"{ranks_text(w.wait_by_rank)} waited {_s(wait)} for it" if len(w.wait_by_rank) == 1 else
+                    f"{ranks_text(w.wait_by_rank)} waited up to {_s(wait)}, {_s(w.held_ns)} of it after the "
+                    "second-latest rank arrived")
             out.append(make_finding(
                 "compile_skew", f"{head} took {_s(extra)} longer on rank {last} than on the fastest rank, and rank "
-                f"{last} arrived last in step {step}: {ranks_text(w.wait_by_rank)} waited {_s(wait)} for it "
-                f"({w.method}).", ev, Cost.measured(wait, w.method), ranks=list(durs), steps=at,
-                source="recompiles", key=cid))
+                f"{last} arrived last in step {step}: {held} ({w.method}).", ev,
+                Cost.measured(w.held_ns, f"{w.method}: its arrival minus the second-latest's"), ranks=list(durs),
+                steps=at, source="recompiles", key=cid))
             continue
         if skew < SKEW_NOTE_NS:
             continue

@@ -147,7 +147,9 @@ def test_h200x2_planted_stall_is_one_root_cause_with_its_symptoms_under_it() -> 
     assert {("host_bound", (1,)), ("exposed_communication", (0,)), ("collective_wait", (0,))} <= under
     # the 2.5 s is counted once: no other root carries it, and per rank the roots fit in the analysed time
     assert all(f.cost_ns < 0.5e9 for f in roots[1:]), [(f.id, f.cost_ns) for f in roots]
-    assert not [f for f in roots if f.kind in ("host_bound", "recompile_shape")]
+    assert not [f for f in roots if f.kind == "recompile_shape"]
+    # host-bound idle outside the stall may stay a root of its own, but only for the time no cause explains
+    assert all("outside the time its causes explain" in f.cost.method for f in roots if f.kind == "host_bound")
     from workbench.analyses.metrics import wall_ns
 
     _check_per_rank_sum(roots, wall_ns(run.steps))
