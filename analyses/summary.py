@@ -24,7 +24,7 @@ from workbench.analyses.collectives import (
 )
 from workbench.analyses.findings import Cost, Finding, findings_frame, findings_to_dicts, make_finding
 from workbench.analyses.applied import config_findings
-from workbench.analyses.hangs import hang_analysis, job_failure_first
+from workbench.analyses.hangs import collective_arrivals, hang_analysis, job_failure_first
 from workbench.analyses.kinds import CompileGroupEvidence, DivergentRecompileEvidence, ProfilerOverheadEvidence
 from workbench.analyses.overlap import comm_compute_overlap
 from workbench.analyses.per_rank import event_tables
@@ -213,6 +213,7 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
     overhead = _profiler_overhead(ev["python_events"], ranks)
     main = ev["main_streams"]
     main_causes = out["idle_by_stream"].join(main, on=["rank", "stream"], how="semi") if not main.is_empty() else None
+    hangs = run_hangs(run)
     found: list[Finding] = [
         *breakdown_findings(out["breakdown_by_rank"], main_causes, out["launch_stats"],
                             profiler_inflated=overhead is not None, steps_by_rank=_steps_by_rank(bd),
@@ -222,7 +223,8 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
         *straggler_findings(out["stragglers"]),
         *bubble_findings(out["bubbles"]),
         *recompile_finding_list(compiles, steps=steps, collectives=matched if not matched.is_empty() else colls,
-                                fingerprints=fingerprints, timeout_s=timeout_s),
+                                fingerprints=fingerprints, timeout_s=timeout_s,
+                                arrivals=collective_arrivals(hangs.entries, steps)),  # every step's arrivals (FR)
         *config_findings(getattr(run, "meta", None) or {}, fingerprints),  # analyses/applied.py
     ]
     if overhead is not None:
@@ -240,7 +242,7 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
     wall = metrics.wall_ns(steps) or {r: sum(e - s for s, e in w) for r, w in device.window.items()}
     roots = attribute(found, device=device, compiles=compiles, matched=matched, steps=steps, wall_ns=wall)
     # why the job stopped comes first; its cost is the other ranks' blocked time, not capped at its own ranks' wall
-    roots = job_failure_first([*hang_analysis(run_hangs(run), steps, compiles, getattr(run, "world_size", None))[1],
+    roots = job_failure_first([*hang_analysis(hangs, steps, compiles, getattr(run, "world_size", None))[1],
                                *roots])  # analyses/hangs.py
     tables = {name: _declared(name, frame) for name, frame in out.items()}
     return AnalysisTables(**tables, findings=findings_frame(roots), roots=tuple(roots))
