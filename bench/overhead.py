@@ -20,16 +20,21 @@ the inductor and Triton caches, so every measured process compiles from the cach
 ``compile_threads=1`` (no compile worker pool starting up under the timed steps; the pool is the same for every
 arm and only adds noise); the warm-up process uses the default pool.
 
-Rounds (lockstep): a round starts one process per arm together; once each has run its step 0 (the compile), the
-driver hands a token to one process at a time, step by step, the order rotating every step, so a drift of the
-machine hits every arm alike; arm/bare ratios are paired within a round. Per process the median step time (from the
-token to the end of the iteration, the collector's own work inside) is taken per segment: ``before`` (steps 1-3),
-``prep`` (step 4: profiler preparation), ``window`` (5-7) and ``after`` (8 to the end). Printed: each pair, the
-median ratio over rounds and a percentile-bootstrap 95% interval of that median. ``--shapes small_pg`` adds a
-one-rank process group and one all-reduce per step (for the Flight Recorder arms). Method and H200 figures:
-bench/README.md, "Collector overhead".
+Rounds (lockstep): a round starts one process per arm together (``--copies`` per arm), each pinned to its own
+block of CPUs of the GPU's NUMA node (``--pin own``; the blocks rotate over the arms every round, the driver on a
+CPU of its own). Once each has run its step 0 (the compile), the driver hands a token to one process at a time,
+in a new random order every turn, so a drift of the machine hits every arm alike; arm/bare ratios are paired
+within a round. A turn is one step (``--block 1``) or, by default, steps 1-8 and then ``--block`` (50) steps: a
+token every step makes the GPU switch contexts every step, which adds ~2.5 ms to each (and hides relative costs
+under it); the first step of each turn, which pays that switch, is left out of ``after``. Per process the median
+step time (from the token to the end of the iteration, the collector's own work inside) is taken per segment:
+``before`` (steps 1-3), ``prep`` (step 4: profiler preparation), ``window`` (5-7) and ``after`` (8 to the end,
+``--steps``). Printed: each pair, the median ratio over rounds and a percentile-bootstrap 95% interval of that
+median. ``--probe`` also records per step the thread's CPU time, the device span (CUDA events) and involuntary
+context switches, in every arm alike. ``--shapes small_pg`` adds a one-rank process group and one all-reduce
+per step (for the Flight Recorder arms). Method and H200 figures: bench/README.md, "Collector overhead".
 
-    python bench/overhead.py --shapes issue,small --rounds 6 --json out.json        # on the H200
+    python bench/overhead.py --shapes issue,small --steps 400 --probe --rounds 8 --json out.json   # on the H200
     python bench/overhead.py --shapes small --arms bare2,collector,no_window,no_capture --rounds 6
     python bench/overhead.py --smoke --json out.json                                # CPU; no claims
 """
@@ -57,8 +62,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: d_model, layers, seq, batch, steps per process
 SHAPES: dict[str, tuple[int, int, int, int, int]] = {
-    "issue": (1024, 4, 512, 8, 120),   # issue 17's model: 4 x TransformerEncoderLayer(1024), batch 8 x 512
-    "small": (256, 2, 128, 8, 200),    # launch-bound: host work shows the most
+    "issue": (1024, 4, 512, 8, 400),   # issue 17's model: 4 x TransformerEncoderLayer(1024), batch 8 x 512
+    "small": (256, 2, 128, 8, 400),    # launch-bound: host work shows the most
     "tiny": (32, 1, 16, 2, 10),        # the CPU smoke test
 }
 
@@ -72,6 +77,7 @@ class Arm:
     options: dict[str, Any] = field(default_factory=dict)  # Collector keywords (kind collector)
     env: dict[str, str] = field(default_factory=dict)      # set in the process before anything runs
     what: str = ""
+    patch: str = ""                                        # an ablation of a part that has no option: PATCHES
 
 
 _OFF = {"profile_repeat": 0, "compile_capture": False, "device_timing": False, "nvtx": False}
@@ -88,9 +94,68 @@ ARMS: dict[str, Arm] = {
     "teardown": Arm("collector", env={"TEARDOWN_CUPTI": "1"}, what="collector, TEARDOWN_CUPTI=1 (forced)"),
     "keep_cupti": Arm("collector", env={"TEARDOWN_CUPTI": "0"}, what="collector, TEARDOWN_CUPTI=0 (forced)"),
     "profiler_teardown": Arm("profiler", env={"TEARDOWN_CUPTI": "1"}, what="bare torch.profiler, TEARDOWN_CUPTI=1"),
+    "no_hang": Arm("collector", patch="no_hang", what="collector, hang capture off (watchdog, faulthandler, FR env)"),
+    "no_write": Arm("collector", patch="no_write", what="collector, steps.jsonl write off (the per-step os.write)"),
+    "no_step_hooks": Arm("collector", patch="no_step_hooks", what="collector started, step() a no-op"),
     "fr_on": Arm("bare", env={"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
                               "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}, what="no collector, Flight Recorder on (2000 entries)"),
 }
+
+
+def _patch(name: str) -> None:
+    """Ablations of collector parts that have no option (bench only; applied in the arm's process)."""
+    from workbench.collectors import collector as cmod
+    from workbench.collectors import hang_capture
+
+    if name == "no_hang":
+        hang_capture.start = lambda *a, **k: None          # type: ignore[assignment]
+    elif name == "no_write":
+        cmod.Collector._write = lambda self, data: None     # type: ignore[method-assign]
+    elif name == "no_step_hooks":
+        cmod.Collector._step_begin = lambda self: None      # type: ignore[method-assign]
+        cmod.Collector._step_end = lambda self: None        # type: ignore[method-assign]
+    elif name:
+        raise ValueError(f"unknown patch {name!r}")
+
+
+# ---------------------------------------------------------------------------------------------------- placement
+def gpu_cpus() -> list[int]:
+    """The CPUs of the GPU's NUMA node that this process may use (all of them where sysfs says nothing)."""
+    allowed = sorted(os.sched_getaffinity(0))
+    try:
+        for dev in Path("/sys/bus/pci/devices").iterdir():
+            if (dev / "vendor").read_text().strip() != "0x10de" or \
+                    not (dev / "class").read_text().strip().startswith("0x03"):
+                continue
+            node = int((dev / "numa_node").read_text())
+            if node < 0:
+                break
+            spec = Path(f"/sys/devices/system/node/node{node}/cpulist").read_text().strip()
+            cpus = {c for part in spec.split(",") for c in _cpu_range(part)}
+            local = [c for c in allowed if c in cpus]
+            return local or allowed
+    except (OSError, ValueError):
+        pass
+    return allowed
+
+
+def _cpu_range(part: str) -> range:
+    lo, _, hi = part.partition("-")
+    return range(int(lo), int(hi or lo) + 1)
+
+
+def placements(n: int, mode: str, per_proc: int, rnd: int) -> tuple[list[set[int] | None], set[int] | None]:
+    """CPU sets for ``n`` processes of round ``rnd`` and one for the driver. ``own``: disjoint blocks of
+    ``per_proc`` CPUs of the GPU's node (the driver on the last CPU), rotated every round so a slower CPU is not
+    one arm's; ``same``: every process on the same block (they run one at a time); ``none``: the scheduler's."""
+    if mode == "none":
+        return [None] * n, None
+    cpus = gpu_cpus()
+    driver, cpus = ({cpus[-1]}, cpus[:-1]) if len(cpus) > 1 else (None, cpus)
+    blocks = [set(cpus[i:i + per_proc]) for i in range(0, len(cpus) - per_proc + 1, per_proc)] or [set(cpus)]
+    if mode == "same":
+        return [blocks[0]] * n, driver
+    return [blocks[(i + rnd) % len(blocks)] for i in range(n)], driver
 
 
 # ---------------------------------------------------------------------------------------------------- imports
@@ -115,8 +180,16 @@ def _import_workbench() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- one process
+def turn_starts(steps: int, block: int) -> list[int]:
+    """The steps at which a process gets the token: step 1, then (``block`` > 1) step 9 and every ``block`` steps
+    after it, so that steps 1-8 (before, prep, window, the first after) run in one turn; ``block`` 1: every step."""
+    if block <= 1:
+        return list(range(1, steps))
+    return [1, *range(9, steps, block)] if steps > 9 else [1]
+
+
 class Gate:
-    """The child's side of the lockstep: wait for the token before a step, hand it back after."""
+    """The child's side of the lockstep: wait for the token before a turn of steps, hand it back after."""
 
     def __init__(self, token_fd: int, done_fd: int) -> None:
         self.token_fd, self.done_fd = token_fd, done_fd
@@ -130,7 +203,8 @@ class Gate:
 
 
 def run_arm(arm: Arm, shape: str, device_name: str, backend: str | None, run_dir: Path, warmup: bool,
-            gate: Gate | None) -> dict:
+            gate: Gate | None, steps: int, probe: bool = False, threads: int | None = None,
+            block: int = 1) -> dict:
     """The training loop of one arm (runs in its own process). Step 0 (the compile) runs freely; every later
     step waits for the driver's token, so the processes of a round take turns step by step. Returns per-step
     times in ms: from the token to the end of the iteration (the collector's own work is inside ``step()``)."""
@@ -142,7 +216,11 @@ def run_arm(arm: Arm, shape: str, device_name: str, backend: str | None, run_dir
         import torch._inductor.config as icfg
 
         icfg.compile_threads = 1
-    d_model, layers, seq, n, steps = SHAPES[shape.removesuffix("_pg")]
+    d_model, layers, seq, n, _ = SHAPES[shape.removesuffix("_pg")]
+    if threads:
+        torch.set_num_threads(threads)
+    if arm.patch:
+        _patch(arm.patch)
     device = torch.device(device_name)
     if device.type == "cuda":
         device = torch.device("cuda", torch.cuda.current_device())
@@ -186,20 +264,41 @@ def run_arm(arm: Arm, shape: str, device_name: str, backend: str | None, run_dir
         prof = profile(activities=acts, schedule=schedule(wait=4, warmup=1, active=3, repeat=1),
                        on_trace_ready=lambda p: p.export_chrome_trace(str(trace)))
     times: list[float] = []
+    cpu_ms: list[float] = []
+    ivcsw: list[int] = []
+    events: list[tuple[Any, Any]] = []
+    cuda_probe = probe and device.type == "cuda"
+    if probe:
+        import resource
     ctx = collector if collector is not None else (prof if prof is not None else contextlib.nullcontext())
     step_ctx = collector.step if collector is not None else contextlib.nullcontext
     t_start = time.perf_counter()
+    starts = set(turn_starts(steps, block))
+    ends = {s - 1 for s in starts} | {steps - 1}
+    out["turn_starts"] = sorted(starts) if block > 1 else []   # steps after a context switch (block mode)
     with ctx:
         for i in range(steps):
-            if i and gate is not None:
+            if i in starts and gate is not None:
                 gate.wait()
+            if probe:
+                c0, r0 = time.thread_time(), resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw
+                if cuda_probe:
+                    e0 = torch.cuda.Event(enable_timing=True)
+                    e0.record()
             t0 = time.perf_counter()
             with step_ctx():
                 body()
             if prof is not None:
                 prof.step()
             times.append(time.perf_counter() - t0)
-            if gate is not None:
+            if probe:
+                cpu_ms.append(round((time.thread_time() - c0) * 1e3, 4))
+                ivcsw.append(resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw - r0)
+                if cuda_probe:
+                    e1 = torch.cuda.Event(enable_timing=True)
+                    e1.record()
+                    events.append((e0, e1))
+            if gate is not None and i in ends:
                 gate.done()
     out["loop_s"] = time.perf_counter() - t_start
     if collector is not None:
@@ -210,6 +309,13 @@ def run_arm(arm: Arm, shape: str, device_name: str, backend: str | None, run_dir
     if comm is not None:
         torch.distributed.destroy_process_group()
     out["step_ms"] = [round(v * 1e3, 4) for v in times]
+    if probe:
+        out["cpu_ms"], out["ivcsw"] = cpu_ms, ivcsw
+        if cuda_probe:
+            torch.cuda.synchronize()
+            out["gpu_ms"] = [round(a.elapsed_time(b), 4) for a, b in events]
+    with contextlib.suppress(OSError):
+        out["cpus"] = sorted(os.sched_getaffinity(0))
     if device.type == "cuda":
         out["gpu"] = torch.cuda.get_device_name(device)
     out["torch"] = torch.__version__
@@ -217,7 +323,7 @@ def run_arm(arm: Arm, shape: str, device_name: str, backend: str | None, run_dir
 
 
 def _fork(arm_name: str, shape: str, args: argparse.Namespace, run_dir: Path, result: Path, warmup: bool,
-          gate: tuple[int, int] | None, close_in_child: list[int]) -> int:
+          gate: tuple[int, int] | None, close_in_child: list[int], cpus: set[int] | None = None) -> int:
     pid = os.fork()
     if pid:
         return pid
@@ -225,9 +331,13 @@ def _fork(arm_name: str, shape: str, args: argparse.Namespace, run_dir: Path, re
     try:  # child
         for fd in close_in_child:
             os.close(fd)
+        if cpus:
+            os.sched_setaffinity(0, cpus)       # before CUDA: every thread the process starts inherits it
+        os.environ.update(dict(kv.split("=", 1) for kv in args.env))
         os.environ.update(ARMS[arm_name].env)
         res = run_arm(ARMS[arm_name], shape, args.device, args.backend, run_dir, warmup,
-                      Gate(*gate) if gate else None)
+                      Gate(*gate) if gate else None, min(20, steps_of(shape, args)) if warmup else steps_of(shape, args),
+                      args.probe and not warmup, args.threads, args.block)
     except BaseException:
         res, code = {"error": traceback.format_exc()[-4000:]}, 1
     try:
@@ -236,56 +346,81 @@ def _fork(arm_name: str, shape: str, args: argparse.Namespace, run_dir: Path, re
         os._exit(code)
 
 
+def steps_of(shape: str, args: argparse.Namespace) -> int:
+    """Steps per process: ``--steps``, else the shape's."""
+    return args.steps or SHAPES[shape.removesuffix("_pg")][4]
+
+
 def warmup_process(shape: str, args: argparse.Namespace, tmp: Path) -> dict:
     """One free-running bare process with the default compile workers: fills the inductor and Triton caches."""
     t0 = time.perf_counter()
     result = tmp / f"warmup-{shape}.json"
-    pid = _fork("bare", shape, args, tmp / f"warmup-{shape}", result, True, None, [])
+    pid = _fork("bare", shape, args, tmp / f"warmup-{shape}", result, True, None, [],
+                placements(1, args.pin, 4 * args.cores_per_proc, 0)[0][0])
     os.waitpid(pid, 0)
     res = json.loads(result.read_text()) if result.exists() else {"error": "no result"}
     res["process_s"] = round(time.perf_counter() - t0, 2)
     return res
 
 
+def process_labels(arm_names: list[str], copies: int, rnd: int) -> list[tuple[str, str]]:
+    """(label, arm) of every process of round ``rnd``: ``copies`` per arm (labels ``arm``, ``arm#2``, ...), in an
+    order rotated every round, so neither the start order nor a CPU block belongs to one arm."""
+    procs = [(arm if c == 0 else f"{arm}#{c + 1}", arm) for c in range(copies) for arm in arm_names]
+    k = rnd % len(procs)
+    return procs[k:] + procs[:k]
+
+
 def run_round(arm_names: list[str], shape: str, args: argparse.Namespace, tmp: Path, rnd: int) -> dict[str, dict]:
-    """One process per arm, all started together; after their step 0 the driver hands a token to one process at
-    a time, step by step, the order rotating every step (so a drift of the machine hits every arm alike)."""
+    """One process per arm (``--copies`` per arm), all started together; after their step 0 the driver hands a
+    token to one process at a time, turn by turn (:func:`turn_starts`), in a new random order every turn (so a
+    drift of the machine hits every arm alike, and no process always follows the same one)."""
     t0 = time.perf_counter()
+    labels = process_labels(arm_names, args.copies, rnd)
+    canonical = process_labels(arm_names, args.copies, 0)
+    blocks, driver_cpus = placements(len(labels), args.pin, args.cores_per_proc, rnd)
+    cpu_sets = [blocks[canonical.index(lab)] for lab in labels]   # a process's CPUs: by arm, rotated per round
+    driver_before = os.sched_getaffinity(0)
+    if driver_cpus:
+        os.sched_setaffinity(0, driver_cpus)
     procs: dict[str, dict[str, Any]] = {}
-    for arm in arm_names:
+    for (label, arm), cpus in zip(labels, cpu_sets):
         tok_r, tok_w = os.pipe()
         done_r, done_w = os.pipe()
-        run_dir = tmp / f"{shape}-r{rnd}-{arm}"
-        result = tmp / f"{shape}-r{rnd}-{arm}.json"
+        run_dir = tmp / f"{shape}-r{rnd}-{label.replace('#', '-')}"
+        result = tmp / f"{shape}-r{rnd}-{label.replace('#', '-')}.json"
         others = [fd for p in procs.values() for fd in (p["tok"], p["done"])]
-        pid = _fork(arm, shape, args, run_dir, result, False, (tok_r, done_w), [tok_w, done_r, *others])
+        pid = _fork(arm, shape, args, run_dir, result, False, (tok_r, done_w), [tok_w, done_r, *others], cpus)
         os.close(tok_r)
         os.close(done_w)
-        procs[arm] = {"pid": pid, "tok": tok_w, "done": done_r, "result": result, "run_dir": run_dir, "alive": True}
+        procs[label] = {"pid": pid, "tok": tok_w, "done": done_r, "result": result, "run_dir": run_dir,
+                        "alive": True, "arm": arm}
 
-    def await_done(arm: str) -> None:
-        p = procs[arm]
+    def await_done(label: str) -> None:
+        p = procs[label]
         ready, _, _ = select.select([p["done"]], [], [], args.timeout)
         if not ready or not os.read(p["done"], 1):
             p["alive"] = False
             if not ready:
                 os.kill(p["pid"], signal.SIGKILL)
 
-    for arm in arm_names:      # step 0: compile, concurrently
-        await_done(arm)
-    steps = SHAPES[shape.removesuffix("_pg")][4]
-    for i in range(1, steps):
-        k = (i + rnd) % len(arm_names)
-        for arm in arm_names[k:] + arm_names[:k]:
-            if procs[arm]["alive"]:
+    order = list(procs)
+    for label in order:      # step 0: compile, concurrently
+        await_done(label)
+    rng = random.Random(rnd)
+    for _ in turn_starts(steps_of(shape, args), args.block):
+        turn = order[:]
+        rng.shuffle(turn)    # a new order every turn: no process always follows the same one
+        for label in turn:
+            if procs[label]["alive"]:
                 try:
-                    os.write(procs[arm]["tok"], b"t")
+                    os.write(procs[label]["tok"], b"t")
                 except OSError:
-                    procs[arm]["alive"] = False
+                    procs[label]["alive"] = False
                     continue
-                await_done(arm)
+                await_done(label)
     out = {}
-    for arm, p in procs.items():
+    for label, p in procs.items():
         os.close(p["tok"])
         os.waitpid(p["pid"], 0)
         os.close(p["done"])
@@ -293,19 +428,43 @@ def run_round(arm_names: list[str], shape: str, args: argparse.Namespace, tmp: P
             res = json.loads(p["result"].read_text())
         except (OSError, ValueError):
             res = {"error": "no result (process died)"}
-        res.update(arm=arm, shape=shape)
-        out[arm] = res
+        res.update(arm=p["arm"], shape=shape)
+        out[label] = res
         if not args.keep:
             shutil.rmtree(p["run_dir"], ignore_errors=True)
+    if driver_cpus:
+        os.sched_setaffinity(0, driver_before)
     out["_round_s"] = {"s": round(time.perf_counter() - t0, 1)}
     return out
 
 
 # ---------------------------------------------------------------------------------------------------- statistics
-def segment_ms(step_ms: list[float], seg: str) -> float | None:
+#: The per-process statistic of a segment's step times (``--stat``).
+STAT = "median"
+
+
+def segment_ms(step_ms: list[float], seg: str, stat: str | None = None, skip: Any = ()) -> float | None:
+    """The median (or the 10-90 % trimmed mean, ``stat="trimmed"``) of one process's step times in ``seg``;
+    ``skip``: steps left out (in ``after``: the first step of each turn, which pays the GPU's context switch)."""
     first, last = SEGMENTS[seg]
-    values = step_ms[first:(None if last is None else last + 1)]
-    return statistics.median(values) if values else None
+    end = len(step_ms) if last is None else last + 1
+    skip = set(skip) if seg == "after" else set()
+    values = [step_ms[i] for i in range(first, min(end, len(step_ms))) if i not in skip]
+    if not values:
+        return None
+    if (stat or STAT) == "trimmed" and len(values) >= 10:
+        v = sorted(values)
+        cut = len(v) // 10
+        return statistics.fmean(v[cut:len(v) - cut])
+    return statistics.median(values)
+
+
+def arm_level(rnd: dict[str, dict], arm: str, seg: str) -> float | None:
+    """An arm's segment time in one round: the geometric mean over its copies (``arm``, ``arm#2``, ...)."""
+    vals = [segment_ms(v["step_ms"], seg, skip=v.get("turn_starts", ())) for k, v in rnd.items()
+            if (k == arm or k.startswith(arm + "#")) and isinstance(v, dict) and "step_ms" in v]
+    vals = [v for v in vals if v]
+    return statistics.geometric_mean(vals) if vals else None
 
 
 def bootstrap_median(values: list[float], n: int = 10000, seed: int = 0) -> tuple[float, float]:
@@ -333,10 +492,7 @@ def summarize(rounds: list[dict[str, dict]], comps: dict[str, tuple[str, str]]) 
         for seg in SEGMENTS:
             pairs = []
             for rnd in rounds:
-                a, b = rnd.get(arm), rnd.get(base)
-                if not a or not b or "step_ms" not in a or "step_ms" not in b:
-                    continue
-                va, vb = segment_ms(a["step_ms"], seg), segment_ms(b["step_ms"], seg)
+                va, vb = arm_level(rnd, arm, seg), arm_level(rnd, base, seg)
                 if va is not None and vb:
                     pairs.append((vb, va, va / vb))
             if not pairs:
@@ -380,10 +536,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--smoke", action="store_true", help="CPU, tiny model, aot_eager, one round: checks it runs")
     p.add_argument("--json", default=None, help="write all results here (rewritten after every round)")
     p.add_argument("--keep", default=None, help="keep the run directories under this folder")
+    p.add_argument("--steps", type=int, default=None, help="steps per measured process (default: the shape's)")
+    p.add_argument("--copies", type=int, default=1, help="processes per arm in each round")
+    p.add_argument("--pin", choices=("own", "same", "none"), default="own",
+                   help="CPU placement: own block of the GPU's node per process (rotated per round), one shared "
+                        "block, or none")
+    p.add_argument("--cores-per-proc", type=int, default=2)
+    p.add_argument("--block", type=int, default=50,
+                   help="steps per turn after step 8 (1: the token moves every step)")
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads in every measured process")
+    p.add_argument("--env", action="append", default=[], help="K=V set in every process (repeatable)")
+    p.add_argument("--probe", action="store_true",
+                   help="also record per step CPU time, device span (CUDA events) and context switches")
+    p.add_argument("--skip-warmup", action="store_true",
+                   help="no warm-up process (the caches are warm from an earlier run: diagnostics only)")
+    p.add_argument("--stat", choices=("median", "trimmed"), default="median",
+                   help="per-process statistic of a segment: median or 10-90 %% trimmed mean")
     args = p.parse_args(argv)
+    global STAT
+    STAT = args.stat
     if args.smoke:
         args.device, args.backend, args.shapes = "cpu", args.backend or "aot_eager", "tiny"
         args.rounds = min(args.rounds, 1)
+        args.pin = "none"
     arms = [a for a in args.arms.split(",") if a and a != "bare"]
     unknown = [a for a in arms if a not in ARMS]
     if unknown:
@@ -396,19 +571,21 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="wb-overhead-"))
     t_begin = time.monotonic()
     results: dict[str, Any] = {"method": __doc__.split("\n\n")[1].strip(), "argv": sys.argv[1:], "arms": {
-        a: ARMS[a].what for a in order}, "segments": SEGMENTS, "shapes": {}}
+        a: ARMS[a].what for a in order}, "segments": SEGMENTS, "stat": STAT, "gpu_cpus": gpu_cpus(), "shapes": {}}
 
     def save() -> None:
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))
 
     for shape in args.shapes.split(","):
-        d_model, layers, seq, n, steps = SHAPES[shape.removesuffix("_pg")]
+        d_model, layers, seq, n, _ = SHAPES[shape.removesuffix("_pg")]
+        steps = steps_of(shape, args)
         entry: dict[str, Any] = {"d_model": d_model, "layers": layers, "seq": seq, "batch": n, "steps": steps,
                                  "process_group": shape.endswith("_pg"), "rounds": [], "warmup": None}
         results["shapes"][shape] = entry
         shape_begin = time.monotonic()
-        warm = warmup_process(shape, args, tmp) if not args.smoke else {"process_s": 0.0, "skipped": "smoke"}
+        warm = (warmup_process(shape, args, tmp) if not (args.smoke or args.skip_warmup)
+                else {"process_s": 0.0, "skipped": "smoke" if args.smoke else "--skip-warmup"})
         entry["warmup"] = {k: warm.get(k) for k in ("process_s", "loop_s", "error", "gpu", "torch")}
         print(f"[{shape}] warm-up process {warm.get('process_s')} s {warm.get('error', '')}", flush=True)
         max_rounds = max(args.rounds, args.max_rounds or args.rounds)
@@ -425,7 +602,8 @@ def main(argv: list[str] | None = None) -> int:
                 if "error" in res:
                     print(f"[{shape}] round {r + 1} {arm}: ERROR {res['error'][-1500:]}", flush=True)
             entry["rounds"].append(rnd)
-            line = ", ".join(f"{a} {segment_ms(v['step_ms'], 'after'):.3f}" for a, v in rnd.items() if "step_ms" in v)
+            line = ", ".join(f"{a} {segment_ms(v['step_ms'], 'after') or 0:.3f}" for a, v in rnd.items()
+                             if "step_ms" in v)
             print(f"[{shape}] round {r + 1} ({round_s} s) after-window ms: {line}", flush=True)
             entry["summary"] = summarize(entry["rounds"], comps)
             save()

@@ -4,8 +4,11 @@ A window ``(first, last)`` is recorded like ``torch.profiler.schedule`` would: t
 (CUPTI/Kineto set-up, the expensive part) during the warm-up step ``first - 1``, tracing starts at the end of
 that step, and ``ProfilerStep#N`` user annotations span from the end of step ``N-1`` to the end of step ``N``
 (so the data loading between steps belongs to the step, as with ``profile.step()``). Step numbers in the trace
-are the collector's own. The trace is exported once, at the end of ``last``, to a temp folder and renamed into
-``rank<R>/trace/`` (only ``export_chrome_trace``; never together with ``tensorboard_trace_handler``).
+are the collector's own. At the end of ``last`` the trace is stopped on the training thread (Kineto's stop, CUPTI
+detached) and exported by a background thread: Kineto's JSON to a temp folder, gzip-compressed there (zlib releases
+the GIL) and renamed into ``rank<R>/trace/``; ``close()`` waits for it. (Only ``export_chrome_trace``; never
+together with ``tensorboard_trace_handler``. Kineto's JSON writer holds the GIL, so that part still delays the
+training thread wherever it runs: bench/README.md, "Collector overhead".)
 
 No profiler object exists outside windows, so the always-on path costs nothing here; and CUPTI is detached after
 each window (``TEARDOWN_CUPTI=1`` unless set otherwise), so the steps after a window cost what they did before it.
@@ -13,13 +16,20 @@ each window (``TEARDOWN_CUPTI=1`` unless set otherwise), so the steps after a wi
 
 from __future__ import annotations
 
+import gzip
 import os
 import shutil
+import threading
 import warnings
 from pathlib import Path
 from typing import Any, Callable
 
 from workbench.collectors.options import CollectorOptions
+
+#: gzip level of exported traces (torch's own ``.gz`` export uses 9, line by line: several times slower).
+EXPORT_GZIP_LEVEL = 6
+#: At close, how long to wait for each background trace export.
+EXPORT_WAIT_S = 300.0
 
 
 class ProfilerWindows:
@@ -39,6 +49,7 @@ class ProfilerWindows:
         self._step_rf_step: int | None = None   # the step the open ProfilerStep#N span is for
         self.files: list[Path] = []
         self.windows_skipped = 0
+        self._exports: list[threading.Thread] = []
 
     @property
     def recording(self) -> bool:
@@ -137,6 +148,13 @@ class ProfilerWindows:
                 self._fail(exc)
         elif self._prof is not None:
             self._drop()
+        self.wait_exports()
+
+    def wait_exports(self, timeout_s: float = EXPORT_WAIT_S) -> None:
+        """Wait (at most ``timeout_s`` for each) for the background exports started so far."""
+        for thread in self._exports:
+            thread.join(timeout_s)
+        self._exports = [t for t in self._exports if t.is_alive()]
 
     # ------------------------------------------------------------------ export
     def _finish(self, last: int, unran_step: int | None = None) -> None:
@@ -144,20 +162,33 @@ class ProfilerWindows:
         self._recording = False
         self._prof = None
         self._window = None
-        prof.stop_trace()
+        prof.stop_trace()                      # training thread: Kineto's stop (CUPTI detached here)
         first = window[0] if window else last
         name = f"rank{self.rank}.steps{first}-{last}.{os.getpid()}.pt.trace.json.gz"
-        tmp_dir = self.trace_dir / ".tmp"
-        tmp_dir.mkdir(parents=True, exist_ok=True)
-        tmp = tmp_dir / name
+        thread = threading.Thread(target=self._export, args=(prof, name, unran_step),
+                                  name="workbench-trace-export", daemon=True)
+        self._exports.append(thread)
+        thread.start()
+
+    def _export(self, prof: Any, name: str, unran_step: int | None) -> None:
+        """Background thread: Kineto's JSON to ``.tmp-<name>/``, gzip it there, rename it into the trace dir."""
+        tmp_dir = self.trace_dir / f".tmp-{name}"
         try:
-            prof.export_chrome_trace(str(tmp))
+            tmp_dir.mkdir(parents=True, exist_ok=True)
+            raw, gz = tmp_dir / name.removesuffix(".gz"), tmp_dir / name
+            prof.export_chrome_trace(str(raw))
+            with open(raw, "rb") as src, open(gz, "wb") as dst, \
+                    gzip.GzipFile(fileobj=dst, mode="wb", compresslevel=EXPORT_GZIP_LEVEL) as out:
+                shutil.copyfileobj(src, out, 4 << 20)
             if unran_step is not None:
-                _remove_step_span(tmp, unran_step)
-            os.replace(tmp, self.trace_dir / name)
+                _remove_step_span(gz, unran_step)
+            os.replace(gz, self.trace_dir / name)
+            self.files.append(self.trace_dir / name)
+        except Exception as exc:
+            self.windows_skipped += 1
+            self._on_error("profiler", exc)
         finally:
             shutil.rmtree(tmp_dir, ignore_errors=True)
-        self.files.append(self.trace_dir / name)
 
     def _drop(self) -> None:
         prof, self._prof, self._window, self._recording = self._prof, None, None, False

@@ -33,3 +33,39 @@ def test_overhead_bench_smoke(tmp_path):
         (pair,) = seg["pairs"]
         assert seg["median_ratio"] == pytest.approx(pair[2], abs=1e-3) and len(seg["ci95"]) == 2
     assert "pair 1: after-window bare" in proc.stdout
+
+
+def _bench():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("overhead_bench", ROOT / "bench/overhead.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod           # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_turns_placements_and_labels():
+    """The lockstep's schedule: turns, CPU blocks that rotate over the arms, labels of copies (no torch run)."""
+    b = _bench()
+    assert b.turn_starts(120, 50) == [1, 9, 59, 109]        # steps 1-8 in one turn, then 50 at a time
+    assert b.turn_starts(6, 1) == [1, 2, 3, 4, 5]           # the token every step
+    labels = b.process_labels(["bare", "collector"], 2, 1)
+    assert sorted(labels) == [("bare", "bare"), ("bare#2", "bare"), ("collector", "collector"),
+                              ("collector#2", "collector")] and labels[0] == ("collector", "collector")
+    assert set(b.gpu_cpus()) <= set(range(os.cpu_count()))      # this machine's, read from sysfs
+    b.gpu_cpus = lambda: list(range(16))                        # as on the H200 machine: 16 CPUs, one node
+    r0, driver = b.placements(3, "own", 2, 0)
+    r1, _ = b.placements(3, "own", 2, 1)
+    assert r0 == [{0, 1}, {2, 3}, {4, 5}] and driver == {15} and r1[0] == {2, 3}   # rotated by one block
+    assert b.placements(2, "none", 2, 0) == ([None, None], None)
+    same, _ = b.placements(2, "same", 1, 0)
+    assert same[0] == same[1]
+
+
+def test_segment_skips_turn_starts_in_after_only():
+    b = _bench()
+    steps = [9.0] * 8 + [1.0, 50.0, 1.0, 1.0]              # step 9 opens a turn (a context switch)
+    assert b.segment_ms(steps, "after", skip=[1, 9]) == 1.0
+    assert b.segment_ms(steps, "before", skip=[1, 9]) == 9.0
+    assert b.segment_ms([1.0] * 8 + [2.0] * 10 + [100.0], "after", stat="trimmed") == 2.0
