@@ -15,7 +15,7 @@ import polars as pl
 
 from workbench.analyses import metrics
 from workbench.analyses.breakdown import (
-    KERNEL_WAIT_NS, breakdown_by_rank, breakdown_findings, idle_causes,
+    KERNEL_WAIT_NS, breakdown_by_rank, breakdown_findings,
 )
 from workbench.analyses.bubbles import bubble_findings, step_idle
 from workbench.analyses.collectives import (
@@ -47,7 +47,11 @@ def _table(run: Any, name: str, schema: dict) -> pl.DataFrame:
 class AnalysisTables:
     """Every analysis output of one run (schemas in ``workbench.schema.ANALYSIS_TABLES``), plus the typed
     findings (``roots``: root causes, most costly first, symptoms under them) and their frame view
-    (``findings``). ``tables["name"]`` still works during the transition from the old dict."""
+    (``findings``). ``tables["name"]`` still works during the transition from the old dict.
+
+    ``idle_gaps`` holds every gap up to ``per_rank.IDLE_GAPS_KEPT`` rows; a larger run keeps each rank's longest
+    (``per_rank.kept_gaps``), so thousands of ranks fit in memory. ``idle_by_stream`` / ``idle_by_step`` always
+    count every gap."""
 
     breakdown: pl.DataFrame
     breakdown_by_rank: pl.DataFrame
@@ -107,11 +111,12 @@ def _declared(name: str, frame: pl.DataFrame | None) -> pl.DataFrame:
     return conform(frame, sch) if not extra else conform(frame, sch).hstack(frame.select(extra))
 
 
-def _profiler_overhead(events: pl.DataFrame, ranks: pl.DataFrame) -> Finding | None:
-    """``profiler_overhead`` when the traces hold ``python_function`` events (recorded with ``with_stack``)."""
-    if events.is_empty() or "kind" not in events.columns:
+def _profiler_overhead(python_events: pl.DataFrame, ranks: pl.DataFrame) -> Finding | None:
+    """``profiler_overhead`` when the traces hold ``python_function`` events (recorded with ``with_stack``);
+    ``python_events``: their count per rank (``rank``, ``events``; ``per_rank.rank_tables``)."""
+    if python_events.is_empty() or "events" not in python_events.columns:
         return None
-    py = events.filter(pl.col("kind").cast(pl.String) == "python")
+    py = python_events.filter(pl.col("events") > 0)
     if py.is_empty():
         return None
     with_stack = sorted(set(py["rank"].to_list()))
@@ -123,7 +128,7 @@ def _profiler_overhead(events: pl.DataFrame, ranks: pl.DataFrame) -> Finding | N
         f"The trace of rank {', '.join(map(str, with_stack))} was recorded with with_stack=True"
         f"{' and record_shapes=True' if shapes else ''}: the profiler then slows every host-side op, so host time "
         "and host-bound idle in this window are inflated. Record without them to measure the host cost.",
-        ProfilerOverheadEvidence(tuple(with_stack), py.height, tuple(shapes)),
+        ProfilerOverheadEvidence(tuple(with_stack), int(py["events"].sum()), tuple(shapes)),
         Cost.none("none (it inflates the host time measured in the window)"), ranks=with_stack, source="summary")
 
 
@@ -188,8 +193,8 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
     out["overlap"] = comm_compute_overlap(bd)
     gaps = ev["idle_gaps"]
     out["idle_gaps"] = gaps
-    out["idle_by_stream"] = idle_causes(gaps, ("rank", "stream"))
-    out["idle_by_step"] = idle_causes(gaps, ("rank", "step", "stream"))
+    out["idle_by_stream"] = ev["idle_by_stream"]  # from every gap, batch by batch (idle_gaps may be cut)
+    out["idle_by_step"] = ev["idle_by_step"]
     out["step_idle"] = step_idle(bd)
     out["bubbles"] = ev["bubbles"]
     matched = match_collectives(colls, ranks) if not colls.is_empty() else pl.DataFrame()

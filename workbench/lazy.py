@@ -13,7 +13,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,8 @@ from workbench.kineto import TraceTables
 
 BIG = ("events", "kernels")
 _SCHEMAS = {"events": schema.EVENTS, "kernels": schema.KERNELS}
+_EMPTY = {"collectives": schema.empty(schema.COLLECTIVES), "steps": schema.empty(schema.STEPS),
+          "skipped": schema.empty(schema.SKIPPED)}
 
 
 @dataclass(slots=True)
@@ -56,6 +58,13 @@ class RankPart:
         if isinstance(src, pl.DataFrame):
             return src
         return schema.conform(pl.read_parquet(src), _SCHEMAS[table])
+
+    def drop_small_tables(self) -> None:
+        """Let go of ``collectives``, ``steps`` and ``skipped`` once a :class:`~workbench.Run` holds them stacked
+        (a 1024-rank run would otherwise hold every small table twice)."""
+        self.collectives = _EMPTY["collectives"]
+        self.steps = _EMPTY["steps"]
+        self.skipped = _EMPTY["skipped"]
 
     def cached(self) -> bool:
         """Whether the big tables live in parquet files."""
@@ -125,14 +134,30 @@ class BigTables:
         """Replace a table by a frame (``Run.events = ...``)."""
         self._frames[table] = frame
 
-    def scan(self, table: str) -> pl.LazyFrame:
-        """A LazyFrame over the whole table: parquet scans of the cached parts, in-memory frames of the others."""
+    def scan(self, table: str, ranks: Iterable[int] | None = None) -> pl.LazyFrame:
+        """A LazyFrame over the whole table (or ``ranks``' rows only: only their files are read): parquet scans
+        of the cached parts, in-memory frames of the others."""
+        if ranks is not None:
+            return self.subset(ranks).scan(table)
         if table in self._frames or not self.parts:
             return self.frame(table).lazy()
         cols = [pl.col(n).cast(t) for n, t in _SCHEMAS[table].items()]
         lazies = [(pl.scan_parquet(src) if isinstance(src, Path) else src.lazy()).select(cols)
                   for src in (p.big[table] for p in self.parts)]
         return pl.concat(lazies, how="vertical") if len(lazies) > 1 else lazies[0]
+
+    def subset(self, ranks: Iterable[int]) -> BigTables:
+        """The same tables for ``ranks`` only (their parts; frames held whole are filtered)."""
+        keep = {int(r) for r in ranks}
+        frames = {t: f.filter(pl.col("rank").is_in(sorted(keep))) for t, f in self._frames.items()}
+        return BigTables([p for p in self.parts if p.rank in keep], frames)
+
+    def ranks_with(self, table: str) -> list[int]:
+        """The ranks with at least one row of ``table``, ascending (from the per-file counts when not loaded)."""
+        if table in self._frames or not self.parts:
+            f = self.frame(table)
+            return sorted(int(r) for r in f.get_column("rank").unique().drop_nulls().to_list()) if f.height else []
+        return sorted({p.rank for p in self.parts if int(p.stats.get(table, 0)) > 0})
 
     def ranks(self) -> list[int]:
         """The ranks with a part (or with rows, for tables set whole), ascending."""

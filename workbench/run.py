@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from itertools import islice
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
@@ -85,11 +85,34 @@ class Run:
         events at a time (what the analyses use: the per-query cost is shared, memory stays bounded)."""
         return self._big.batches(tables or BIG, max_events)
 
-    def scan(self, table: str) -> pl.LazyFrame:
-        """A polars LazyFrame over ``events`` or ``kernels`` (parquet scans of the cache), or any table."""
+    def scan(self, table: str, ranks: Iterable[int] | None = None) -> pl.LazyFrame:
+        """A polars LazyFrame over ``events`` or ``kernels`` (parquet scans of the cache), or any table;
+        with ``ranks``, those ranks' rows only (only their cache files are read)."""
         if table in BIG:
-            return self._big.scan(table)
-        return self.table(table).lazy()
+            return self._big.scan(table, ranks)
+        lazy = self.table(table).lazy()
+        return lazy.filter(pl.col("rank").is_in(sorted({int(r) for r in ranks}))) if ranks is not None else lazy
+
+    def subset(self, ranks: Iterable[int]) -> Run:
+        """The same run restricted to ``ranks``: every small table filtered, ``events`` / ``kernels`` read from
+        those ranks' cache files only, on first use (a drill-down into a few ranks of a large run)."""
+        keep = sorted({int(r) for r in ranks})
+
+        def only(frame: pl.DataFrame) -> pl.DataFrame:
+            return frame.filter(pl.col("rank").is_in(keep)) if "rank" in frame.columns else frame
+
+        return Run(path=self.path, ranks=only(self.ranks), collectives=only(self.collectives),
+                   steps=only(self.steps), compiles=only(self.compiles), fingerprints=only(self.fingerprints),
+                   skipped=only(self.skipped), problems=list(self.problems), meta=dict(self.meta),
+                   big=self._big.subset(keep))
+
+    def ranks_with(self, table: str) -> list[int]:
+        """Ranks with at least one row of ``table`` (``events`` / ``kernels``: from the per-file counts, without
+        reading them), ascending."""
+        if table in BIG:
+            return self._big.ranks_with(table)
+        f = self.table(table)
+        return sorted(int(r) for r in f.get_column("rank").unique().drop_nulls().to_list()) if f.height else []
 
     def loaded(self, table: str) -> bool:
         """Whether ``events`` / ``kernels`` is held whole in memory (the small tables always are)."""
@@ -276,6 +299,8 @@ def open(  # noqa: A001 - the notebook entry point is deliberately ``workbench.o
         meta=dict(meta),
         big=BigTables(parts),
     )
+    for p in parts:  # the run holds them stacked now; each part keeps only its files and counts
+        p.drop_small_tables()
     notes += [f"{p.path}: no rank recorded and one process: read as rank 0" for p in parts
               if p.rank_source == ASSUMED_RANK]
     if notes:
