@@ -243,6 +243,29 @@ def test_failing_export_is_logged(tmp_path, monkeypatch):
     assert sorted(read_steps(tmp_path / "rank0")[0]) == [0, 1, 2, 3]
 
 
+def test_window_is_exported_off_the_training_thread(tmp_path, monkeypatch):
+    """The trace is written by a background thread, and close() waits for it: the file is complete after close."""
+    import threading
+
+    import torch.profiler
+
+    real = torch.profiler.profile.export_chrome_trace
+    seen = []
+
+    def export(self, path):
+        seen.append((threading.current_thread().name, path.endswith(".gz")))
+        return real(self, path)
+
+    monkeypatch.setattr(torch.profiler.profile, "export_chrome_trace", export)
+    c = Collector(tmp_path, profile_start=1, profile_length=2)
+    train(c, 5)
+    assert seen == [("workbench-trace-export", False)]        # Kineto's JSON, gzipped by the collector itself
+    (trace,) = c.trace_files
+    names = {e.get("name") for e in json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]}
+    assert {"ProfilerStep#1", "ProfilerStep#2"} <= names
+    assert sorted(p.name for p in trace.parent.iterdir()) == [trace.name]   # no temp folder left
+
+
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
 def test_full_disk_is_logged_not_raised(tmp_path, caplog):
     rank = tmp_path / "rank0"
