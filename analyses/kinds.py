@@ -250,8 +250,8 @@ KIND_TABLE: tuple[tuple[str, type[Evidence], str, str, str], ...] = (
      "none"),
     ("compile_skew", CompileSkewEvidence, "estimate:low",
      "One rank's first compiles take longer than the others' and it arrives last at the collectives of that step, by "
-     "more than the run's own noise: the others wait for it (else, for a ≥ 1 s difference, a note that nobody "
-     "waited).",
+     "≥ 1 s and more than the run's own noise: the others wait for it (else a zero-cost note that says why it is "
+     "not a cause).",
      "the time it held the other ranks back in the step of the compile: its arrival minus the second-latest's "
      "(measured: the collectives' arrivals, else step times less each rank's own compile time); zero when they did "
      "not wait for it; estimated from the compile times (at most a low note) only when no step or collective was "

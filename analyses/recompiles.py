@@ -498,10 +498,12 @@ def skew_findings(cands: list[tuple[str, str | None, dict[int, int], dict[int, i
     """``compile_skew`` per step of first compiles (``cands``: compile id, frame, compile ns by rank, step by rank).
 
     A root cause when the others measurably waited in that step (:func:`startup_wait`) for the rank that arrived
-    last, by more than the run's own noise, and that rank's extra compile time (at least ``SKEW_MIN_NS``) explains
-    at least half of it; its cost is the time it held them back (measured: its arrival minus the second-latest's,
-    what the job would save without it; with two ranks, the other's wait). Else, for a compile-time difference ≥ 1 s, a zero-cost note that says why
-    nobody waited. Estimated from the compile times only when no step or collective was recorded.
+    last, by more than the run's own noise and at least 1 s (``SKEW_NOTE_NS``: below it, ranks that start and
+    compile at different speeds on a loaded host look the same), and that rank's extra compile time (at least
+    ``SKEW_MIN_NS``) explains at least half of it. Its cost is the time it held them back (measured: its arrival
+    minus the second-latest's, what the job would save without it; with two ranks, the other's wait). Else, for a
+    compile-time difference ≥ 1 s or a shorter measured wait, a zero-cost note that says why it is not a cause:
+    nobody waited, or not long enough. Estimated from the compile times only when no step or collective was recorded.
     """
     by_step: dict[int | None, list] = {}
     for cand in cands:
@@ -533,7 +535,8 @@ def skew_findings(cands: list[tuple[str, str | None, dict[int, int], dict[int, i
         extra = durs[last] - min(durs.values())
         ev = CompileSkewEvidence(cid, co_name, int(extra), int(last), durs, step, dict(w.wait_by_rank),
                                  w.held_ns, w.noise_ns)
-        if w.wait_by_rank and w.held_ns > w.noise_ns and extra >= SKEW_MIN_NS and 2 * extra >= w.held_ns:
+        if (w.wait_by_rank and w.held_ns > w.noise_ns and w.held_ns >= SKEW_NOTE_NS and extra >= SKEW_MIN_NS
+                and 2 * extra >= w.held_ns):
             wait = max(w.wait_by_rank.values())
             held = (f"{ranks_text(w.wait_by_rank)} waited {_s(wait)} for it" if len(w.wait_by_rank) == 1 else
                     f"{ranks_text(w.wait_by_rank)} waited up to {_s(wait)}, {_s(w.held_ns)} of it after the "
@@ -544,19 +547,23 @@ def skew_findings(cands: list[tuple[str, str | None, dict[int, int], dict[int, i
                 Cost.measured(w.held_ns, f"{w.method}: its arrival minus the second-latest's"), ranks=list(durs),
                 steps=at, source="recompiles", key=cid))
             continue
-        if skew < SKEW_NOTE_NS:
+        if skew < SKEW_NOTE_NS and not (w.held_ns >= SKEW_MIN_NS and extra >= SKEW_MIN_NS):
             continue
-        slow = max(durs, key=durs.get)
+        slow = max(durs, key=durs.get) if skew >= SKEW_NOTE_NS else last
         why = (f"rank {w.last_rank} arrived last in step {step}, not rank {slow}" if last != slow else
                f"the {_s(w.held_ns)} it held the others back in step {step} is within the run's own noise "
                f"({_s(w.noise_ns)} in the other steps)" if w.held_ns <= w.noise_ns else
-               f"its extra compile time explains less than half of the {_s(w.held_ns)} it held the others back")
+               f"its extra compile time explains less than half of the {_s(w.held_ns)} it held the others back"
+               if 2 * extra < w.held_ns else
+               f"it held the others back {_s(w.held_ns)} in step {step}, under the 1 s a start-up skew must reach "
+               "to tell it from ranks starting and compiling at different speeds under load")
         out.append(make_finding(
-            "compile_skew", f"{head} took {_s(skew)} longer on rank {slow} than on the fastest rank, but the other "
-            f"ranks did not measurably wait for it: {why} ({w.method}).",
+            "compile_skew", f"{head} took {_s(max(skew, extra))} longer on rank {slow} than on the fastest rank, but "
+            f"{'the other ranks did not wait for it' if last != slow else 'it is not counted as a root cause'}: "
+            f"{why} ({w.method}).",
             CompileSkewEvidence(cid, co_name, int(skew), int(slow), durs, step, dict(w.wait_by_rank), w.held_ns,
                                 w.noise_ns),
-            Cost.none(f"none: the others did not wait for it ({why})"), ranks=list(durs), steps=at,
+            Cost.none(f"none: not a root cause ({why})"), ranks=list(durs), steps=at,
             source="recompiles", key=cid))
     return out
 
