@@ -44,10 +44,10 @@ def _equal(a: dict, b: dict) -> None:
 def test_rank_batches_give_the_whole_table_results(sample: Path, tmp_path: Path) -> None:
     root = _copy(sample, tmp_path / sample.name)
     run = workbench.open(root)
-    whole = event_tables(_whole(workbench.open(root)), run.steps, "steady", KERNEL_WAIT_NS)
     one_by_one = event_tables(run, run.steps, "steady", KERNEL_WAIT_NS, max_events=1)   # one rank per batch
     together = event_tables(run, run.steps, "steady", KERNEL_WAIT_NS)                  # all ranks in one batch
     assert not run.loaded("events") and not run.loaded("kernels")
+    whole = event_tables(_whole(run), run.steps, "steady", KERNEL_WAIT_NS)               # now read whole
     _equal(whole, one_by_one)
     _equal(whole, together)
 
