@@ -88,10 +88,15 @@ def run_fault(name: str, out: str | Path, *, compile_config: str | Path | None =
     return write_ground_truth(name, out, codes=codes, wall_s=wall, compile_config=compile_config)
 
 
+DUMP_LOCATIONS = frozenset({"TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"})
+
+
 def run_env(env: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a fault's ranks (before the per-rank variables): this process's, ``env``, the repo on
-    ``PYTHONPATH`` and one OpenMP thread."""
-    base = {**os.environ, **(env or {})}
+    ``PYTHONPATH`` and one OpenMP thread. Flight Recorder dump locations this process has (a collector of its own
+    sets them) are left out: each rank's collector points them into the run."""
+    base = {k: v for k, v in os.environ.items() if k not in DUMP_LOCATIONS}
+    base.update(env or {})
     base["PYTHONPATH"] = os.pathsep.join(filter(None, [base.get("PYTHONPATH"), str(REPO)]))  # a shim first
     base.setdefault("OMP_NUM_THREADS", "1")
     return base
