@@ -4,7 +4,7 @@ fault gone on rerun · diff verdict.
 
     python bench/faults.py                      # every CPU fault (several minutes on 2 cores)
     python bench/faults.py --only recompile_limit divergent_recompile_batch
-    python bench/faults.py --write-docs         # also replace the table in docs/faults.md
+    python bench/faults.py --write-docs         # also replace the table in docs/faults.md and README.md
 
 Each fault runs in ``--work`` (default: a temporary folder) as ``<name>/before``, ``<name>/fixes.toml`` and
 ``<name>/after``; the runs keep their ``ground_truth.json`` for inspection. Hang faults (``hang_*``) are listed
@@ -14,6 +14,7 @@ by their own bench (``bench/hangs.py`` where present) and skipped here unless na
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import tempfile
@@ -24,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 DOCS = ROOT / "docs" / "faults.md"
+README = ROOT / "README.md"
 BEGIN, END = "<!-- fault-table:begin -->", "<!-- fault-table:end -->"
 
 
@@ -33,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", default=None, help="folder for the runs (default: a temporary folder)")
     p.add_argument("--no-rerun", action="store_true", help="record and analyse only")
     p.add_argument("--reuse", action="store_true", help="analyse the runs already in --work again (no recording)")
-    p.add_argument("--write-docs", action="store_true", help=f"replace the table in {DOCS.relative_to(ROOT)}")
+    p.add_argument("--write-docs", action="store_true",
+                   help=f"replace the table in {DOCS.relative_to(ROOT)} and {README.relative_to(ROOT)}")
     p.add_argument("--gpu-config", default=None, metavar="PATH",
                    help="only write the config the recommender writes for a launch_bound finding (the rerun "
                         "config bench/faults_gpu.sh takes: the device machine has no polars to run it there)")
@@ -50,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work or tempfile.mkdtemp(prefix="faults-"))
     results = []
     t0 = time.monotonic()
+    load0 = os.getloadavg()[0]
     with shared_launcher():               # every run's ranks fork from one process that imported torch once
         for name in names:
             print(f"… {name}", file=sys.stderr, flush=True)
@@ -62,14 +66,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {res.seconds:.0f} s: {res.row()}", file=sys.stderr, flush=True)
     table = markdown_table(results)
     print(table)
-    print(f"\n{len(results)} faults in {time.monotonic() - t0:.0f} s; runs in {work}")
-    if args.write_docs and DOCS.is_file():
-        text = DOCS.read_text()
-        stamp = time.strftime("%Y-%m-%d", time.gmtime())
-        block = f"{BEGIN}\n_Measured {stamp} by `python bench/faults.py` (torch CPU, gloo)._\n\n{table}\n{END}"
-        text = re.sub(re.escape(BEGIN) + r".*?" + re.escape(END), lambda _: block, text, flags=re.S)
-        DOCS.write_text(text)
-        print(f"wrote the table into {DOCS}")
+    seconds = time.monotonic() - t0
+    print(f"\n{len(results)} faults in {seconds:.0f} s; runs in {work}")
+    if args.write_docs:
+        import torch
+
+        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        where = (f"torch {torch.__version__} on CPU, gloo; {os.cpu_count()} cores, load average "
+                 f"{load0:.1f} at the start and {os.getloadavg()[0]:.1f} at the end; {seconds / 60:.0f} min")
+        block = f"{BEGIN}\n_Measured {stamp} by `python bench/faults.py` ({where})._\n\n{table}\n{END}"
+        for doc in (DOCS, README):
+            text = doc.read_text()
+            if BEGIN in text:
+                doc.write_text(re.sub(re.escape(BEGIN) + r".*?" + re.escape(END), lambda _: block, text, flags=re.S))
+                print(f"wrote the table into {doc}")
     return 0
 
 
