@@ -10,7 +10,8 @@ show:
    a warning carried by every verdict; a different compile config is expected (it is usually the fix under test).
 2. A :class:`FindingVerdict` per root finding of BEFORE (``fixed`` / ``smaller`` / ``unchanged`` / ``worse`` /
    ``cannot tell`` / ``not comparable``), matched by kind + ranks (+ compiled frame for recompile kinds), never by
-   message text; the findings AFTER has and BEFORE had not.
+   message text; the findings AFTER has and BEFORE had not. A timed finding absent from AFTER is ``fixed`` only
+   when AFTER could have shown it and its cost per step was above the step-to-step spread (else ``cannot tell``).
 3. The step-time change with its uncertainty (:class:`Change`: bootstrap CI of the median change and a
    Mann–Whitney rank-sum test on the per-step times of each side; too few steps or a CI that is neither clearly
    away from zero nor clearly within ±5 % gives ``"cannot tell"``).
@@ -533,6 +534,10 @@ def _judge(f: _F, g: _F | None, b: RunData, a: RunData, comp: Comparability) -> 
             ok, why = False, f"AFTER has only {_collector_steps(a)} collector steps"
         if ok and f.kind in _ONE_SHOT_TIMING:
             ok, why = False, "not in AFTER, but one timing a run decides it (one sample a side)"
+        pb = base["before_per_step_ns"]
+        if ok and f.source not in _EVENT_SOURCES and pb is not None and pb < max(_spread(b), _spread(a)):
+            ok, why = False, (f"not in AFTER, but it cost {_ms(pb)} per step, within the step-to-step spread "
+                              f"({_ms(max(_spread(b), _spread(a)))})")
         if not ok:
             return FindingVerdict(**base, after_cost_ns=None, after_per_step_ns=None, verdict="cannot tell",
                                   evidence=f"{why}: its absence proves nothing")
