@@ -35,16 +35,15 @@ def _missing(v: Any) -> bool:
 
 
 def fmt_time(ns: Any) -> str:
-    """ns → a duration with its unit at a precision a person reads: ``"2.57 s"``, ``"276.7 ms"``, ``"6.12 ms"``,
-    ``"905 µs"`` (:func:`workbench.figures.fmt_duration`, the figures' own labels)."""
+    """ns → a duration with its unit at a precision a person reads: ``"2.57 s"``, ``"277 ms"``, ``"6.1 ms"``,
+    ``"905 µs"`` (:func:`workbench.figures.fmt_duration`: the CLI's format, the figures' own labels)."""
     return "–" if _missing(ns) else fmt_duration(ns)
 
 
-def fmt_ms(ns: Any, digits: int = 2) -> str:
-    """ns → ``"12.35 ms"``: what grid cells of :func:`ms_column` show (the tests compare with this)."""
-    if _missing(ns):
-        return "–"
-    return f"{ns / 1e6:,.{digits}f} ms"
+def fmt_ms(ns: Any) -> str:
+    """ns → what a grid cell of :func:`ms_column` or :func:`duration_column` shows: :func:`fmt_time` (one format
+    for every duration)."""
+    return fmt_time(ns)
 
 
 def fmt_pct(v: Any, digits: int = 1) -> str:
@@ -74,10 +73,11 @@ def _number_js(digits: int, suffix: str) -> str:
             f"{{minimumFractionDigits: {digits}, maximumFractionDigits: {digits}}}) + '{suffix}'")
 
 
-def ms_column(field: str, header: str, *, digits: int = 2, **kw: Any) -> dict[str, Any]:
-    """A grid column of a number of ms (the row holds the float), shown as ``"1,234.57 ms"``, sorted as a number."""
+def ms_column(field: str, header: str, **kw: Any) -> dict[str, Any]:
+    """A grid column of a number of ms (the row holds the float), shown as :func:`fmt_time` shows its ns
+    (``"2.57 s"``, ``"312 ms"``, ``"4.1 ms"``), sorted as a number."""
     return {"field": field, "headerName": header, "type": "rightAligned",
-            "valueFormatter": {"function": _number_js(digits, " ms")}, **kw}
+            "valueFormatter": {"function": _duration_js("params.value == null ? null : params.value * 1e6")}, **kw}
 
 
 def pct_column(field: str, header: str, *, digits: int = 1, **kw: Any) -> dict[str, Any]:
@@ -86,15 +86,17 @@ def pct_column(field: str, header: str, *, digits: int = 1, **kw: Any) -> dict[s
             "valueFormatter": {"function": _number_js(digits, " %")}, **kw}
 
 
+def _duration_js(value: str) -> str:
+    """A grid cell's formatter: the ns ``value`` by ``wbDuration`` (assets/dashAgGridFunctions.js), the rules of
+    :func:`workbench.analyses.findings.format_ns`."""
+    return f"wbDuration({value})"
+
+
 def duration_column(field: str, header: str, **kw: Any) -> dict[str, Any]:
     """A grid column of a duration in ns (the row holds the integer), shown with the unit that reads best
-    (``"307 ns"``, ``"12 µs"``, ``"1.25 ms"``, ``"2.57 s"``, as :func:`fmt_time`), sorted as a number."""
-    js = ("(function(v){ if (v == null) return '–'; var a = Math.abs(v), f = function(x, d){ return "
-          "x.toLocaleString('en-US', {minimumFractionDigits: d, maximumFractionDigits: d}); };"
-          " if (a >= 1e9) return f(v / 1e9, 2) + ' s'; if (a >= 1e8) return f(v / 1e6, 1) + ' ms';"
-          " if (a >= 1e6) return f(v / 1e6, 2) + ' ms'; if (a >= 1e3) return f(v / 1e3, 0) + ' µs';"
-          " return f(v, 0) + ' ns'; })(params.value)")
-    return {"field": field, "headerName": header, "type": "rightAligned", "valueFormatter": {"function": js}, **kw}
+    (``"307 ns"``, ``"12 µs"``, ``"1.3 ms"``, ``"2.57 s"``, exactly as :func:`fmt_time`), sorted as a number."""
+    return {"field": field, "headerName": header, "type": "rightAligned",
+            "valueFormatter": {"function": _duration_js("params.value")}, **kw}
 
 
 def col(field: str, header: str, **kw: Any) -> dict[str, Any]:
@@ -188,6 +190,6 @@ def run_problems(run) -> html.Div | None:
         return None
     nothing = getattr(run, "ranks", None) is not None and run.ranks.height == 0
     title = ("Nothing could be read from this run" if nothing
-             else f"{len(run.problems)} problem(s) while reading this run; the rest is shown")
+             else f"{plural(len(run.problems), 'problem')} while reading this run; the rest is shown")
     return html.Div([html.Strong(title), html.Pre("\n".join(run.problems), className="panel-detail")],
                     className="panel " + ("panel-error" if nothing else "panel-unavailable"), id="run-problems")

@@ -155,7 +155,9 @@ def _render(page, pctx: PageContext):
         body = page.layout(pctx)
     except Exception as exc:  # noqa: BLE001
         body = error_panel(f"{page.NAME}: this page failed", "".join(traceback.format_exception_only(exc)).strip())
-    return html.Div([html.H2(page.NAME), body], id=f"page-{page.KEY}")
+    # keyed by page and run: another run's page is drawn afresh, never patched into the last one's DOM
+    return html.Div([html.H2(page.NAME), body], id=f"page-{page.KEY}", key=f"{page.KEY}:{pctx.run_id}",
+                    **{"data-run": pctx.run_id or ""})
 
 
 __all__ = ["PAGES", "PageContext", "create_app", "default_roots", "dash"]

@@ -58,7 +58,7 @@ def _layout(store: RunStore, rid: str) -> Any:
     if br.is_empty():
         run = store.run(rid)
         why = ("this run has no device (GPU) activity: a CPU-only run has no kernels to break down; see Drift and "
-               "the Timeline for its steps and collectives" if run.kernels.is_empty() else
+               "the Timeline for its steps and collectives" if run.count("kernels") == 0 else
                "no device activity in the analysed window (complete profiler steps)")
         return html.Div(f"Nothing to break down: {why}.", className="panel panel-unavailable", id="no-breakdown")
     ranks = br["rank"].to_list()

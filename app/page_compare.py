@@ -57,6 +57,26 @@ def _run_json(store: RunStore, rid: str) -> dict[str, Any]:
         return {}
 
 
+def identity(store: RunStore, rid: str) -> RunData:
+    """What :func:`~workbench.analyses.diff.comparability` reads of a run, without its events: the small tables,
+    ``run.json`` and one kernel row (whether it recorded device data) — cached per run."""
+    def go():
+        run = store.run(rid)
+        return RunData.from_run(_Small(run), {}, name=rid)
+    return store.cached(rid, "compare:identity", go)
+
+
+class _Small:
+    """A run's small tables, one kernel row and no events: the view :func:`identity` builds from."""
+
+    def __init__(self, run: Any):
+        for k in ("steps", "collectives", "compiles", "fingerprints", "ranks"):
+            setattr(self, k, getattr(run, k))
+        self.kernels = run.scan("kernels").head(1).collect()
+        self.events = pl.DataFrame()
+        self.meta = dict(getattr(run, "meta", None) or {})
+
+
 def same_job_default(store: RunStore, rid: str) -> str | None:
     """A run of the same job as ``rid`` (same script and world size in ``run.json``, then confirmed by the diff's
     comparability check), newest first; None when there is none."""
@@ -72,8 +92,8 @@ def same_job_default(store: RunStore, rid: str) -> str | None:
         if other.get("argv") and (Path(str(other["argv"][0])).name, other.get("world_size")) == key:
             cands.append((str(other.get("created") or ""), e.id))
     for _, cid in sorted(cands, reverse=True):
-        try:  # the comparability check reads the runs' tables only: no analysis for a rejected candidate
-            if comparability(RunData.from_run(store.run(rid), {}), RunData.from_run(store.run(cid), {})).comparable:
+        try:  # the comparability check reads the runs' small tables only: no analysis for a rejected candidate
+            if comparability(identity(store, rid), identity(store, cid)).comparable:
                 return cid
         except Exception:  # noqa: BLE001 - a broken candidate is no default
             continue
@@ -84,7 +104,8 @@ def layout(pctx) -> Any:
     store, rid, q = pctx.store, pctx.run_id, pctx.query
     if len(store.entries) < 2:
         return error_panel("Compare needs two runs", "Start the app with at least two runs.")
-    other = q.get("other") if q.get("other") in store.ids() else same_job_default(store, rid)
+    other = q.get("other") if q.get("other") in store.ids() else store.cached(
+        rid, "compare:default", lambda: same_job_default(store, rid))
     opts = [{"label": e.label, "value": e.id} for e in store.entries]
     return html.Div([
         html.Div([

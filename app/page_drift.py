@@ -112,6 +112,7 @@ DRIFT_COLUMNS = [
     ms_column("mean_offset_ms", "Mean arrival offset (+ later)"),
     ms_column("first_offset_ms", "First offset"), ms_column("last_offset_ms", "Last offset"),
     ms_column("drift_ms", "Drift: last third − first third (+ falling behind)"),
+    ms_column("slope_ms_per_s", "Trend per second of run (+ falling behind)"),
 ]
 CLOCK_COLUMNS = [
     col("rank", "Rank", maxWidth=110), col("host", "Host"), duration_column("offset_ns", "Clock offset vs the lowest rank"),
@@ -125,14 +126,17 @@ def _drift(store: RunStore, rid: str) -> Any:
     if d.is_empty():
         return html.Div("No matched collectives.", className="muted")
     drift = ns_to_ms(d.select("rank", "instances", *[c for c in ("mean_offset_ns", "first_offset_ns", "last_offset_ns",
-                                                                "drift_ns") if c in d.columns]),
+                                                                "drift_ns") if c in d.columns],
+                                 *([pl.col("slope_ns_per_s").alias("slope_ms_per_s") / 1e6]
+                                   if "slope_ns_per_s" in d.columns else [])),
                      "mean_offset_ns", "first_offset_ns", "last_offset_ns", "drift_ns")
     parts: list[Any] = [
         graph(figures.arrival_offset_figure(matched), id="arrival-offset-figure"),
         html.Div("Offset = this rank's arrival at a collective minus the median rank's arrival at the same "
                  "collective. Positive: it arrives later and the others wait for it; negative: it arrives earlier "
-                 "and waits. With two ranks the offsets mirror each other (±): the one above zero is the one being "
-                 "waited for.", className="muted", id="offset-sign"),
+                 "and waits. Drift and trend say how the offset moves over the run, measured against the same "
+                 "clock for every rank (each collective's median arrival): positive = falling further behind. "
+                 "With two ranks every column mirrors (±): the rank above zero is the one being waited for.", className="muted", id="offset-sign"),
         grid(drift, id="drift-grid", columns=DRIFT_COLUMNS),
     ]
     clocks = compute.table(store, rid, "clock_offsets")

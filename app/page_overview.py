@@ -12,7 +12,7 @@ from dash import Input, Output, dcc, html
 from workbench import figures
 from workbench.app import compute
 from workbench.app.components import (
-    col, error_panel, fmt_time, graph, grid, ms_column, ns_to_ms, plural, ranks_phrase, run_problems, safe,
+    col, duration_column, error_panel, fmt_time, graph, grid, ms_column, ns_to_ms, plural, ranks_phrase, run_problems, safe,
     section, stats_row,
 )
 from workbench.app.store import RunStore
@@ -49,7 +49,7 @@ def cost_label(cost_ns: Any, basis: str | None, method: str | None = None) -> st
 
 def findings_table(f: pl.DataFrame) -> pl.DataFrame:
     """Every finding as the grid shows it, in the analyses' order (each root cause, then its symptoms), with the
-    root cause a symptom belongs to and the cost in ms (tests compare this with the grid)."""
+    root cause a symptom belongs to and the cost in ns (shown as :func:`fmt_time` shows it)."""
     kinds = dict(zip(f["id"].to_list(), f["kind"].to_list()))
     return f.select(
         pl.int_range(1, f.height + 1).alias("n"),
@@ -59,7 +59,7 @@ def findings_table(f: pl.DataFrame) -> pl.DataFrame:
                 kinds, default=pl.col("cause_id")).map_elements(kind_title, return_dtype=pl.String)])
         ).alias("role"),
         pl.col("severity"),
-        (pl.col("cost_ns") / 1e6).alias("cost_ms"),
+        pl.col("cost_ns"),
         pl.col("cost_basis").fill_null("–").alias("basis"),
         pl.col("ranks").list.eval(pl.element().cast(pl.String)).list.join(", ").alias("ranks"),
         pl.col("steps").list.eval(pl.element().cast(pl.String)).list.join(", ").alias("steps"),
@@ -69,7 +69,7 @@ def findings_table(f: pl.DataFrame) -> pl.DataFrame:
 
 FINDING_COLUMNS = [
     col("n", "#", minWidth=70, maxWidth=80), col("kind", "Finding", minWidth=150), col("role", "Role", minWidth=170, wrapText=True, autoHeight=True),
-    col("severity", "Severity", maxWidth=100), ms_column("cost_ms", "Cost", minWidth=110, maxWidth=130),
+    col("severity", "Severity", maxWidth=100), duration_column("cost_ns", "Cost", minWidth=110, maxWidth=130),
     col("basis", "Cost basis", maxWidth=120), col("ranks", "Ranks", maxWidth=90), col("steps", "Steps", maxWidth=110),
     col("message", "What was seen", flex=3, minWidth=300, wrapText=True, autoHeight=True),
 ]
@@ -163,7 +163,7 @@ def _run_part(store: RunStore, rid: str) -> Any:
         ("ranks", "ranks loaded", str(len(info["ranks"]))),
         ("steps", "steps", str(info["steps"])),
         ("span", "span", fmt_time(info["span_ns"])),
-        ("kernels", "device activities", f"{run.kernels.height:,}"),
+        ("kernels", "device activities", f"{run.count('kernels'):,}"),
         ("collectives", "collectives", f"{info['collectives']:,}"),
         ("compiles", "compiles", f"{info['compiles']:,}"),
     ])

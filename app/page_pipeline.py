@@ -43,7 +43,7 @@ STAGE_COLUMNS = [
     col("rank", "Stage (rank)"), col("steps", "Steps analysed"), col("microbatches", "Micro-batches per step"),
     ms_column("step_ms", "Median step"), ms_column("work_ms", "Work (forward + backward)"),
     ms_column("bubble_ms", "Bubble"), pct_column("bubble_pct", "Bubble share of the step"),
-    col("timeline", "Work measured on"),
+    ms_column("first_forward_delay_ms", "First forward after the step starts"), col("timeline", "Work measured on"),
 ]
 
 

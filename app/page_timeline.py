@@ -28,21 +28,41 @@ MAX_DEFAULT_RANKS = 8
 
 def origin(store: RunStore, rid: str) -> int:
     """The run's time zero (ns): its first recorded activity (kernel or collective, else drawn step); the x axis
-    is in ms since it."""
+    is in ms since it. The kernels' bounds come from a two-column scan (no rank's kernels are held for it)."""
     def go():
         run = store.run(rid)
-        b = figures.activity_bounds(index(store, rid), run.steps, run.collectives)
+        k = run.scan("kernels").select(pl.col("start").min(), pl.col("end").max()).collect()
+        b = figures.activity_bounds(k, run.steps, run.collectives)
         return b[0] if b else 0
     return store.cached(rid, "timeline:origin", go)
 
 
-def index(store: RunStore, rid: str) -> figures.TimelineIndex:
-    return store.cached(rid, "timeline:index", lambda: figures.TimelineIndex(store.run(rid).kernels))
+def _key(ranks: list[int] | None) -> str:
+    return ",".join(map(str, sorted(ranks or [])))
+
+
+def drawn_run(store: RunStore, rid: str, ranks: list[int] | None):
+    """The run restricted to the drawn ``ranks`` (:meth:`workbench.Run.subset`: only their kernels are read),
+    or the whole run when none are picked."""
+    return store.cached(rid, f"timeline:run:{_key(ranks)}",
+                        lambda: store.run(rid).subset(ranks) if ranks else store.run(rid))
+
+
+def index(store: RunStore, rid: str, ranks: list[int] | None = None) -> figures.TimelineIndex:
+    """The drawn ranks' kernels prepared for window queries (built once per rank selection)."""
+    return store.cached(rid, f"timeline:index:{_key(ranks)}",
+                        lambda: figures.TimelineIndex(drawn_run(store, rid, ranks).kernels))
 
 
 def microbatches(store: RunStore, rid: str) -> pl.DataFrame:
-    """Forward/backward micro-batch ranges of a pipeline run (:func:`workbench.figures.microbatch_ranges`)."""
-    return store.cached(rid, "timeline:microbatches", lambda: figures.microbatch_ranges(store.run(rid).events))
+    """Forward/backward micro-batch ranges of a pipeline run (:func:`workbench.figures.microbatch_ranges`), from a
+    filtered scan of the events (only the matching annotations are held)."""
+    def go():
+        ann = store.run(rid).scan("events").filter(
+            (pl.col("kind").cast(pl.String) == "annotation")
+            & pl.col("name").cast(pl.String).str.contains(figures.MICROBATCH_PATTERN)).collect()
+        return figures.microbatch_ranges(ann)
+    return store.cached(rid, "timeline:microbatches", go)
 
 
 def _sel(ranks: list[int] | None):
@@ -54,9 +74,9 @@ def full_window(store: RunStore, rid: str, ranks: list[int] | None) -> tuple[int
     def go():
         run = store.run(rid)
         sel = _sel(ranks)
-        b = figures.activity_bounds(sel(run.kernels), sel(run.steps), sel(run.collectives)) or (0, 1)
+        b = figures.activity_bounds(index(store, rid, ranks), sel(run.steps), sel(run.collectives)) or (0, 1)
         return b[0], max(b[1], b[0] + 1)
-    return store.cached(rid, f"timeline:full:{sorted(ranks or [])}", go)
+    return store.cached(rid, f"timeline:full:{_key(ranks)}", go)
 
 
 def step_window(store: RunStore, rid: str, step: int, ranks: list[int] | None) -> tuple[int, int] | None:
@@ -64,10 +84,9 @@ def step_window(store: RunStore, rid: str, step: int, ranks: list[int] | None) -
     run = store.run(rid)
     s = figures.drawn_steps(run.steps)
     s = s.filter(pl.col("step") == step) if not s.is_empty() else s
-    k = run.kernels.filter(pl.col("step") == step)
+    k = drawn_run(store, rid, ranks).kernels.filter(pl.col("step") == step)
     if ranks:
         s = s.filter(pl.col("rank").is_in(ranks)) if not s.is_empty() else s
-        k = k.filter(pl.col("rank").is_in(ranks))
     return figures.time_bounds(s, k)
 
 
@@ -116,10 +135,10 @@ def lanes(store: RunStore, rid: str, ranks: list[int] | None) -> list[str]:
     def go():
         run = store.run(rid)
         sel = _sel(ranks)
-        return figures.timeline_lanes(index(store, rid), ranks=ranks or None, steps=sel(figures.drawn_steps(run.steps)),
+        return figures.timeline_lanes(index(store, rid, ranks), ranks=ranks or None, steps=sel(figures.drawn_steps(run.steps)),
                                       collectives=sel(run.collectives), compiles=sel(run.compiles),
                                       microbatches=sel(microbatches(store, rid)))
-    return store.cached(rid, f"timeline:lanes:{sorted(ranks or [])}", go)
+    return store.cached(rid, f"timeline:lanes:{_key(ranks)}", go)
 
 
 def build_figure(store: RunStore, rid: str, window: tuple[int, int] | None, ranks: list[int] | None,
@@ -127,7 +146,7 @@ def build_figure(store: RunStore, rid: str, window: tuple[int, int] | None, rank
     """The timeline figure of ``window`` and its caption (the function the callback and the layout share)."""
     run = store.run(rid)
     lo, hi = window or full_window(store, rid, ranks)
-    view = figures.timeline_view(index(store, rid), start=lo, end=hi, ranks=ranks or None)
+    view = figures.timeline_view(index(store, rid, ranks), start=lo, end=hi, ranks=ranks or None)
     sel = _sel(ranks)
     fig = figures.timeline_figure(
         view, origin=origin(store, rid), collectives=sel(run.collectives), compiles=sel(compute_compiles(store, rid)),
@@ -135,7 +154,7 @@ def build_figure(store: RunStore, rid: str, window: tuple[int, int] | None, rank
         lanes=lanes(store, rid, ranks), uirevision=revision,
     )
     o = origin(store, rid)
-    what = view.describe() if index(store, rid).frame.height else "No device kernels (a CPU run): steps, collectives and compiles"
+    what = view.describe() if index(store, rid, ranks).frame.height else "No device kernels (a CPU run): steps, collectives and compiles"
     return fig, (f"{what} · window {fmt_time(hi - lo)}, from {fmt_time(lo - o) if lo != o else '0 ms'} to {fmt_time(hi - o)} "
                  "after the run's first recorded activity")
 
@@ -152,7 +171,7 @@ def compute_compiles(store: RunStore, rid: str) -> pl.DataFrame:
 
 def _ranks(store: RunStore, rid: str) -> list[int]:
     run = store.run(rid)
-    return sorted(set(run.kernels["rank"].unique().to_list()) | set(run.steps["rank"].unique().to_list()))
+    return sorted(set(run.ranks_with("kernels")) | set(run.steps["rank"].unique().to_list()))
 
 
 def layout(pctx) -> Any:

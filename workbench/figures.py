@@ -55,8 +55,10 @@ PARTS: dict[str, tuple[str, str]] = {
 SEVERITY_COLORS = {"high": "#B91C1C", "medium": "#D97706", "low": "#2563EB", "info": "#6B7280"}
 #: Default number of pixel-wide bins the visible window is cut into when kernels are merged.
 DEFAULT_WIDTH_PX = 400
-#: At most this many visible kernels are drawn exactly; above it they are merged (FACTS §5: SVG bars ~5k).
-EXACT_LIMIT = 5000
+#: At most this many visible kernels are drawn exactly; above it they are merged into pixel-wide spans, which look
+#: the same at that zoom. Measured in chromium (h200x2-pipeline, whole run): 4,033 exact kernels take 1.7-3.2 s to
+#: draw, the same window merged into 97 spans 0.24 s; a zoom to ~1,000 kernels is exact.
+EXACT_LIMIT = 1000
 
 SPAN_COLUMNS: dict[str, pl.DataType] = {
     "rank": pl.Int32,
@@ -71,9 +73,25 @@ SPAN_COLUMNS: dict[str, pl.DataType] = {
 }
 
 
+_AXIS = dict(gridcolor="#EBF0F8", linecolor="#EBF0F8", ticks="", title=dict(standoff=15), zerolinecolor="#EBF0F8",
+             automargin=True, zerolinewidth=2)
+#: The look of every figure: plotly_white's layout essentials. Plotly's own named templates cost ~90 ms of
+#: validation per figure (0.7 s for the first) and ~10 kB of JSON each; this one costs nothing measurable.
+TEMPLATE = go.layout.Template(
+    layout=dict(autotypenumbers="strict", font=dict(color="#2a3f5f"), hovermode="closest",
+                hoverlabel=dict(align="left"), paper_bgcolor="white", plot_bgcolor="white", xaxis=_AXIS, yaxis=_AXIS,
+                colorway=["#636efa", "#EF553B", "#00cc96", "#ab63fa", "#FFA15A", "#19d3f3", "#FF6692", "#B6E880"]),
+    data=dict(bar=[go.Bar(marker=dict(line=dict(color="white", width=0.5)))]),
+)
+
+
+def _figure(data: Any = None) -> go.Figure:
+    """A new figure with :data:`TEMPLATE` (given at construction, so plotly's default template is never loaded)."""
+    return go.Figure(data=data, layout=dict(template=TEMPLATE))
+
+
 def _base_layout(fig: go.Figure, *, title: str | None = None, height: int | None = None) -> go.Figure:
     fig.update_layout(
-        template="plotly_white",
         title=title,
         height=height,
         margin=dict(l=70, r=20, t=70 if title else 40, b=50),
@@ -85,7 +103,7 @@ def _base_layout(fig: go.Figure, *, title: str | None = None, height: int | None
 
 def empty_figure(message: str, *, height: int = 240) -> go.Figure:
     """A blank figure that says ``message`` (nothing to show, or an analysis that is not available)."""
-    fig = go.Figure()
+    fig = _figure()
     fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
@@ -462,7 +480,7 @@ def timeline_figure(
     """
     lo, hi = view.start, view.end
     win = (lo, hi)
-    fig = go.Figure()
+    fig = _figure()
     seen: set[str] = set()
 
     def in_window(f: pl.DataFrame | None, s: str = "start", e: str = "end") -> pl.DataFrame:
@@ -726,7 +744,7 @@ def step_time_figure(steps: pl.DataFrame, *, title: str | None = "Step period pe
     per = step_periods(steps)
     if per.is_empty():
         return empty_figure("no steps recorded")
-    fig = go.Figure()
+    fig = _figure()
     for rank in sorted(per["rank"].unique().to_list()):
         r = per.filter(pl.col("rank") == rank).sort("step")
         body = (r["dur_ns"] / 1e6).to_list()
@@ -764,7 +782,7 @@ def stacked_bar_figure(
     """One stacked bar per value of ``x`` with one segment per column in ``parts`` (values divided by ``scale``)."""
     if frame is None or frame.is_empty():
         return empty_figure("nothing to show")
-    fig = go.Figure()
+    fig = _figure()
     xs = [str(v) for v in frame[x].to_list()]
     for p in parts:
         if p not in frame.columns:
@@ -834,7 +852,7 @@ def heatmap_figure(
         colorbar.update(tickvals=[float(np.log10(v)) for v in tv], ticktext=tt,
                         title=f"{unit} (log scale)" if unit else "log scale")
         hover_z = "%{customdata:,.2f}"
-    fig = go.Figure(go.Heatmap(
+    fig = _figure(go.Heatmap(
         z=zplot, x=[str(v) for v in xs], y=[str(v) for v in ys], colorscale=colorscale,
         colorbar=colorbar, text=tgrid if text else None, customdata=grid if log_color else None,
         hovertemplate=f"{y_title or y} %{{y}}<br>{x_title or x} %{{x}}<br>{hover_z} {unit}"
@@ -873,7 +891,7 @@ def line_figure(
     a percentage (0–100) and the axis runs 0–100 % whatever the values."""
     if frame is None or frame.is_empty():
         return empty_figure("nothing to show")
-    fig = go.Figure()
+    fig = _figure()
     groups = [(None, frame)] if color is None else [
         (k, frame.filter(pl.col(color) == k)) for k in sorted(frame[color].unique().drop_nulls().to_list())
     ]
@@ -914,11 +932,11 @@ def bar_figure(
     if color and color in frame.columns:
         colors = [CLASS_COLORS.get(str(c), SEVERITY_COLORS.get(str(c), str(c))) for c in frame[color].to_list()]
     if horizontal:
-        fig = go.Figure(go.Bar(y=xs, x=ys, orientation="h", marker_color=colors))
+        fig = _figure(go.Bar(y=xs, x=ys, orientation="h", marker_color=colors))
         fig.update_xaxes(title=unit)
         fig.update_yaxes(type="category", autorange="reversed")
     else:
-        fig = go.Figure(go.Bar(x=xs, y=ys, marker_color=colors))
+        fig = _figure(go.Bar(x=xs, y=ys, marker_color=colors))
         fig.update_yaxes(title=unit)
         fig.update_xaxes(type="category")
     return _base_layout(fig, title=title, height=max(300, 60 + 22 * len(xs)) if horizontal else 340)
@@ -939,7 +957,7 @@ def findings_figure(findings: pl.DataFrame, *, top: int = 15, title: str | None 
     costs = f["cost_ns"].fill_null(0).to_list()
     text = [f"{fmt_duration(c)}" + (f" {b}" if b else "") for c, b in zip(costs, basis)]
     hover = ["<br>".join(_wrap(m or "", 90)) for m in f["message"].fill_null("").to_list()]
-    fig = go.Figure(go.Bar(
+    fig = _figure(go.Bar(
         y=labels, x=[c / 1e6 for c in costs], orientation="h", text=text, textposition="outside",
         cliponaxis=False, marker_color=[SEVERITY_COLORS.get(s, "#7F7F7F") for s in f["severity"].to_list()],
         customdata=hover, hovertemplate="%{customdata}<extra>%{y}</extra>",
@@ -952,19 +970,13 @@ def findings_figure(findings: pl.DataFrame, *, top: int = 15, title: str | None 
 
 
 def fmt_duration(ns: float | int | None) -> str:
-    """``"2.57 s"``, ``"276.7 ms"``, ``"6.12 ms"``, ``"905 µs"`` (what the app's text shows)."""
-    if ns is None:
+    """A duration with its unit, as the CLI prints it (:func:`workbench.analyses.findings.format_ns`: ``"2.57 s"``,
+    ``"312 ms"``, ``"4.1 ms"``, ``"85 µs"``), with a sign when negative; ``"–"`` when missing."""
+    from workbench.analyses.findings import format_ns
+
+    if ns is None or (isinstance(ns, float) and ns != ns):
         return "–"
-    a = abs(ns)
-    if a >= 1e9:
-        return f"{ns / 1e9:,.2f} s"
-    if a >= 1e8:
-        return f"{ns / 1e6:,.1f} ms"
-    if a >= 1e6:
-        return f"{ns / 1e6:,.2f} ms"
-    if a >= 1e3:
-        return f"{ns / 1e3:,.0f} µs"
-    return f"{ns:,.0f} ns"
+    return ("-" if ns < 0 else "") + format_ns(abs(ns))
 
 
 def _wrap(text: str, width: int) -> list[str]:
@@ -1019,7 +1031,7 @@ def diff_figure(diff: pl.DataFrame, *, metric: str, before: str, after: str, sca
     if diff is None or diff.is_empty():
         return empty_figure("nothing to compare")
     xs = [str(v) for v in diff[metric].to_list()]
-    fig = go.Figure([
+    fig = _figure([
         go.Bar(x=xs, y=(diff[before].cast(pl.Float64) / scale).to_list(), name="before", marker_color="#9ECAE1"),
         go.Bar(x=xs, y=(diff[after].cast(pl.Float64) / scale).to_list(), name="after", marker_color="#3182BD"),
     ])
@@ -1088,7 +1100,7 @@ def arrival_offset_figure(matched: pl.DataFrame, *, title: str | None = "When ea
     off = arrival_offsets(matched)
     if off.is_empty():
         return empty_figure("no collective seen on more than one rank")
-    fig = go.Figure()
+    fig = _figure()
     for rank in sorted(off["rank"].unique().to_list()):
         r = off.filter(pl.col("rank") == rank)
         fig.add_trace(go.Scatter(
@@ -1114,7 +1126,7 @@ def bubble_figure(bubbles: pl.DataFrame, *, theory_pct: float | None = None,
     per = bubbles.group_by("rank").agg(pl.col("bubble_pct").median(), pl.col("bubble_ns").median(),
                                        pl.col("step_ns").median()).sort("rank")
     xs = [f"stage {r} (rank {r})" for r in per["rank"].to_list()]
-    fig = go.Figure(go.Bar(
+    fig = _figure(go.Bar(
         x=xs, y=per["bubble_pct"].to_list(), marker_color=PARTS["bubble_ns"][0],
         text=[f"{p:.1f} % · {fmt_duration(b)} of {fmt_duration(st)}" for p, b, st in
               zip(per["bubble_pct"].to_list(), per["bubble_ns"].to_list(), per["step_ns"].to_list())],
@@ -1142,7 +1154,7 @@ def pipeline_schedule_figure(microbatches: pl.DataFrame, step_ranges: pl.DataFra
     mb = microbatches.filter((pl.col("end") >= lo) & (pl.col("start") <= hi)) if not microbatches.is_empty() else microbatches
     ranks = sorted(sr["rank"].unique().to_list())
     ylab = {r: f"stage {r} · rank {r}" for r in ranks}
-    fig = go.Figure()
+    fig = _figure()
     for row in sr.iter_rows(named=True):  # the step as the idle background
         fig.add_trace(go.Bar(y=[ylab[row["rank"]]], x=[(row["end"] - row["start"]) / 1e6],
                              base=[(row["start"] - lo) / 1e6], orientation="h", marker_color=PHASE_COLORS["idle"],

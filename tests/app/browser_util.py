@@ -29,6 +29,21 @@ def goto_ready(page, url: str, key: str, timeout_ms: int = 60_000) -> float:
     return time.perf_counter() - t
 
 
+#: Ready (as :data:`READY_JS`) and showing run ``arg.run``: the page root carries the run it was drawn for.
+_NAV_READY_JS = READY_JS.replace("(key) => {", "(arg) => { const key = arg.key;").replace(
+    "if (!root) return false;", "if (!root || root.dataset.run !== arg.run) return false;")
+
+
+def navigate_ready(page, path: str, key: str, run: str, timeout_ms: int = 60_000) -> float:
+    """Go to ``path`` inside the already loaded app, as its header links do (history push, no reload: the
+    scripts are not loaded again) and wait until page ``key`` of ``run`` has rendered; returns the seconds."""
+    t = time.perf_counter()
+    page.evaluate("(p) => { window.history.pushState({}, '', p);"
+                  " window.dispatchEvent(new CustomEvent('_dashprivate_pushstate')); }", path)
+    page.wait_for_function(_NAV_READY_JS, arg={"key": key, "run": run}, timeout=timeout_ms, polling=50)
+    return time.perf_counter() - t
+
+
 def grid_rows(page, grid_id: str) -> list[dict[str, str]]:
     """The rows an AG Grid shows, as {col-id: text}, in display order."""
     page.wait_for_selector(f"#{grid_id} .ag-row", timeout=15_000)

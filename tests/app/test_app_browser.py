@@ -21,9 +21,10 @@ import pytest
 
 import workbench
 from app_synthetic import synthetic_run
-from browser_util import OVERFLOW_JS, goto_ready, graph_layout_meta, grid_rows, pick, stat
+from browser_util import OVERFLOW_JS, goto_ready, graph_layout_meta, grid_rows, navigate_ready, pick, stat
 from workbench import rundir
 from workbench.app import page_drift, page_overview, page_recompiles
+from workbench.app.components import fmt_time
 from workbench.app.main import PAGES, create_app
 from workbench.app.store import RunStore
 
@@ -83,14 +84,21 @@ def _no_overflow(page, where: str) -> None:
     assert bad == [], f"{where}: elements outside their card or cut: {bad[:8]}"
 
 
-@pytest.mark.parametrize("pg", PAGES, ids=[p.KEY for p in PAGES])
-def test_every_page_on_every_sample_run(page, served, sample_app, artifacts, pg):
+def test_every_page_on_every_sample_run(page, served, sample_app, artifacts):
+    """One load of every page of every run: the first by URL, the rest as the header links go (no reload)."""
+    problems: list[str] = []
+    goto_ready(page, served.url("/hangs"), "hangs", timeout_ms=90_000)
     for rid in sample_app.workbench_store.ids():
-        goto_ready(page, served.url(f"{pg.PATH}?run={rid}"), pg.KEY, timeout_ms=90_000)
-        _no_error_panels(page)
-        assert page.text_content(f"#page-{pg.KEY} h2") == pg.NAME
-        _no_overflow(page, f"{pg.NAME} on {rid}")
-        page.screenshot(path=str(artifacts / f"app-{pg.KEY}-{rid}.png"), full_page=True)
+        for pg in PAGES:
+            navigate_ready(page, f"{pg.PATH}?run={rid}", pg.KEY, rid, timeout_ms=90_000)
+            errs = page.eval_on_selector_all(".panel-error", "els => els.map(e => e.innerText)")
+            problems += [f"{pg.NAME} on {rid}: error panel {e[:200]!r}" for e in errs]
+            if page.text_content(f"#page-{pg.KEY} h2") != pg.NAME:
+                problems.append(f"{pg.NAME} on {rid}: heading {page.text_content(f'#page-{pg.KEY} h2')!r}")
+            problems += [f"{pg.NAME} on {rid}: {b}" for b in page.evaluate(OVERFLOW_JS)[:4]]
+            page.screenshot(path=str(artifacts / f"app-{pg.KEY}-{rid}.png"), full_page=True)
+    assert page.js_errors == [], page.js_errors
+    assert problems == [], "\n".join(problems[:20])
 
 
 def test_overview_leads_with_the_root_cause(page, served, runs_root, sample_app):
@@ -112,8 +120,9 @@ def test_overview_leads_with_the_root_cause(page, served, runs_root, sample_app)
     # every grid row, as the analyses order them
     expected = page_overview.findings_table(_frame(f))
     shown = grid_rows(page, "findings-grid")
-    assert [(r["kind"], r["role"], r["cost_ms"]) for r in shown] == [
-        (e["kind"], e["role"], f"{e['cost_ms']:,.2f} ms") for e in expected.iter_rows(named=True)]
+    assert [(r["kind"], r["role"], r["cost_ns"]) for r in shown] == [
+        (e["kind"], e["role"], fmt_time(e["cost_ns"])) for e in expected.iter_rows(named=True)]
+    assert all(re.fullmatch(r"-?\d+(\.\d{1,2})? (s|ms|µs|ns)", r["cost_ns"]) for r in shown), shown
 
 
 def _frame(f: pl.DataFrame) -> pl.DataFrame:
@@ -144,7 +153,7 @@ def test_numbers_carry_units(page, served):
     assert re.fullmatch(r"\d[\d,.]* (s|ms)", stat(page, "span"))
     goto_ready(page, served.url(f"/breakdown?run={PLANTED}"), "breakdown")
     for row in grid_rows(page, "breakdown-grid"):
-        assert row["window_ms"].endswith(" ms") and row["compute_pct"].endswith(" %"), row
+        assert re.fullmatch(r"\d+(\.\d{1,2})? (s|ms)", row["window_ms"]) and row["compute_pct"].endswith(" %"), row
     layout = page.evaluate("() => document.querySelector('#breakdown-rank-figure .js-plotly-plot').layout")
     assert layout["yaxis"]["ticksuffix"] == " ms"
     colors = page.evaluate("() => document.querySelector('#breakdown-rank-figure .js-plotly-plot').data"
@@ -170,7 +179,13 @@ def test_drift_plots_period_offsets_and_log_waits(page, served, runs_root, artif
     shown = grid_rows(page, "stragglers-grid")
     assert [(r["rank"], r["signal"]) for r in shown] == [(str(e["rank"]), e["signal"])
                                                          for e in expected.iter_rows(named=True)]
-    assert all(r["held_back_ms"].endswith(" ms") for r in shown)
+    assert all(re.fullmatch(r"\d+(\.\d{1,2})? (s|ms|µs|ns)", r["held_back_ms"]) for r in shown), shown
+    # two ranks: offsets, drift and trend are measured against each collective's median arrival, so they mirror
+    d = {r["rank"]: r for r in grid_rows(page, "drift-grid")}
+    for c in ("mean_offset_ms", "drift_ms", "slope_ms_per_s"):
+        a, b = d["0"][c], d["1"][c]
+        assert a.lstrip("-") == b.lstrip("-") and a.startswith("-") != b.startswith("-"), (c, a, b)
+    assert "falling further behind" in page.text_content("#offset-sign")
     page.screenshot(path=str(artifacts / "app-drift-planted.png"), full_page=True)
 
 
@@ -209,7 +224,11 @@ def test_pipeline_page_draws_bubbles_and_the_schedule(page, served, artifacts):
     labels = page.evaluate("() => document.querySelector('#schedule-figure .js-plotly-plot').data"
                            ".filter(t => t.text).flatMap(t => Array.from(t.text))")
     assert any(x.startswith("F") for x in labels) and any(x.startswith("B") for x in labels), labels
-    assert all(r["bubble_pct"].endswith(" %") for r in grid_rows(page, "stages-grid"))
+    stages = grid_rows(page, "stages-grid")
+    assert all(r["bubble_pct"].endswith(" %") for r in stages)
+    # each stage's first forward comes after its step starts (device ranges counted in the step they run in)
+    assert all(re.fullmatch(r"\d+(\.\d)? (ms|µs)", r["first_forward_delay_ms"]) for r in stages), stages
+    assert "(s)" not in page.text_content("#page-pipeline")
     page.screenshot(path=str(artifacts / "app-pipeline-schedule.png"), full_page=True)
     goto_ready(page, served.url(f"/timeline?run={PIPELINE}"), "timeline")
     lanes = graph_layout_meta(page, "timeline-graph")["lanes"]
