@@ -38,7 +38,7 @@ def straggler_table(s: pl.DataFrame) -> pl.DataFrame:
 
 
 STRAGGLER_COLUMNS = [
-    col("rank", "Rank", maxWidth=110), col("signal", "Signal"), col("events", "Steps or collectives seen"),
+    col("rank", "Rank", maxWidth=110), col("signal", "Signal", minWidth=170), col("events", "Steps or collectives seen"),
     col("held_count", "Times it held the others back"), pct_column("held_pct", "Share of those it held back"),
     ms_column("held_back_ms", "Time it held the others back"), pct_column("held_share_pct", "Share of step time"),
     col("first_step", "First step it held back"), col("trend", "Trend"),
