@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             results.append(res)
             print(f"  {res.seconds:.0f} s: {res.row()}", file=sys.stderr, flush=True)
+    if not args.only:
+        results += recorded_gpu_rows()
     table = markdown_table(results)
     print(table)
     seconds = time.monotonic() - t0
@@ -81,6 +83,30 @@ def main(argv: list[str] | None = None) -> int:
                 doc.write_text(re.sub(re.escape(BEGIN) + r".*?" + re.escape(END), lambda _: block, text, flags=re.S))
                 print(f"wrote the table into {doc}")
     return 0
+
+
+#: The GPU faults' recorded runs (bench/faults_gpu.sh on the H200): fault → (before, after rerun or None).
+GPU_SAMPLES = {"launch_bound": ("gpu-launch-bound-before", "gpu-launch-bound-after"),
+               "pageable_h2d": ("gpu-pageable-h2d", None)}
+
+
+def recorded_gpu_rows() -> list:
+    """Rows for the GPU faults from their recordings in sample_traces/ (analysed here; marked "(GPU, recorded)")."""
+    from workbench.faults.verify import recorded_loop
+
+    rows = []
+    for name, (before, after) in GPU_SAMPLES.items():
+        b = ROOT / "sample_traces" / before
+        if not (b / "run.json").is_file():
+            continue
+        try:
+            res = recorded_loop(name, b, ROOT / "sample_traces" / after if after else None)
+        except Exception as exc:  # noqa: BLE001 - a broken recording must not hide the CPU rows
+            print(f"{name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            continue
+        res.fault = f"{name} (GPU, recorded)"
+        rows.append(res)
+    return rows
 
 
 def write_gpu_config(path: Path) -> int:

@@ -160,11 +160,16 @@ class LoopResult:
         err = self.found.cost_error
         truth = self.found.truth_ns
         cost = ("n/a (no time cost)" if not truth else "not found" if err is None else
-                f"{100 * err:.0f}% ({(self.found.cost_ns or 0) / 1e6:.0f} vs {truth / 1e6:.0f} ms, "
+                f"{100 * err:.0f}% ({_ms(self.found.cost_ns or 0)} vs {_ms(truth)} ms, "
                 f"{self.found.cost_basis})")
         return {"fault": self.fault, "found": self.found.label(), "cost error": cost,
                 "fix written": self.fix_written, "fix applied": self.fix_applied,
                 "fault gone on rerun": self.gone, "diff verdict": self.verdict}
+
+
+def _ms(ns: int) -> str:
+    """Milliseconds, with a decimal below 10 ms."""
+    return f"{ns / 1e6:.1f}" if ns < 10_000_000 else f"{ns / 1e6:.0f}"
 
 
 def recommend_for(run_dir: str | Path, roots: list[Any], out: Path) -> tuple[Any, Path]:
@@ -284,6 +289,27 @@ def loop(name: str, work: Path, *, rerun: bool = True, reuse: bool = False) -> L
         res.fix_applied = applied_label(fault, recs, applied_report(after))
         ok, res.gone = gone_on_rerun(fault, found, roots_of(after), after)
         res.compiles_after = compiles_per_rank(after)
+        res.verdict = diff_verdict(before, after, fault.finding)
+    res.seconds = time.monotonic() - t0
+    return res
+
+
+def recorded_loop(name: str, before: Path, after: Path | None = None) -> LoopResult:
+    """The loop's row for runs recorded elsewhere (the GPU faults in ``sample_traces/``): analysed here, the fix
+    written for ``before`` compared with what the ``after`` rerun applied."""
+    import tempfile
+    import time
+
+    t0 = time.monotonic()
+    fault = get_fault(name)
+    roots = roots_of(before)
+    found = check_found(fault, roots, ground_truth(before))
+    with tempfile.TemporaryDirectory() as tmp:
+        recs, _ = recommend_for(before, roots, Path(tmp) / "fixes.toml")
+    res = LoopResult(name, found, fix_written=fix_written(fault, recs), recommendations=recs)
+    if after is not None and (after / "run.json").is_file():
+        res.fix_applied = applied_label(fault, recs, applied_report(after))
+        _, res.gone = gone_on_rerun(fault, found, roots_of(after), after)
         res.verdict = diff_verdict(before, after, fault.finding)
     res.seconds = time.monotonic() - t0
     return res
