@@ -21,7 +21,7 @@ import polars as pl
 
 from workbench.analyses.findings import Cost, Finding, make_finding
 from workbench.analyses.kinds import StragglerEvidence
-from workbench.analyses.metrics import NOISE_Z, consistency_z
+from workbench.analyses.metrics import NOISE_Z, consistency_z, robust_upper
 
 
 def step_times(steps: pl.DataFrame, source: str | None = None) -> pl.DataFrame:
@@ -103,9 +103,9 @@ def straggler_ranks(
     ``typical_held_ns`` (median held-back time when it held back × times it held back), ``typical_share_pct``,
     ``median_data_wait_ns``, ``held_steps`` (steps where it held the others back), ``held_since_pct`` (share of
     the events since ``first_step`` where it held back), ``events_since`` (events since ``first_step``),
-    ``held_z`` (:func:`~workbench.analyses.metrics.consistency_z` of its per-step held-back time since
-    ``first_step``, zeros included: large when it holds back step after step, steady or growing, small when it
-    is last now and then by chance).
+    ``held_z`` (:func:`~workbench.analyses.metrics.consistency_z` of its per-step lateness since ``first_step``:
+    its step start, or median collective arrival, minus the median over ranks; large when it is late step after
+    step, steady or growing, small when it is late now and then by chance).
     """
     parts = []
     if exclude_steps:
@@ -137,7 +137,7 @@ def straggler_ranks(
             mean_data_wait_ns=pl.col("data_wait_ns").mean(),
             median_data_wait_ns=pl.col("data_wait_ns").median(),
             held_steps=pl.col("step").filter(pl.col("is_latest") & (pl.col("held_back_ns") > min_hold_ns)).sort(),
-            _seq=pl.col("held_back_ns").sort_by("step"), _seq_steps=pl.col("step").sort(),
+            _seq=pl.col("lateness_ns").sort_by("step"), _seq_steps=pl.col("step").sort(),
         ).with_columns(step_time_ns=pl.lit(int(steps_total), pl.Int64), signal=pl.lit(signal))
         parts.append(agg.join(_trend(st, "held_back_ns"), on="rank", how="left"))
     if matched is not None and not matched.is_empty():
@@ -156,6 +156,9 @@ def straggler_ranks(
                       left_on=["rank", "step"], right_on=["last_rank", "step"], how="left")
                 .with_columns(pl.col("held_back_ns").fill_null(0), pl.col("n").fill_null(0))
                 .join(inst.group_by("step").agg(total_n=pl.len()), on="step", how="left")
+                .join(m.with_columns(_late=pl.col("arrival") - pl.col("arrival").median().over(key))
+                      .group_by("rank", "step").agg(lateness_ns=pl.col("_late").median()),
+                      on=["rank", "step"], how="left")
             )
             total = int(inst["dur"].sum() + inst["held"].sum())
             agg = per_step.group_by("rank").agg(
@@ -169,7 +172,7 @@ def straggler_ranks(
                     pl.col("step") >= pl.col("step").filter(pl.col("held_back_ns") > min_hold_ns).min()).sum(),
                 _held_since=pl.col("n").filter(
                     pl.col("step") >= pl.col("step").filter(pl.col("held_back_ns") > min_hold_ns).min()).sum(),
-                _seq=pl.col("held_back_ns").sort_by("step"), _seq_steps=pl.col("step").sort(),
+                _seq=pl.col("lateness_ns").sort_by("step"), _seq_steps=pl.col("step").sort(),
             ).with_columns(
                 events=pl.lit(inst.height, pl.UInt32), step_time_ns=pl.lit(total, pl.Int64),
                 mean_data_wait_ns=pl.lit(None, pl.Float64), median_data_wait_ns=pl.lit(None, pl.Float64),
@@ -183,7 +186,7 @@ def straggler_ranks(
             "_seq", "_seq_steps", "_since", "_held_since"]
     out = pl.concat([p.select(cols).cast({"events": pl.UInt32, "held_back_ns": pl.Int64, "typical_held_ns": pl.Int64,
                                           "median_data_wait_ns": pl.Float64, "held_steps": pl.List(pl.Int32),
-                                          "_seq": pl.List(pl.Int64), "_seq_steps": pl.List(pl.Int32)})
+                                          "_seq": pl.List(pl.Float64), "_seq_steps": pl.List(pl.Int32)})
                      for p in parts])
     z = [consistency_z([v for v, st in zip(seq or [], steps_ or []) if first is not None and st >= first])
          for seq, steps_, first in zip(out["_seq"].to_list(), out["_seq_steps"].to_list(), out["first_step"].to_list())]
@@ -198,6 +201,21 @@ def straggler_ranks(
     ).drop("_since", "_held_since").sort("signal", "held_back_ns", descending=[False, True])
 
 
+#: With at least this many other ranks, a straggler may stand out of the other ranks instead of its own steps.
+MIN_PEERS = 4
+
+
+def _stands_out(ranks: pl.DataFrame, rank: int, signal: str, z: float | None, min_z: float) -> bool:
+    """The rank's holding back is not noise: it is late consistently step after step (``held_z`` ≥ ``min_z``),
+    or, with ≥ ``MIN_PEERS`` other ranks, its held-back share is above the top of theirs
+    (:func:`~workbench.analyses.metrics.robust_upper`)."""
+    if z is None or z >= min_z:
+        return True
+    peers = ranks.filter((pl.col("signal") == signal) & (pl.col("rank") != rank))["held_share_pct"].fill_null(0)
+    mine = ranks.filter((pl.col("signal") == signal) & (pl.col("rank") == rank))["held_share_pct"].fill_null(0)
+    return peers.len() >= MIN_PEERS and mine.len() > 0 and float(mine[0]) > robust_upper(peers.to_list())
+
+
 def straggler_findings(ranks: pl.DataFrame, min_share_pct: float = 1.0, min_held_pct: float = 50.0,
                        min_events: int = 5, min_z: float = NOISE_Z) -> list[Finding]:
     """Findings of kind ``straggler``: one per straggling rank, with the evidence of every signal that names it.
@@ -206,8 +224,9 @@ def straggler_findings(ranks: pl.DataFrame, min_share_pct: float = 1.0, min_held
     (at least ``min_events`` steps or collectives), at least halfway between chance (1/n with n ranks) and always
     (75 % with 2 ranks, 67 % with 3); both its total and its typical (median held time × events) share of the step
     time must reach ``min_share_pct``, so one long stall does not make a straggler; and its held-back time must
-    stand out of the run's own noise: robust z (``held_z``) of at least ``min_z`` over the steps, so a rank that is
-    last by a few ms now and then under CPU contention is not one. Cost, measured: the signal's
+    stand out of the run's own noise (:func:`_stands_out`): its lateness' ``held_z`` is at least ``min_z`` over the
+    steps, or, with ≥ 4 other ranks, its held-back share tops theirs, so a rank that is late now and then under CPU
+    contention is not one. Cost, measured: the signal's
     ``typical_held_ns`` (median held-back time × times it held back), the largest among its signals. Slow data
     loading is named when the rank's median data wait is far above the others' median.
     """
@@ -219,8 +238,9 @@ def straggler_findings(ranks: pl.DataFrame, min_share_pct: float = 1.0, min_held
     hits = ranks.filter((pl.col("events_since") >= min_events) & (pl.col("held_pct") >= min_held_pct)
                         & (pl.col("held_since_pct").fill_null(0) >= chance_pct)
                         & (pl.col("held_share_pct") >= min_share_pct)
-                        & (pl.col("typical_share_pct") >= min_share_pct)
-                        & (pl.col("held_z").fill_null(float("inf")) >= min_z))
+                        & (pl.col("typical_share_pct") >= min_share_pct))
+    hits = hits.filter(pl.Series([_stands_out(ranks, r, sig, z, min_z) for r, sig, z in
+                                  hits.select("rank", "signal", "held_z").iter_rows()], dtype=pl.Boolean))
     out = []
     for rank in sorted(set(hits["rank"].to_list())):
         ev = hits.filter(pl.col("rank") == rank).sort("typical_held_ns", descending=True)
