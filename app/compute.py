@@ -198,19 +198,26 @@ def recommendation_toml(recs: pl.DataFrame, header: str | None = None) -> str:
 BACKGROUND_PAUSE_S = 1.0
 
 
-def prefetch(store: RunStore, rid: str | None = None) -> None:
-    """Open and analyse ``rid`` first, then every other run's headline (call in a background thread)."""
+#: The background analysis of the other runs waits at most this long for the first page to be served.
+FIRST_PAGE_WAIT_S = 20.0
+
+
+def prefetch(store: RunStore, rid: str | None = None, first_page: Any = None) -> None:
+    """Open and analyse ``rid`` first, then — once ``first_page`` (a :class:`threading.Event`, set when the first
+    page has been served) is set, or after :data:`FIRST_PAGE_WAIT_S` — every other run's headline (call in a
+    background thread)."""
     import time
 
     order = ([rid] if rid else []) + [r for r in store.ids() if r != rid]
     for r in order:
         if r != rid:
+            if first_page is not None and not first_page.is_set():
+                first_page.wait(FIRST_PAGE_WAIT_S)  # the first page load gets the CPU (and the GIL) to itself
             time.sleep(BACKGROUND_PAUSE_S)  # leave the CPU to the pages being served between two runs
         try:
             if r == rid:
                 store.run(r)  # the landing run counts as used: it stays open
                 headline(store, r)
-                recommendations(store, r)
                 continue
             with store.in_background():
                 headline(store, r)

@@ -97,6 +97,7 @@ def create_app(paths: Iterable[str | Path] | None = None, *, store: RunStore | N
         update_title=None,
     )
     app.layout = html.Div([dcc.Location(id="url"), _header(store), html.Div(id="page", className="page")])
+    first_page = threading.Event()  # set once a page has been served: the background analysis waits for it
     by_path = {p.PATH: p for p in PAGES}
 
     @app.callback(
@@ -126,6 +127,7 @@ def create_app(paths: Iterable[str | Path] | None = None, *, store: RunStore | N
         if "other" in query:
             nav_q["other"] = query["other"]
         hrefs = [href(p.PATH, nav_q) for p in PAGES]
+        first_page.set()
         return (body, new_search, run_id if run_id != selected else no_update, *hrefs)
 
     for p in PAGES:
@@ -133,7 +135,7 @@ def create_app(paths: Iterable[str | Path] | None = None, *, store: RunStore | N
     security.install(app.server, security.allowed_hosts(bind, allow_hosts))
     app.workbench_store = store  # type: ignore[attr-defined]
     if background and store.entries:
-        threading.Thread(target=compute.prefetch, args=(store, store.default_id()), daemon=True,
+        threading.Thread(target=compute.prefetch, args=(store, store.default_id(), first_page), daemon=True,
                          name="workbench-prefetch").start()
     return app
 

@@ -18,6 +18,8 @@ from workbench.app.store import RunStore
 PATH = "/compare"
 NAME = "Compare"
 KEY = "compare"
+#: The layout depends only on the run and the URL query (the other run): built once, then served from the cache.
+CACHE = True
 NONE = "__none__"
 
 
@@ -191,4 +193,4 @@ def register(app, store: RunStore) -> None:
     def change(before, after):
         if not before or not after:
             return no_update
-        return _body(store, before, after)
+        return store.cached(before, f"compare:body:{after}", lambda: _body(store, before, after))
