@@ -16,6 +16,11 @@ READY_JS = """
   // every plotly graph on the page has drawn
   const graphs = root.querySelectorAll('.dash-graph');
   for (const g of graphs) { if (!g.querySelector('.main-svg')) return false; }
+  // every wrapped grid cell fits its row (AG Grid sizes auto-height rows a few frames after drawing them)
+  for (const c of root.querySelectorAll('.ag-cell-auto-height')) {
+    const row = c.closest('.ag-row');
+    if (row && c.scrollHeight > row.offsetHeight + 1) return false;
+  }
   return true;
 }
 """
