@@ -15,10 +15,13 @@ from workbench.faults.registry import Fault, FaultContext
 from workbench.faults.truth import WARMUP_STEPS, truth
 
 MICROBATCHES = 2
+#: Rows per micro-batch: enough compute that the bubble (a third of the step) stands well above the per-step
+#: overhead of the schedule, the optimizer and the profiler.
+ROWS = 512
 FAULT = Fault(
     name="pipeline_bubble",
     description=f"GPipe, 2 stages, {MICROBATCHES} micro-batches: a third of every step is pipeline bubble",
-    finding="pipeline_bubble", ranks=(0, 1), steps=(), world_size=2, fix="code", num_steps=7,
+    finding="pipeline_bubble", ranks=(0, 1), steps=(), world_size=2, fix="code", num_steps=6,
 )
 
 
@@ -46,7 +49,7 @@ def main(ctx: FaultContext) -> None:
     with collector:
         for step in ctx.steps():
             gen = torch.Generator().manual_seed(step)
-            x, y = torch.randn(MICROBATCHES * 128, 16, generator=gen), torch.randn(MICROBATCHES * 128, 1, generator=gen)
+            x, y = torch.randn(MICROBATCHES * ROWS, 16, generator=gen), torch.randn(MICROBATCHES * ROWS, 1, generator=gen)
             with collector.step():
                 if ctx.rank == 0:
                     schedule.step(x)
