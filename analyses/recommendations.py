@@ -421,7 +421,8 @@ def _bubble(f: Finding) -> list[Fix]:
 def _launch(f: Finding) -> list[Fix]:
     return [Fix("cuda_graphs", "Replay the step's kernels as a CUDA graph (mode=\"reduce-overhead\")",
                 "one launch per graph instead of one per kernel: the launch gaps go", 0.8,
-                "removes launch overhead when shapes are static; needs static input addresses",
+                "removes launch overhead when shapes are static; needs static input addresses, and a graph covers only the "
+                "compiled function: keep the loss, backward and optimizer update inside it",
                 config={"compile": {"mode": "reduce-overhead"}}),
             Fix("fuse_small_ops", "Fewer, larger kernels", "less launch overhead", 0.5, "a code change",
                 code="batch small ops (torch._foreach_*, fused optimizers: AdamW(fused=True)), larger micro-batches")]
