@@ -31,7 +31,7 @@ from workbench import schema
 from workbench.errors import InputError, TraceError
 
 #: Bump when parsing or classification changes what a trace file yields (the cache key includes it).
-PARSER_VERSION = 3
+PARSER_VERSION = 4
 
 #: Largest ``ts`` (µs) taken as a time: past it ``baseTimeNanoseconds + ts * 1000`` would not fit int64 ns
 #: (4e15 µs since the epoch is the year 2096). Larger, negative or non-finite values drop the event (SKIPPED).
