@@ -272,7 +272,7 @@ _NOUN: dict[str, str] = {"host_bound": "GPU idle waiting for the host", "launch_
 
 def _child(symptom: Finding, cause: Finding, ns: int) -> Finding:
     rank = _rank_of(symptom)
-    method = f"{symptom.cost.method}, overlapping {cause.kind} {cause.id}"
+    method = f"{symptom.cost.method}, while {_cause_text(cause)} was under way"
     return symptom.replace(
         id=f"{symptom.id}@{cause.id}", cost=Cost.measured(ns, method), steps=cause.steps or symptom.steps,
         message=f"{_NOUN.get(symptom.kind, symptom.kind)} on rank {rank}: {format_ns(ns)} while "
