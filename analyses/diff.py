@@ -327,32 +327,37 @@ def _parameters(d: RunData) -> str:
     for k in keys:
         if isinstance(extra, Mapping) and extra.get(k) is not None:
             return str(extra[k])
-    if "raw" in d.fingerprints.columns:
-        for raw in d.fingerprints["raw"].drop_nulls().to_list():
-            try:
-                fp = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                continue
-            for k in keys:
-                if isinstance(fp, dict) and fp.get(k) is not None:
-                    return str(fp[k])
+    for fp in _fingerprint_dicts(d):
+        for k in keys:
+            if fp.get(k) is not None:
+                return str(fp[k])
     return ""
+
+
+def _fingerprint_dicts(d: RunData) -> list[dict]:
+    """Each rank's fingerprint as a dict (undecodable or non-object ones left out)."""
+    if "raw" not in d.fingerprints.columns:
+        return []
+    out = []
+    for raw in d.fingerprints["raw"].drop_nulls().to_list():
+        try:
+            fp = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(fp, dict):
+            out.append(fp)
+    return out
 
 
 def _placement(d: RunData) -> tuple[str, str]:
     """How many hosts and distinct GPUs the ranks ran on (from the fingerprints; empty when unknown): two ranks
     time-sharing one GPU are another set-up than two GPUs."""
     hosts, gpus = set(), set()
-    if "raw" in d.fingerprints.columns:
-        for raw in d.fingerprints["raw"].drop_nulls().to_list():
-            try:
-                fp = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                continue
-            dev = fp.get("device") if isinstance(fp, dict) else None
-            hosts.add(str(fp.get("host")))
-            if isinstance(dev, dict):
-                gpus.add(str(dev.get("uuid") or (fp.get("host"), dev.get("index"))))
+    for fp in _fingerprint_dicts(d):
+        dev = fp.get("device")
+        hosts.add(str(fp.get("host")))
+        if isinstance(dev, dict):
+            gpus.add(str(dev.get("uuid") or (fp.get("host"), dev.get("index"))))
     return (str(len(hosts)) if hosts else ""), (str(len(gpus)) if gpus else "")
 
 

@@ -129,23 +129,31 @@ def test_exception_inside_a_step_is_marked(tmp_path):
     assert names == {"ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"}
 
 
-def test_sigterm_saves_window_and_run_json_then_dies_of_it(tmp_path):
+def _endless_run(tmp_path, profile_length: int, size: int, sleep_s: float, min_steps: int,
+                 timeout_s: float) -> subprocess.Popen:
+    """A process training forever under a collector (window from step 2), returned once ``min_steps`` are written."""
     script = textwrap.dedent(f"""
         import sys, time, torch
         sys.path.insert(0, {str(ROOT)!r})
         from workbench.collectors import Collector
-        c = Collector({str(tmp_path)!r}, profile_start=2, profile_length=1000)
+        c = Collector({str(tmp_path)!r}, profile_start=2, profile_length={profile_length})
         with c:
             for i in range(100000):
                 with c.step():
-                    torch.randn(32, 32) @ torch.randn(32, 32)
-                    time.sleep(0.01)
+                    torch.randn({size}, {size}) @ torch.randn({size}, {size})
+                    time.sleep({sleep_s})
     """)
     proc = subprocess.Popen([sys.executable, "-c", script])
     steps_file = tmp_path / "rank0/steps.jsonl"
-    deadline = time.time() + 120
-    while time.time() < deadline and not (steps_file.exists() and steps_file.read_bytes().count(b"\n") >= 6):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and not (steps_file.exists()
+                                          and steps_file.read_bytes().count(b"\n") >= min_steps):
         time.sleep(0.05)
+    return proc
+
+
+def test_sigterm_saves_window_and_run_json_then_dies_of_it(tmp_path):
+    proc = _endless_run(tmp_path, profile_length=1000, size=32, sleep_s=0.01, min_steps=6, timeout_s=120)
     os.kill(proc.pid, signal.SIGTERM)
     assert proc.wait(timeout=60) == -signal.SIGTERM          # the signal still ends the process
     steps, bad = read_steps(tmp_path / "rank0")
@@ -287,24 +295,7 @@ def test_full_disk_is_logged_not_raised(tmp_path, caplog):
 
 
 def test_sigkill_mid_run_leaves_completed_steps_readable(tmp_path):
-    script = textwrap.dedent(f"""
-        import sys, time, torch
-        sys.path.insert(0, {str(ROOT)!r})
-        from workbench.collectors import Collector
-        c = Collector({str(tmp_path)!r}, profile_start=2, profile_length=1)
-        with c:
-            for i in range(100000):
-                with c.step():
-                    torch.randn(64, 64) @ torch.randn(64, 64)
-                    time.sleep(0.002)
-    """)
-    proc = subprocess.Popen([sys.executable, "-c", script])
-    steps_file = tmp_path / "rank0/steps.jsonl"
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        if steps_file.exists() and steps_file.read_bytes().count(b"\n") >= 50:
-            break
-        time.sleep(0.05)
+    proc = _endless_run(tmp_path, profile_length=1, size=64, sleep_s=0.002, min_steps=50, timeout_s=60)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     steps, bad = read_steps(tmp_path / "rank0")
