@@ -33,7 +33,7 @@ from typing import Any, Callable, TypeVar
 import orjson
 
 from workbench import rundir
-from workbench.collectors import compile_capture, hang_capture
+from workbench.collectors import compile_capture, hang_capture, source_sites
 from workbench.collectors.apply import ConfigApplier
 from workbench.collectors.fingerprint import fingerprint
 from workbench.collectors.options import CollectorOptions
@@ -84,6 +84,18 @@ class _StepContext:
         self._c._step_end()
 
 
+class _FirstStepContext(_StepContext):
+    """The step context until the first step: notes the user's call site once (``source_sites``), then is a plain
+    :class:`_StepContext` (nothing per step after that)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> _StepContext:
+        self.__class__ = _StepContext
+        self._c._call_site = source_sites.call_site()
+        return _StepContext.__enter__(self)
+
+
 #: At close, how long to poll for the device times of the last steps before giving up on them.
 CLOSE_DEVICE_WAIT_S = 5.0
 
@@ -124,7 +136,8 @@ class Collector(contextlib.ContextDecorator):
             self._applier = ConfigApplier(self.compile_config, self._fail)  # records what took effect
             self._applier.apply_env()
             self._applier.install()  # torch.compile gets [compile]/[mark_dynamic] while the collector exists
-        self._step_ctx = _StepContext(self)
+        self._step_ctx: _StepContext = _FirstStepContext(self)
+        self._call_site: tuple[str, int] | None = None   # the user's first ``with collector.step():``
         self._started = False
         self._closed = False
         self.rank, self.local_rank, self.world_size = 0, 0, 1
@@ -549,6 +562,8 @@ class Collector(contextlib.ContextDecorator):
                 "compile_config_applied": self._applier.report() if self._applier is not None else None,
                 "extra": extra,
             }
+            if final:   # the lines a code fix may name, read (never run) from the step's file
+                meta["source_sites"] = source_sites.scan_safely(self._call_site)
             if final:
                 meta["finished"] = datetime.now(timezone.utc).isoformat()
                 meta["steps"] = self._next_step

@@ -1,0 +1,362 @@
+"""Source sites: the lines of the user's training script a code fix is about, found by reading it, never running it.
+
+The collector notes once, at the first ``with collector.step():``, the user's frame that entered the step
+(:func:`call_site`; nothing per step after that). At ``close()`` rank 0 parses that file with :mod:`ast`
+(:func:`scan`) and writes what it found into ``run.json`` as ``source_sites``: the enclosing loop, the statement that
+fetches the batch, and every call or assignment a code fix may point at — DataLoader, DDP, FSDP, ``torch.compile``,
+collectives, pipeline schedules and micro-batch counts, host→device copies, compile settings and ``os.environ``.
+
+The source is only parsed: nothing in it is executed, and nothing found becomes a setting (snippets are text,
+at most :data:`SNIPPET_CHARS` characters, shown escaped). Scanning never raises into training: an unreadable file,
+code without a file (``exec``, a notebook cell) or a syntax error is recorded as ``note`` and the scan goes on
+without sites. :class:`SourceScan` is the typed record (``SourceScan.from_json`` reads it back from ``run.json``).
+
+Example:
+    >>> import tempfile, os
+    >>> src = "for batch in loader:\\n    with collector.step():\\n        loss = model(batch)\\n"
+    >>> with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+    ...     _ = f.write(src)
+    >>> [(s.kind, s.line) for s in scan(f.name, 2).sites]
+    [('loop', 1), ('batch_fetch', 1), ('step', 2)]
+    >>> os.unlink(f.name)
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import sys
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+#: The longest snippet kept (the source line, whitespace collapsed).
+SNIPPET_CHARS = 120
+#: Files larger than this are not parsed (a generated or bundled script, not a training loop).
+MAX_FILE_BYTES = 2_000_000
+#: What a site is.
+KINDS = ("loop", "batch_fetch", "step", "dataloader", "ddp", "fsdp", "compile", "collective", "pipeline_schedule",
+         "microbatch_count", "h2d_copy", "pin_memory", "config_set")
+
+_COLLECTIVES = frozenset({"all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+                          "reduce_scatter_tensor", "broadcast", "all_to_all", "all_to_all_single", "reduce",
+                          "gather", "scatter", "barrier", "all_reduce_coalesced"})
+_DIST_NAMES = frozenset({"dist", "distributed", "c10d"})
+_MICROBATCH_WORDS = ("microbatch", "micro_batch", "n_microbatches", "num_microbatches", "chunks", "n_mb",
+                     "accum_steps", "grad_accum", "accumulation_steps")
+_CONFIG_ROOTS = ("torch._dynamo.config", "torch._inductor.config", "torch._functorch.config",
+                 "torch.compiler.config", "dynamo_config", "inductor_config")
+_THIS_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+
+
+@dataclass(frozen=True)
+class SourceSite:
+    """One line of the user's script: ``kind`` (one of :data:`KINDS`), its source text and what matters in it
+    (``detail``, e.g. ``pin_memory not set``, ``blocking``, ``n_microbatches=MICROBATCHES``)."""
+
+    file: str
+    line: int
+    kind: str
+    snippet: str
+    detail: str = ""
+    in_loop: bool = False            # inside the training loop around the step (runs every step)
+
+    @property
+    def location(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True)
+class SourceScan:
+    """What was found in the file that runs ``with collector.step():`` (``line``: that statement)."""
+
+    file: str | None
+    line: int | None
+    sites: tuple[SourceSite, ...] = ()
+    note: str | None = None          # why there are no sites (unreadable file, exec'd code, ...)
+
+    @property
+    def filename(self) -> str:
+        return os.path.basename(self.file) if self.file else "the training script"
+
+    def of(self, *kinds: str) -> list[SourceSite]:
+        """The sites of ``kinds``, in file order."""
+        return [s for s in self.sites if s.kind in kinds]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "sites": [asdict(s) for s in self.sites], "note": self.note}
+
+    @classmethod
+    def from_json(cls, d: Any) -> SourceScan | None:
+        """The scan recorded in ``run.json`` (``source_sites``); None when absent or not a scan. Sites with a wrong
+        field type are dropped (the others kept)."""
+        if not isinstance(d, dict):
+            return None
+        sites = []
+        for s in d.get("sites") or ():
+            if (isinstance(s, dict) and isinstance(s.get("file"), str) and isinstance(s.get("line"), int)
+                    and s.get("kind") in KINDS and isinstance(s.get("snippet"), str)):
+                sites.append(SourceSite(s["file"], s["line"], s["kind"], s["snippet"][:SNIPPET_CHARS],
+                                        str(s.get("detail") or "")[:SNIPPET_CHARS], s.get("in_loop") is True))
+        file, line, note = d.get("file"), d.get("line"), d.get("note")
+        return cls(file if isinstance(file, str) else None, line if isinstance(line, int) else None,
+                   tuple(sites), note if isinstance(note, str) else None)
+
+
+# ---------------------------------------------------------------------- where the step is entered
+def call_site(depth: int = 2) -> tuple[str, int] | None:
+    """The first frame above ``depth`` outside the collectors package and :mod:`contextlib`: the user's
+    ``with collector.step():`` (or the call of a function decorated with ``@collector.step``). Never raises."""
+    try:
+        frame = sys._getframe(depth)
+        while frame is not None:
+            path = frame.f_code.co_filename
+            if not (os.path.dirname(os.path.abspath(path)) == _THIS_PACKAGE or path.endswith("contextlib.py")):
+                return path, frame.f_lineno
+            frame = frame.f_back
+    except Exception:  # noqa: BLE001 - never into training
+        return None
+    return None
+
+
+def scan_safely(site: tuple[str, int] | None) -> dict[str, Any]:
+    """:func:`scan` of ``site`` as ``run.json`` holds it; anything that goes wrong becomes the ``note``."""
+    if site is None:
+        return SourceScan(None, None, note="no step was entered (or its caller could not be read)").to_json()
+    try:
+        return scan(*site).to_json()
+    except Exception as exc:  # noqa: BLE001 - never into training
+        return SourceScan(site[0], site[1], note=f"scan failed: {type(exc).__name__}").to_json()
+
+
+# ---------------------------------------------------------------------- the scan
+def scan(path: str, line: int) -> SourceScan:
+    """Parse ``path`` (never run it) and find the sites around the statement at ``line``."""
+    if not path or path.startswith("<") or not os.path.isfile(path):
+        return SourceScan(path, line, note=f"no source file ({path or 'unknown'}): code run by exec or a notebook")
+    try:
+        if os.path.getsize(path) > MAX_FILE_BYTES:
+            return SourceScan(path, line, note=f"not parsed: larger than {MAX_FILE_BYTES} bytes")
+        with open(path, "rb") as fh:
+            text = fh.read().decode("utf-8", errors="replace")
+        tree = ast.parse(text, filename=path)
+    except (OSError, SyntaxError, ValueError) as exc:
+        return SourceScan(path, line, note=f"not parsed: {type(exc).__name__}")
+    lines = text.splitlines()
+    finder = _Finder(path, lines)
+    finder.visit(tree)
+    sites = _loop_sites(tree, path, lines, line) + finder.sites
+    sites += _microbatch_counts(tree, path, lines, finder.schedule_names)
+    loop = next((s for s in sites if s.kind == "loop"), None)
+    if loop is not None:
+        end = _end_of_loop(tree, loop.line)
+        sites = [replace(s, in_loop=loop.line <= s.line <= end) for s in sites]
+    seen: set[tuple[str, int]] = set()
+    unique = []
+    for s in sorted(sites, key=lambda s: (s.line, KINDS.index(s.kind))):
+        if (s.kind, s.line) not in seen:
+            seen.add((s.kind, s.line))
+            unique.append(s)
+    return SourceScan(path, line, tuple(unique))
+
+
+def _snippet(lines: list[str], lineno: int) -> str:
+    text = " ".join(lines[lineno - 1].split()) if 0 < lineno <= len(lines) else ""
+    return text if len(text) <= SNIPPET_CHARS else text[: SNIPPET_CHARS - 1] + "…"
+
+
+def _dotted(node: ast.AST) -> str:
+    """``a.b.c`` of a Name/Attribute chain ('' for anything else)."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    if isinstance(node, ast.Call):          # torch.distributed.pipelining.ScheduleGPipe(...).step -> keep the tail
+        return ".".join(reversed(parts))
+    return ""
+
+
+def _kw(call: ast.Call, name: str) -> ast.expr | None:
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def _kw_text(call: ast.Call, name: str) -> str:
+    v = _kw(call, name)
+    if v is None:
+        return f"{name} not set"
+    try:
+        return f"{name}={ast.unparse(v)}"[:60]
+    except Exception:  # noqa: BLE001
+        return f"{name}=?"
+
+
+def _mentions_rank(test: ast.expr) -> bool:
+    return any(isinstance(n, ast.Name) and "rank" in n.id.lower() or isinstance(n, ast.Attribute)
+               and "rank" in n.attr.lower() or isinstance(n, ast.Call) and "rank" in _dotted(n.func).lower()
+               for n in ast.walk(test))
+
+
+class _Finder(ast.NodeVisitor):
+    """Calls and assignments anywhere in the file (helper functions included)."""
+
+    def __init__(self, path: str, lines: list[str]) -> None:
+        self.path, self.lines = path, lines
+        self.sites: list[SourceSite] = []
+        self.schedule_names: set[str] = set()     # names passed as a schedule's micro-batch count
+        self._rank_ifs = 0
+
+    def add(self, node: ast.AST, kind: str, detail: str = "") -> None:
+        line = getattr(node, "lineno", 0)
+        self.sites.append(SourceSite(self.path, line, kind, _snippet(self.lines, line), detail))
+
+    def visit_If(self, node: ast.If) -> None:
+        rank = _mentions_rank(node.test)
+        self.visit(node.test)
+        self._rank_ifs += rank
+        for stmt in node.body + node.orelse:
+            self.visit(stmt)
+        self._rank_ifs -= rank
+
+    def visit_Call(self, node: ast.Call) -> None:
+        name = _dotted(node.func)
+        tail = name.rsplit(".", 1)[-1]
+        if tail.endswith("DataLoader"):
+            self.add(node, "dataloader", f"{_kw_text(node, 'pin_memory')}, {_kw_text(node, 'num_workers')}")
+        elif tail in ("DistributedDataParallel", "DDP"):
+            self.add(node, "ddp", _kw_text(node, "bucket_cap_mb"))
+        elif tail in ("FullyShardedDataParallel", "FSDP", "fully_shard"):
+            self.add(node, "fsdp")
+        elif name in ("torch.compile", "compile") and (name == "torch.compile" or node.args):
+            if name == "torch.compile" or _kw(node, "backend") is not None or _kw(node, "mode") is not None:
+                self.add(node, "compile", ", ".join(f"{k.arg}={ast.unparse(k.value)}"[:40]
+                                                     for k in node.keywords if k.arg)[:SNIPPET_CHARS])
+        elif tail in _COLLECTIVES and "." in name and name.split(".")[-2] in _DIST_NAMES:
+            av = _kw(node, "async_op")
+            blocking = av is None or (isinstance(av, ast.Constant) and av.value is False)
+            self.add(node, "collective", f"{tail}, {'blocking' if blocking else 'async_op'}")
+        elif tail.startswith("Schedule") or tail == "PipelineSchedule":
+            count = _kw(node, "n_microbatches") or (node.args[1] if len(node.args) > 1 else None)
+            text = "n_microbatches " + (ast.unparse(count)[:40] if count is not None else "not set")
+            if isinstance(count, ast.Name):
+                self.schedule_names.add(count.id)
+            self.add(node, "pipeline_schedule", text)
+        elif tail == "pin_memory" and isinstance(node.func, ast.Attribute):
+            self.add(node, "pin_memory")
+        elif isinstance(node.func, ast.Attribute) and tail in ("to", "cuda") and _is_device_copy(node):
+            nb = _kw(node, "non_blocking")
+            self.add(node, "h2d_copy", "non_blocking" if isinstance(nb, ast.Constant) and nb.value else "blocking")
+        elif name in ("os.environ.setdefault", "os.environ.update", "os.putenv", "environ.setdefault"):
+            key = node.args[0] if node.args else None
+            self.add(node, "config_set", self._config_detail(
+                key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else "os.environ"))
+        self.generic_visit(node)
+
+    def _config_detail(self, key: str) -> str:
+        return key[:80] + (", rank-conditional" if self._rank_ifs else "")
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        self._assign(node, node.targets)
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        self._assign(node, [node.target])
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self._assign(node, [node.target])
+        self.generic_visit(node)
+
+    def _assign(self, node: ast.stmt, targets: list[ast.expr]) -> None:
+        for t in targets:
+            if isinstance(t, ast.Subscript) and _dotted(t.value) in ("os.environ", "environ"):
+                key = t.slice.value if isinstance(t.slice, ast.Constant) and isinstance(t.slice.value, str) else "?"
+                self.add(node, "config_set", self._config_detail(key))
+            elif isinstance(t, ast.Attribute):
+                dotted = _dotted(t)
+                if any(dotted.startswith(root + ".") for root in _CONFIG_ROOTS):
+                    self.add(node, "config_set", self._config_detail(dotted))
+
+
+def _is_device_copy(call: ast.Call) -> bool:
+    """``x.cuda()``, ``x.to(device)``, ``x.to("cuda")``, ``x.to(device=...)`` (not ``x.to(torch.float16)``)."""
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "cuda":
+        return True
+    if _kw(call, "device") is not None:
+        return True
+    if not call.args:
+        return False
+    a = call.args[0]
+    if isinstance(a, ast.Constant) and isinstance(a.value, str):
+        return a.value.startswith(("cuda", "xpu", "mps", "npu"))
+    text = _dotted(a) if isinstance(a, (ast.Name, ast.Attribute)) else (
+        _dotted(a.func) if isinstance(a, ast.Call) else "")
+    low = text.lower()
+    return "dev" in low or "cuda" in low or low.endswith("torch.device")
+
+
+def _loop_sites(tree: ast.AST, path: str, lines: list[str], line: int) -> list[SourceSite]:
+    """The step statement at ``line``, the innermost loop around it and the statement that fetches the batch: a
+    ``next(...)`` before the step in the loop body, else the loop's own iteration unless it only counts
+    (``range``, ``enumerate(range)``, ``itertools.count``)."""
+    step = loop = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+            end = getattr(node, "end_lineno", node.lineno)
+            if node.lineno <= line <= end and (loop is None or node.lineno > loop.lineno):
+                loop = node
+        if isinstance(node, ast.stmt) and node.lineno == line and step is None:
+            step = node
+    out = [SourceSite(path, line, "step", _snippet(lines, line))] if step is not None else []
+    if loop is None:
+        return out
+    out.append(SourceSite(path, loop.lineno, "loop", _snippet(lines, loop.lineno)))
+    body_before = [s for s in loop.body if s.lineno < line]
+    fetch = [s for s in body_before if any(isinstance(n, ast.Call) and _dotted(n.func) in ("next", "builtins.next")
+                                          for n in ast.walk(s))]
+    if fetch:
+        out.append(SourceSite(path, fetch[-1].lineno, "batch_fetch", _snippet(lines, fetch[-1].lineno), "next()"))
+    elif isinstance(loop, (ast.For, ast.AsyncFor)) and not _counts_only(loop.iter):
+        out.append(SourceSite(path, loop.lineno, "batch_fetch", _snippet(lines, loop.lineno), "loop iteration"))
+    return out
+
+
+def _end_of_loop(tree: ast.AST, lineno: int) -> int:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)) and node.lineno == lineno:
+            return getattr(node, "end_lineno", lineno) or lineno
+    return lineno
+
+
+def _counts_only(it: ast.expr) -> bool:
+    """The loop's iterable only counts: it yields step numbers, not batches."""
+    if isinstance(it, ast.Call):
+        name = _dotted(it.func).rsplit(".", 1)[-1]
+        if name in ("range", "count"):
+            return True
+        if name == "enumerate" and it.args:
+            return _counts_only(it.args[0])
+        if name == "steps":                   # e.g. ``for step in ctx.steps():`` — a step counter
+            return True
+    return False
+
+
+def _microbatch_counts(tree: ast.AST, path: str, lines: list[str], names: set[str]) -> list[SourceSite]:
+    """Assignments of a micro-batch count: a name passed to a pipeline schedule, or one named like one
+    (``n_microbatches``, ``chunks``, ``grad_accum``, ...) that is given a number."""
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for t in targets:
+            if not isinstance(t, ast.Name):
+                continue
+            low = t.id.lower()
+            named = any(w in low for w in _MICROBATCH_WORDS)
+            numeric = isinstance(node.value, ast.Constant) and isinstance(node.value.value, int)
+            if t.id in names or (named and numeric):
+                out.append(SourceSite(path, node.lineno, "microbatch_count", _snippet(lines, node.lineno),
+                                      "passed to the schedule" if t.id in names else "named like a micro-batch count"))
+    return out
