@@ -436,6 +436,65 @@ def _memcpy(f: Finding) -> list[Fix]:
                 code="DataLoader(..., pin_memory=True) and x.to(device, non_blocking=True)")]
 
 
+# ------------------------------------------------------------------------ the line a code fix is about
+def _scan_of(sites: Any) -> Any:
+    """A ``SourceScan`` from ``run.json``'s ``source_sites`` (or one already typed); None without one."""
+    if sites is None:
+        return None
+    from workbench.collectors.source_sites import SourceScan   # the typed record (no torch)
+
+    return sites if isinstance(sites, SourceScan) else SourceScan.from_json(sites)
+
+
+def _first(scan: Any, kind: str, pred: Any = None, prefer_loop: bool = False) -> Any:
+    got = [s for s in scan.of(kind) if pred is None or pred(s)]
+    if prefer_loop:
+        got.sort(key=lambda s: not s.in_loop)
+    return got[0] if got else None
+
+
+def _site_for(fix_id: str, scan: Any) -> tuple[Any, str]:
+    """The site of ``scan`` a code fix ``fix_id`` is about, and what to say when there is none."""
+    name = scan.filename
+    if fix_id in ("faster_data_loading", "balance_ranks"):
+        return (_first(scan, "batch_fetch"),
+                f"no batch fetch (a `for batch in loader:` loop or a `next(...)` before the step) found in {name}")
+    if fix_id == "overlap_comm":
+        ddp = _first(scan, "ddp")
+        return (ddp or _first(scan, "collective", lambda s: "blocking" in s.detail, prefer_loop=True),
+                f"no DDP construction and no blocking collective in {name}")
+    if fix_id == "more_microbatches":
+        return (_first(scan, "microbatch_count", lambda s: s.detail == "passed to the schedule")
+                or _first(scan, "pipeline_schedule", lambda s: not s.detail.endswith("not set"))
+                or _first(scan, "microbatch_count") or _first(scan, "pipeline_schedule"),
+                f"no pipeline schedule or micro-batch count set in {name}")
+    if fix_id == "same_environment":
+        return (_first(scan, "config_set", lambda s: s.detail.endswith("rank-conditional")),
+                f"no line of {name} sets a compile setting or TORCH* variable per rank: the difference comes from "
+                "the launch environment")
+    if fix_id == "pin_memory":
+        return (_first(scan, "dataloader", lambda s: "pin_memory=True" not in s.detail)
+                or _first(scan, "h2d_copy", lambda s: s.in_loop and s.detail == "blocking"),
+                f"no DataLoader and no blocking host-to-device copy in the loop of {name}")
+    if fix_id in ("faster_host_compile", "shared_cache_dir"):
+        return _first(scan, "compile"), f"no torch.compile call in {name}"
+    return None, ""
+
+
+def locate(fx: Fix, scan: Any) -> Fix:
+    """``fx`` with ``location`` set to the line of the user's script it is about (from ``scan``, the run's source
+    sites), or its advice saying that the script has no such line. Fixes that already name a line (graph
+    breaks, from the compile log), config fixes and runs without a scan are left as they are."""
+    if fx.code is None or fx.location or scan is None:
+        return fx
+    if not scan.sites:
+        return fx if not scan.note else dataclasses.replace(fx, code=f"{fx.code} (no line: {scan.note})")
+    site, missing = _site_for(fx.fix_id, scan)
+    if site is not None:
+        return dataclasses.replace(fx, location=site.location, code=f"{fx.code} (here: {site.snippet})")
+    return dataclasses.replace(fx, code=f"{fx.code} ({missing})") if missing else fx
+
+
 # ------------------------------------------------------------------------ ranking and the config file
 def _fixes(f: Finding) -> list[Fix]:
     out: list[Fix] = []
@@ -447,11 +506,14 @@ def _fixes(f: Finding) -> list[Fix]:
     return sorted(out, key=lambda x: -x.gain)  # stable: a fixer's own order breaks ties
 
 
-def recommend(findings: Sequence[Finding] | Any, compiles: pl.DataFrame | None = None) -> pl.DataFrame:
+def recommend(findings: Sequence[Finding] | Any, compiles: pl.DataFrame | None = None, *,
+              sites: Any = None) -> pl.DataFrame:
     """Ranked fixes (RECOMMENDATIONS) for the typed root-cause ``findings`` (``analysis_tables(run).roots``):
     findings most costly first, and within one finding the fixes by expected gain. The best config fix of each
     finding has ``apply`` = True unless an earlier fix already set the same key. ``compiles`` is unused (kept for
-    callers). A FINDINGS polars frame is refused: it has lost the typed evidence the fixers read."""
+    callers). ``sites``: the run's ``source_sites`` (``run.meta["source_sites"]`` or a ``SourceScan``) — code fixes
+    then name the line they are about (:func:`locate`), or say in words that the script has no such line.
+    A FINDINGS polars frame is refused: it has lost the typed evidence the fixers read."""
     if isinstance(findings, pl.DataFrame):
         raise TypeError("recommend() takes the typed findings (analysis_tables(run).roots or run.findings()), "
                         "not the FINDINGS frame")
@@ -461,10 +523,12 @@ def recommend(findings: Sequence[Finding] | Any, compiles: pl.DataFrame | None =
     order = sorted(range(len(roots)), key=lambda i: (-roots[i].cost_ns, i))
     rows: list[dict[str, Any]] = []
     taken: set[tuple[str, str]] = set()
+    scan = _scan_of(sites)
     for i in order:
         f = roots[i]
         applied = False
         for fx in _fixes(f):
+            fx = locate(fx, scan)
             apply = False
             if fx.config and not applied and fx.gain > 0:
                 keys = {(sec, k) for sec, body in fx.config.items() for k in body}

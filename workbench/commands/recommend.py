@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
 
         run = workbench.open(path, rank=rank)
         findings = run_findings(run, timeout_s)
-        recs = recommend(findings, run.compiles)
+        recs = recommend(findings, run.compiles, sites=run.meta.get("source_sites"))
         if output is not None:
             text = to_compile_config(recs, header=f"Compile config for {path} written by `workbench recommend`: "
                                                   f"apply with Collector(..., compile_config=\"{output.name}\")")

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from workbench.faults.registry import Fault, FaultContext
-from workbench.faults.truth import WARMUP_STEPS, truth
+from workbench.faults.truth import WARMUP_STEPS, fix_line, truth
 
 FAULT = Fault(
     name="exposed_comm",
@@ -34,8 +34,8 @@ def main(ctx: FaultContext) -> None:
             with collector.step():
                 compiled(x).square().mean().backward()
                 flat = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
-                with ctx.timed("allreduce"):                 # nothing left to overlap with: fully exposed
-                    dist.all_reduce(flat)
+                with ctx.timed("allreduce"):
+                    dist.all_reduce(flat)         # fix here: nothing left to overlap with, fully exposed
                 torch.nn.utils.vector_to_parameters(flat / ctx.world_size, [p.grad for p in model.parameters()])
                 opt.step()
                 opt.zero_grad(set_to_none=True)
@@ -52,4 +52,4 @@ def ground_truth(records, fault):
         share[str(r)] = round(100.0 * sum(by_step[r].values()) / max(1, total), 1)
     return truth(fault, {r: int(sum(d.values())) for r, d in by_step.items()},
                  "each rank's own time in the blocking dist.all_reduce, summed over steps 1..N", agg="max",
-                 by_step=by_step, exposed_pct_of_step=share)
+                 by_step=by_step, exposed_pct_of_step=share, line=fix_line(__file__))

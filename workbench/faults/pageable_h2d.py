@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from workbench.faults.registry import Fault, FaultContext
-from workbench.faults.truth import WARMUP_STEPS, truth
+from workbench.faults.truth import WARMUP_STEPS, fix_line, truth
 
 FAULT = Fault(
     name="pageable_h2d",
@@ -32,7 +32,7 @@ def main(ctx: FaultContext) -> None:
         for step in ctx.steps():
             with collector.step():
                 with ctx.timed("h2d"):
-                    x = host[step % 2].to(dev)               # the pageable copy
+                    x = host[step % 2].to(dev)               # fix here: the pageable copy
                     torch.cuda.synchronize()
                 compiled(x).square().mean().backward()
                 opt.step()
@@ -44,7 +44,4 @@ def ground_truth(records, fault):
     rec = records.get(0)
     h2d = {s: v for s, v in (rec.timed.get("h2d", {}) if rec else {}).items() if s >= WARMUP_STEPS}
     return truth(fault, {0: int(sum(h2d.values()))}, "the copy's own time (synchronised), summed over steps 1..N",
-                 agg="max", by_step={0: h2d}, line=f"{__file__}:{_LINE}")
-
-
-_LINE = next(i for i, line in enumerate(open(__file__), 1) if "# the pageable copy" in line)
+                 agg="max", by_step={0: h2d}, line=fix_line(__file__))

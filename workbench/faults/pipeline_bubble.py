@@ -12,9 +12,9 @@ import torch
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
 from workbench.faults.registry import Fault, FaultContext
-from workbench.faults.truth import WARMUP_STEPS, truth
+from workbench.faults.truth import WARMUP_STEPS, fix_line, truth
 
-MICROBATCHES = 2
+MICROBATCHES = 2                 # fix here: more micro-batches per step
 #: Rows per micro-batch: enough compute that the bubble (a third of the step) stands well above the per-step
 #: overhead of the schedule, the optimizer and the profiler.
 ROWS = 512
@@ -69,4 +69,5 @@ def ground_truth(records, fault):
         total = sum(v for s, v in rec.step_ns.items() if s >= WARMUP_STEPS)
         pct[str(r)] = round(100.0 * sum(idle) / max(1, total), 1)
     return truth(fault, per, "each stage's step time outside its own micro-batch compute, summed over steps 1..N",
-                 agg="max", by_step=by_step, bubble_pct=pct, theoretical_pct=round(100.0 / (MICROBATCHES + 1), 1))
+                 agg="max", by_step=by_step, bubble_pct=pct, theoretical_pct=round(100.0 / (MICROBATCHES + 1), 1),
+                 line=fix_line(__file__))

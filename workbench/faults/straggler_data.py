@@ -13,7 +13,7 @@ import torch
 
 from workbench.faults.common import all_reduce_grads, batch, tiny_mlp
 from workbench.faults.registry import Fault, FaultContext
-from workbench.faults.truth import WARMUP_STEPS, truth
+from workbench.faults.truth import WARMUP_STEPS, fix_line, truth
 
 FAULT = Fault(
     name="straggler_data",
@@ -38,7 +38,7 @@ def main(ctx: FaultContext) -> None:
     data = loader(ctx, torch.Generator().manual_seed(ctx.rank))
     with ctx.collector() as collector:
         for step in ctx.steps():
-            x, y = next(data)                                     # outside the step: the data wait
+            x, y = next(data)             # fix here: the data wait (outside the step), slow on rank 2
             with collector.step():
                 torch.nn.functional.mse_loss(compiled(x), y).backward()
                 with ctx.timed("allreduce"):
@@ -62,4 +62,4 @@ def ground_truth(records, fault):
             per_step[str(r)] = int(median(waits)) if waits else None
     return truth(fault, per, "healthy ranks' all-reduce time minus the straggler's, summed over steps 1..N",
                  steps_measured=fault.num_steps - WARMUP_STEPS, wait_per_step_ns=per_step,
-                 delay_per_step_ns=int(DELAY_S * 1e9))
+                 delay_per_step_ns=int(DELAY_S * 1e9), line=fix_line(__file__))

@@ -40,6 +40,17 @@ def excess(records: dict[int, RankRecord], ranks: list[int], steps: list[int], s
     return out
 
 
+#: The comment a fault script puts on the line its code fix is about (its ground-truth ``line``).
+FIX_MARK = "# fix here"
+
+
+def fix_line(path: str) -> str:
+    """``path:N`` of the line of ``path`` marked with :data:`FIX_MARK` (a fault script's fix line)."""
+    with open(path) as fh:
+        n = next(i for i, line in enumerate(fh, 1) if FIX_MARK in line and not line.lstrip().startswith(("#", '"')))
+    return f"{path}:{n}"
+
+
 def truth(fault: Fault, per_rank: dict[int, int], method: str, *, agg: str = "mean",
           by_step: dict[int, dict[int, int]] | None = None, **extra: Any) -> dict[str, Any]:
     """The ground-truth dict: the fault's ranks and steps, ``cost_ns`` = the mean (or ``agg="max"``: the

@@ -175,9 +175,15 @@ def _ms(ns: int) -> str:
 def recommend_for(run_dir: str | Path, roots: list[Any], out: Path) -> tuple[Any, Path]:
     from workbench.analyses.recommendations import recommend, to_compile_config
 
-    recs = recommend(roots)
+    recs = recommend(roots, sites=source_sites_of(run_dir))
     out.write_text(to_compile_config(recs, header=f"fixes for {run_dir} (bench/faults.py)"))
     return recs, out
+
+
+def source_sites_of(run_dir: str | Path) -> dict[str, Any] | None:
+    """``run.json``'s ``source_sites`` (the lines the collector found in the training script), if recorded."""
+    path = Path(run_dir) / "run.json"
+    return json.loads(path.read_text()).get("source_sites") if path.is_file() else None
 
 
 def fix_written(fault: Fault, recs: Any) -> str:
