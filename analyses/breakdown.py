@@ -30,6 +30,9 @@ from workbench.analyses.window import Window, window_kernels
 KERNEL_WAIT_NS = 30_000
 
 IDLE_CATEGORIES: tuple[str, ...] = ("host_wait", "kernel_wait", "other")
+#: The most of a late-launched kernel's launch-to-start time still put on the host (``idle_gaps``' ``host_ns``):
+#: a launch normally reaches an idle stream within a few to tens of µs.
+LAUNCH_LATENCY_CAP_NS = 100_000
 
 _NS_COLUMNS = (
     "window_ns", "busy_ns", "idle_ns", "compute_ns", "comm_ns", "comm_overlapped_ns", "comm_exposed_ns",
@@ -186,15 +189,29 @@ def idle_gaps(
     previous activity on the stream), ``end`` (start of the next one), ``gap_ns``, ``category`` (``host_wait``:
     the next kernel's launch began after ``start``; ``kernel_wait``: gap < ``kernel_wait_ns``; ``other``),
     ``launch_late_ns`` (launch start - ``start``, how late the CPU queued the kernel; null if not host wait),
-    ``name`` (the kernel after the gap). Rows are sorted by ``start``. Only gaps > 0 between two activities of one stream are listed, as HTA
+    ``host_ns`` (the part of a host-wait gap the host is to blame for, see below; 0 for the other categories),
+    ``name`` (the kernel after the gap).
+
+    ``category`` follows HTA (the whole gap is host wait when the launch began after the stream went idle). But a
+    kernel launched late may still have waited on the device after its launch: on another stream (an event, a
+    collective it depends on) or behind other work. So ``host_ns`` keeps only the host's part: the gap up to the
+    launch call's return plus the rank's usual launch-to-start latency (its median over host-wait gaps, at most
+    ``LAUNCH_LATENCY_CAP_NS``); the rest of the gap is a device-side dependency, not the host. Without a launch end
+    the whole gap counts. Rows are sorted by ``start``. Only gaps > 0 between two activities of one stream are listed, as HTA
     does (no gap before a stream's first activity or after its last).
     """
-    cols = ["rank", "stream", "step", "start", "end", "launch_start", "name"]
+    cols = ["rank", "stream", "step", "start", "end", "launch_start", "launch_end", "name"]
+    if "launch_end" not in kernels.columns:
+        kernels = kernels.with_columns(launch_end=pl.lit(None, pl.Int64))
     kw = window_kernels(kernels.select(cols), steps, window).filter(pl.col("start").is_not_null())
     prev_end = pl.col("end").cum_max().shift(1).over("rank", "stream")
+    host_gap = pl.col("category") == "host_wait"
+    queued = pl.col("start") - pl.col("launch_end")  # launch call returned -> kernel started
+    latency = pl.min_horizontal(queued.filter(host_gap).median().over("rank").clip(lower_bound=0),
+                                pl.lit(LAUNCH_LATENCY_CAP_NS))
     g = (
         kw.lazy()
-        .select("rank", "stream", "step", "start", "end", "launch_start", "name")
+        .select(*cols)
         .sort("start")  # one key; the window expression below keeps that order inside each (rank, stream)
         .with_columns(_prev=prev_end)
         .filter(pl.col("_prev").is_not_null() & (pl.col("start") > pl.col("_prev")))
@@ -207,10 +224,13 @@ def idle_gaps(
             .otherwise(pl.lit("other"))
         )
         .with_columns(
-            launch_late_ns=pl.when(pl.col("category") == "host_wait").then(pl.col("launch_start") - pl.col("_prev"))
+            launch_late_ns=pl.when(host_gap).then(pl.col("launch_start") - pl.col("_prev")),
+            host_ns=pl.when(host_gap & pl.col("launch_end").is_not_null())
+            .then(pl.min_horizontal(pl.col("gap_ns"), pl.col("launch_end") - pl.col("_prev") + latency.fill_null(0)))
+            .when(host_gap).then(pl.col("gap_ns")).otherwise(0).cast(pl.Int64),
         )
         .select("rank", "stream", "step", pl.col("_prev").alias("start"), pl.col("start").alias("end"), "gap_ns",
-                "category", "launch_late_ns", "name")
+                "category", "launch_late_ns", "host_ns", "name")
         .collect()
     )
     return g
@@ -220,17 +240,22 @@ def idle_causes(gaps: pl.DataFrame, by: tuple[str, ...] = ("rank", "stream")) ->
     """Idle time per cause, one row per ``by`` group (default: per rank and stream; add ``"step"`` per step).
 
     Columns: ``by...``, ``host_wait_ns``, ``kernel_wait_ns``, ``other_ns``, ``idle_ns`` (their sum), ``gaps``
-    (number of gaps), ``host_wait_pct`` / ``kernel_wait_pct`` / ``other_pct`` (share of ``idle_ns``).
+    (number of gaps), ``host_wait_pct`` / ``kernel_wait_pct`` / ``other_pct`` (share of ``idle_ns``), ``host_ns``
+    (the host's part of the host-wait gaps, :func:`idle_gaps`) and ``host_pct`` (its share of ``idle_ns``).
     """
     by = list(by)
     aggs = [pl.col("gap_ns").filter(pl.col("category") == c).sum().alias(f"{c}_ns") for c in IDLE_CATEGORIES]
+    if "host_ns" not in gaps.columns:
+        gaps = gaps.with_columns(host_ns=pl.when(pl.col("category") == "host_wait").then(pl.col("gap_ns"))
+                                 .otherwise(0).cast(pl.Int64))
+    aggs.append(pl.col("host_ns").sum())
     out = gaps.group_by(by).agg(*aggs, gaps=pl.len()).with_columns(
         idle_ns=sum(pl.col(f"{c}_ns") for c in IDLE_CATEGORIES)
     )
     return out.with_columns(
         [
             pl.when(pl.col("idle_ns") > 0).then(100.0 * pl.col(f"{c}_ns") / pl.col("idle_ns")).alias(f"{c}_pct")
-            for c in IDLE_CATEGORIES
+            for c in (*IDLE_CATEGORIES, "host")
         ]
     ).sort(by)
 
@@ -314,8 +339,12 @@ def breakdown_findings(
     if not idle.is_empty():
         causes = main_stream_causes if main_stream_causes is not None else pl.DataFrame()
         if not causes.is_empty():
-            idle = idle.join(causes.select("rank", "stream", "host_wait_ns", "host_wait_pct", "kernel_wait_pct",
-                                           "other_pct"), on="rank", how="left")
+            if "host_ns" not in causes.columns:  # rows from before the host's part was kept: the whole gaps
+                causes = causes.with_columns(host_ns=pl.col("host_wait_ns"), host_pct=pl.col("host_wait_pct"))
+            # the host's part of the host-wait gaps (idle_gaps' host_ns), not the whole gaps: a late launch that then
+            # waits on another stream (a collective, an event) is a device-side dependency, not the host
+            idle = idle.join(causes.select("rank", "stream", "host_ns", pl.col("host_pct").alias("host_wait_pct"),
+                                           "kernel_wait_pct", "other_pct"), on="rank", how="left")
         else:
             idle = idle.with_columns(host_wait_pct=pl.lit(None, pl.Float64), stream=pl.lit(None, pl.Int64))
         short_pct = None
@@ -327,14 +356,15 @@ def breakdown_findings(
                 "host wait is the profiler's own cost; measure without them before acting." if profiler_inflated
                 else "")
         between: dict[int, int] | None = None  # per rank: host-wait gaps holding a step's start (between steps)
-        if gaps is not None and segments is not None and "host_wait_ns" in idle.columns:
+        if gaps is not None and segments is not None and "host_ns" in idle.columns:
             hw = gaps.filter(pl.col("category") == "host_wait").join(
                 idle.select("rank", pl.col("stream").cast(gaps.schema["stream"])), on=["rank", "stream"], how="semi")
             starts = segments.select(pl.col("rank").cast(hw.schema["rank"]), pl.col("start").alias("_step_start"))
             held = hw.sort("start").join_asof(starts.sort("_step_start"), left_on="start", right_on="_step_start",
                                               by="rank", strategy="forward", allow_exact_matches=False,
                                               check_sortedness=False)
-            held = held.filter(pl.col("_step_start") <= pl.col("end")).group_by("rank").agg(pl.col("gap_ns").sum())
+            part = "host_ns" if "host_ns" in held.columns else "gap_ns"
+            held = held.filter(pl.col("_step_start") <= pl.col("end")).group_by("rank").agg(pl.col(part).sum())
             between = {int(k): int(v) for k, v in held.iter_rows()}
         for r in idle.iter_rows(named=True):
             host = (r["host_wait_pct"] or 0) >= 50.0
@@ -342,7 +372,7 @@ def breakdown_findings(
             cost = Cost.measured(r["idle_ns"], "GPU idle time in the analysed window")
             if host and between is not None:
                 row["between_steps_wait_ns"] = between.get(r["rank"], 0)
-                row["launch_gap_ns"] = max(0, int(r.get("host_wait_ns") or 0) - row["between_steps_wait_ns"])
+                row["launch_gap_ns"] = max(0, int(r.get("host_ns") or 0) - row["between_steps_wait_ns"])
                 host = 100.0 * row["launch_gap_ns"] / r["window_ns"] >= 20.0
                 cost = Cost.measured(row["launch_gap_ns"], "launch gaps: host-wait gaps between the kernels of a "
                                                            "step on the main stream, in the analysed window")

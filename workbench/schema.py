@@ -245,17 +245,18 @@ ANALYSIS_TABLES: dict[str, dict[str, pl.DataType]] = {
     },
     "idle_gaps": {
         "rank": pl.Int32, "stream": pl.Int64, "step": pl.Int32, "start": pl.Int64, "end": pl.Int64,
-        "gap_ns": pl.Int64, "category": pl.String, "launch_late_ns": pl.Int64, "name": pl.Categorical(),
+        "gap_ns": pl.Int64, "category": pl.String, "launch_late_ns": pl.Int64, "host_ns": pl.Int64,
+        "name": pl.Categorical(),
     },
     "idle_by_stream": {
         "rank": pl.Int32, "stream": pl.Int64, "host_wait_ns": pl.Int64, "kernel_wait_ns": pl.Int64,
         "other_ns": pl.Int64, "gaps": pl.UInt32, "idle_ns": pl.Int64, "host_wait_pct": pl.Float64,
-        "kernel_wait_pct": pl.Float64, "other_pct": pl.Float64,
+        "kernel_wait_pct": pl.Float64, "other_pct": pl.Float64, "host_ns": pl.Int64, "host_pct": pl.Float64,
     },
     "idle_by_step": {
         "rank": pl.Int32, "step": pl.Int32, "stream": pl.Int64, "host_wait_ns": pl.Int64, "kernel_wait_ns": pl.Int64,
         "other_ns": pl.Int64, "gaps": pl.UInt32, "idle_ns": pl.Int64, "host_wait_pct": pl.Float64,
-        "kernel_wait_pct": pl.Float64, "other_pct": pl.Float64,
+        "kernel_wait_pct": pl.Float64, "other_pct": pl.Float64, "host_ns": pl.Int64, "host_pct": pl.Float64,
     },
     "step_idle": {
         "rank": pl.Int32, "step": pl.Int32, "window_ns": pl.Int64, "idle_ns": pl.Int64, "idle_pct": pl.Float64,

@@ -124,6 +124,25 @@ def test_idle_causes_follow_hta(two_steps):
     assert long.filter(pl.col("stream") == 7)["idle_ratio"].sum() == pytest.approx(1.0)
 
 
+def test_host_part_of_a_late_launch_that_then_waits_on_another_stream(two_steps):
+    """A kernel launched after the stream went idle but started long after its launch (it waited for a collective
+    on another stream) is host wait by HTA's rule; only the launch delay and the usual latency are the host's."""
+    k = kernels_frame([
+        {"start": 0, "end": 100, "launch_start": 0, "launch_end": 5},
+        {"start": 1_120, "end": 1_200, "launch_start": 1_000, "launch_end": 1_105},   # late launch, 15 ns latency
+        {"start": 2_320, "end": 2_400, "launch_start": 2_200, "launch_end": 2_305},   # the same
+        # launched 300 ns after the stream went idle, then waited 1 ms on another stream's all-reduce
+        {"start": 1_002_400, "end": 1_002_500, "launch_start": 2_700, "launch_end": 2_705},
+    ])
+    g = idle_gaps(k, two_steps).filter(pl.col("stream") == 7).sort("start")
+    assert g["category"].to_list() == ["host_wait"] * 3
+    assert g["host_ns"].to_list() == [1_105 - 100 + 15, 2_305 - 1_200 + 15, 2_705 - 2_400 + 15]
+    assert g["gap_ns"][-1] == 1_000_000                       # HTA's whole gap stays in gap_ns and host_wait_ns
+    c = _row(idle_causes(g), stream=7)
+    assert c["host_wait_ns"] == sum(g["gap_ns"]) and c["host_ns"] == sum(g["host_ns"])
+    assert c["host_pct"] == pytest.approx(100.0 * c["host_ns"] / c["idle_ns"])
+
+
 def test_empty_kernels(two_steps):
     k = kernels_frame([{"start": 0, "end": 1}]).clear()
     assert time_breakdown(k, two_steps).is_empty()
