@@ -221,7 +221,7 @@ class _Finder(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         name = _dotted(node.func)
-        tail = name.rsplit(".", 1)[-1]
+        tail = node.func.attr if isinstance(node.func, ast.Attribute) else name.rsplit(".", 1)[-1]
         if tail.endswith("DataLoader"):
             self.add(node, "dataloader", f"{_kw_text(node, 'pin_memory')}, {_kw_text(node, 'num_workers')}")
         elif tail in ("DistributedDataParallel", "DDP"):

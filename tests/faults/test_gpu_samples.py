@@ -84,3 +84,21 @@ def test_pageable_copy_found_with_a_code_fix():
     recs = recommend(roots).filter(pl.col("finding_kind") == "exposed_memcpy")
     assert recs.height and recs.row(0, named=True)["code_advice"] and not recs["apply"].any()
     assert fix_written(fault, recommend(roots)).startswith("code (pin_memory")
+
+
+def test_pageable_copy_fix_names_the_copy_line():
+    """The recording predates ``source_sites`` in run.json, so the line cannot come from it: the script is scanned
+    now at its step (as the collector does at close), and the copy line it names must be the one the recording's
+    own ground truth marked then (same line number: the script has not moved that line since)."""
+    from workbench.analyses.recommendations import recommend
+    from workbench.faults.truth import fix_line
+    from workbench.faults.verify import script_sites, source_sites_of
+
+    before = _need(H2D)
+    assert source_sites_of(before) is None, "recorded with source_sites now: check the recorded sites instead"
+    recorded = json.loads((before / "ground_truth.json").read_text())["line"]
+    now = fix_line(str(Path(__file__).resolve().parents[2] / "workbench" / "faults" / "pageable_h2d.py"))
+    assert recorded.rsplit(":", 1)[1] == now.rsplit(":", 1)[1], (recorded, now)
+    first = recommend(roots_of(before), sites=script_sites("pageable_h2d")).filter(
+        pl.col("finding_kind") == "exposed_memcpy").row(0, named=True)
+    assert first["fix_id"] == "pin_memory" and first["location"] == now, first

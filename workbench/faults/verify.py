@@ -172,10 +172,10 @@ def _ms(ns: int) -> str:
     return f"{ns / 1e6:.1f}" if ns < 10_000_000 else f"{ns / 1e6:.0f}"
 
 
-def recommend_for(run_dir: str | Path, roots: list[Any], out: Path) -> tuple[Any, Path]:
+def recommend_for(run_dir: str | Path, roots: list[Any], out: Path, sites: Any = None) -> tuple[Any, Path]:
     from workbench.analyses.recommendations import recommend, to_compile_config
 
-    recs = recommend(roots, sites=source_sites_of(run_dir))
+    recs = recommend(roots, sites=sites if sites is not None else source_sites_of(run_dir))
     out.write_text(to_compile_config(recs, header=f"fixes for {run_dir} (bench/faults.py)"))
     return recs, out
 
@@ -184,6 +184,22 @@ def source_sites_of(run_dir: str | Path) -> dict[str, Any] | None:
     """``run.json``'s ``source_sites`` (the lines the collector found in the training script), if recorded."""
     path = Path(run_dir) / "run.json"
     return json.loads(path.read_text()).get("source_sites") if path.is_file() else None
+
+
+def script_sites(name: str) -> Any:
+    """The source sites of fault ``name``'s script as the collector would record them (scanned now, at its
+    ``with collector.step():``): for a recording made before the collector recorded ``source_sites``."""
+    import ast
+
+    from workbench.collectors.source_sites import scan
+    from workbench.faults.registry import load_module
+
+    path = load_module(name).__file__
+    tree = ast.parse(Path(path).read_text())
+    line = next(n.lineno for n in ast.walk(tree) if isinstance(n, ast.With) and any(
+        isinstance(i.context_expr, ast.Call) and isinstance(i.context_expr.func, ast.Attribute)
+        and i.context_expr.func.attr == "step" for i in n.items))
+    return scan(path, line)
 
 
 def fix_written(fault: Fault, recs: Any) -> str:
@@ -310,9 +326,13 @@ def recorded_loop(name: str, before: Path, after: Path | None = None) -> LoopRes
     fault = get_fault(name)
     roots = roots_of(before)
     found = check_found(fault, roots, ground_truth(before))
+    # recorded before the collector wrote source_sites: the script's sites, scanned now (say so in the row)
+    sites = source_sites_of(before) or script_sites(name)
     with tempfile.TemporaryDirectory() as tmp:
-        recs, _ = recommend_for(before, roots, Path(tmp) / "fixes.toml")
+        recs, _ = recommend_for(before, roots, Path(tmp) / "fixes.toml", sites=sites)
     res = LoopResult(name, found, fix_written=fix_written(fault, recs), recommendations=recs)
+    if not source_sites_of(before) and fault.fix == "code":
+        res.fix_written += " [line from the script scanned now: recorded before source_sites]"
     if after is not None and (after / "run.json").is_file():
         res.fix_applied = applied_label(fault, recs, applied_report(after))
         _, res.gone = gone_on_rerun(fault, found, roots_of(after), after)
