@@ -350,6 +350,47 @@ def _compile_time(f: Finding) -> list[Fix]:
     return [_CACHE, shared]
 
 
+def cache_use(ev: CompileSkewEvidence, compiles: pl.DataFrame | None) -> dict[int, tuple[int, int]] | None:
+    """Per rank, the compile-cache (FX graph, AOTAutograd) hits and misses of the skewed compile's step (its
+    compile id and the backward graph it brought); None when the compile log is not at hand."""
+    need = {"rank", "compile_id", "cache_hits", "cache_misses"}
+    if compiles is None or compiles.is_empty() or not need <= set(compiles.columns):
+        return None
+    rows = compiles.filter(pl.col("step") == ev.step) if ev.step is not None and "step" in compiles.columns else \
+        compiles.filter(pl.col("compile_id") == ev.compile_id)
+    if rows.is_empty():
+        return None
+    g = rows.group_by("rank").agg(pl.col("cache_hits").fill_null(0).sum(), pl.col("cache_misses").fill_null(0).sum())
+    return {int(r): (int(h), int(m)) for r, h, m in g.iter_rows()}
+
+
+def _skew_fixes(f: Finding, fixes: list[Fix], compiles: pl.DataFrame | None) -> list[Fix]:
+    """Which fix a compile skew gets, by evidence: a warm cache only helps when the slow rank missed the compile
+    caches where the others hit them (a cold cache). Without such a miss — the caches unused (e.g. an
+    ``aot_eager``/``eager`` backend), or the same hits and misses on every rank — the slow rank's host compiles
+    slower, which no cache config removes: that becomes a code/ops fix at the ``torch.compile`` line and the cache
+    fixes are kept as alternatives that are not written (gain 0). Without the compile log the fixes stay."""
+    ev = f.evidence
+    use = cache_use(ev, compiles) if isinstance(ev, CompileSkewEvidence) else None
+    if use is None or ev.slowest_rank not in use or f.cost.ns == 0:
+        return fixes
+    hits, misses = use[ev.slowest_rank]
+    others = [v for r, v in use.items() if r != ev.slowest_rank]
+    cold = misses > 0 and any(h > hits or m < misses for h, m in others)
+    counts = "; ".join(f"rank {r}: {h} hits, {m} misses" for r, (h, m) in sorted(use.items()))
+    if cold:
+        return [dataclasses.replace(x, why=f"{x.why}; rank {ev.slowest_rank} missed the compile caches where the "
+                                               f"others hit them ({counts})") for x in fixes]
+    why = (f"no compile-cache miss explains it ({counts}" + (", the caches are not used by this backend)"
+                                                             if not any(h or m for h, m in use.values()) else ")"))
+    slow = Fix("faster_host_compile", f"Find what makes rank {ev.slowest_rank} compile slower",
+               "every rank finishes its first compile together: the others stop waiting for it", 0.9,
+               f"{why}: the rank's host or its compiler is slower, which a warm cache does not change",
+               code=f"compare rank {ev.slowest_rank}'s host with a fast rank's (CPU load and other processes, "
+                    "cores and threads per rank, clock, a custom backend or compiler options set on that rank only)")
+    return [slow] + [dataclasses.replace(x, gain=0.0, why=f"not written: {why}") for x in fixes]
+
+
 @register_fixer("nccl_timeout_risk")
 def _timeout(f: Finding) -> list[Fix]:
     return [Fix("raise_timeout", "Raise the collective timeout above the worst compile time",
@@ -510,8 +551,8 @@ def recommend(findings: Sequence[Finding] | Any, compiles: pl.DataFrame | None =
               sites: Any = None) -> pl.DataFrame:
     """Ranked fixes (RECOMMENDATIONS) for the typed root-cause ``findings`` (``analysis_tables(run).roots``):
     findings most costly first, and within one finding the fixes by expected gain. The best config fix of each
-    finding has ``apply`` = True unless an earlier fix already set the same key. ``compiles`` is unused (kept for
-    callers). ``sites``: the run's ``source_sites`` (``run.meta["source_sites"]`` or a ``SourceScan``) — code fixes
+    finding has ``apply`` = True unless an earlier fix already set the same key. ``compiles`` (the run's compile
+    log) decides a compile skew's fix by its cache hits and misses (:func:`_skew_fixes`). ``sites``: the run's ``source_sites`` (``run.meta["source_sites"]`` or a ``SourceScan``) — code fixes
     then name the line they are about (:func:`locate`), or say in words that the script has no such line.
     A FINDINGS polars frame is refused: it has lost the typed evidence the fixers read."""
     if isinstance(findings, pl.DataFrame):
@@ -527,7 +568,8 @@ def recommend(findings: Sequence[Finding] | Any, compiles: pl.DataFrame | None =
     for i in order:
         f = roots[i]
         applied = False
-        for fx in _fixes(f):
+        fixes = _skew_fixes(f, _fixes(f), compiles) if f.kind == "compile_skew" else _fixes(f)
+        for fx in fixes:
             fx = locate(fx, scan)
             apply = False
             if fx.config and not applied and fx.gain > 0:

@@ -22,7 +22,7 @@ FAULTS = ["divergent_recompile_batch", "divergent_recompile_seq", "recompile_lim
           "config_drift", "exposed_comm", "pipeline_bubble"]
 CONFIG_FIXED = ["divergent_recompile_batch", "divergent_recompile_seq", "recompile_limit"]
 CODE_FIXED = ["graph_break_branch", "graph_break_print", "graph_break_item", "straggler_data", "config_drift",
-              "exposed_comm", "pipeline_bubble"]
+              "exposed_comm", "pipeline_bubble", "compile_skew"]
 
 #: Mis-diagnoses of the analyses (analyses/*, not the zoo): kept failing-visible as xfail with the numbers.
 #: Empty: every CPU row is green (a row that turns wrong again goes back here with its numbers).
@@ -101,3 +101,26 @@ def test_code_fix_names_the_line(zoo, name):
 def _same_line(a: str, b: str) -> bool:
     (fa, la), (fb, lb) = a.rsplit(":", 1), b.rsplit(":", 1)
     return la == lb and Path(fa).resolve() == Path(fb).resolve()
+
+
+def test_compile_skew_fix_is_decided_by_the_cache_evidence(zoo):
+    """The planted skew is a slower compiler (no cache miss the other rank lacks): no cache config is written, the
+    fix is at the torch.compile line. The same finding with the slow rank missing the caches where the other hit
+    them (a cold cache) gets the warm-cache config first."""
+    from workbench.analyses.recommendations import recommend
+
+    res = zoo.loop("compile_skew")
+    recs = res.recommendations.filter(pl.col("finding_kind") == "compile_skew")
+    assert recs.row(0, named=True)["fix_id"] == "faster_host_compile", recs.select("fix_id", "why").rows()
+    assert not recs["apply"].any(), recs.filter(pl.col("apply")).select("fix_id", "config").rows()
+    import tomllib
+
+    assert "cache" not in tomllib.loads(Path(res.config_path).read_text())
+    from workbench.faults.verify import roots_of
+
+    skew = next(f for f in roots_of(Path(res.config_path).parent / "before") if f.kind == "compile_skew")
+    ev = skew.evidence
+    cold = pl.DataFrame({"rank": [0, 1], "compile_id": [ev.compile_id] * 2, "step": [ev.step] * 2,
+                         "cache_hits": [2, 0], "cache_misses": [0, 2]})
+    first = recommend([skew], cold).filter(pl.col("apply")).row(0, named=True)
+    assert first["fix_id"] == "cache_warm_start" and "missed the compile caches" in first["why"], first

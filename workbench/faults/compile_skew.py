@@ -2,8 +2,12 @@
 cache, a slower host), so every other rank waits for it in the first all-reduce.
 
 Here rank 1's compiler is simply slower: a compiler that spends 1.5 s more on each of its
-forward and backward graphs (``aot_eager`` otherwise).
-Fix: warm-start the compile caches from a previous run (``[cache]``), or a shared cache directory.
+forward and backward graphs (``aot_eager`` otherwise) — a slower host, not a cold cache: its compile log shows
+no cache miss the other rank does not have (``aot_eager`` uses no compile cache at all).
+
+Fix (code / ops): find what makes that rank's host or compiler slower, at the ``torch.compile`` line. A warm
+compile cache (``[cache]``, a shared cache directory) would not remove it, so the recommender does not write it:
+it writes the cache only when the slow rank missed the caches where the others hit them.
 """
 
 from __future__ import annotations
@@ -14,12 +18,12 @@ import torch
 
 from workbench.faults.common import all_reduce_grads, batch, tiny_mlp
 from workbench.faults.registry import Fault, FaultContext
-from workbench.faults.truth import excess, truth
+from workbench.faults.truth import excess, fix_line, truth
 
 FAULT = Fault(
     name="compile_skew",
     description="rank 1's compiler is 1.5 s slower per graph; the others wait for it in step 0's all-reduce",
-    finding="compile_skew", ranks=(1,), steps=(0,), world_size=2, fix="none", num_steps=8,
+    finding="compile_skew", ranks=(1,), steps=(0,), world_size=2, fix="code", num_steps=8,
 )
 EXTRA_S = 1.5                # per graph: the forward and the backward graph each
 
@@ -39,7 +43,7 @@ def backend(delay_s: float):
 
 def main(ctx: FaultContext) -> None:
     model = tiny_mlp()
-    compiled = torch.compile(model, backend=backend(EXTRA_S if ctx.planted else 0.0))
+    compiled = torch.compile(model, backend=backend(EXTRA_S if ctx.planted else 0.0))   # fix here: slower on rank 1
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     gen = torch.Generator().manual_seed(ctx.rank)
     with ctx.collector() as collector:
@@ -57,4 +61,5 @@ def ground_truth(records, fault):
     healthy = [r for r in records if r not in fault.ranks]
     # step 0 is the planted step: compare its all-reduce with the median of steps 1.. (WARMUP_STEPS = 1)
     per = excess(records, healthy, [0], section="allreduce")
-    return truth(fault, per, "the healthy ranks' step-0 all-reduce time over their median all-reduce", agg="max")
+    return truth(fault, per, "the healthy ranks' step-0 all-reduce time over their median all-reduce", agg="max",
+                 line=fix_line(__file__))

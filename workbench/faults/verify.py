@@ -175,7 +175,10 @@ def _ms(ns: int) -> str:
 def recommend_for(run_dir: str | Path, roots: list[Any], out: Path, sites: Any = None) -> tuple[Any, Path]:
     from workbench.analyses.recommendations import recommend, to_compile_config
 
-    recs = recommend(roots, sites=sites if sites is not None else source_sites_of(run_dir))
+    import workbench
+
+    recs = recommend(roots, workbench.open(run_dir).compiles,
+                     sites=sites if sites is not None else source_sites_of(run_dir))
     out.write_text(to_compile_config(recs, header=f"fixes for {run_dir} (bench/faults.py)"))
     return recs, out
 
