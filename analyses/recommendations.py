@@ -552,8 +552,9 @@ def recommend(findings: Sequence[Finding] | Any, compiles: pl.DataFrame | None =
     """Ranked fixes (RECOMMENDATIONS) for the typed root-cause ``findings`` (``analysis_tables(run).roots``):
     findings most costly first, and within one finding the fixes by expected gain. The best config fix of each
     finding has ``apply`` = True unless an earlier fix already set the same key. ``compiles`` (the run's compile
-    log) decides a compile skew's fix by its cache hits and misses (:func:`_skew_fixes`). ``sites``: the run's ``source_sites`` (``run.meta["source_sites"]`` or a ``SourceScan``) — code fixes
-    then name the line they are about (:func:`locate`), or say in words that the script has no such line.
+    log) decides a compile skew's fix by its cache hits and misses (:func:`_skew_fixes`). ``sites``: the run's
+    ``source_sites`` (``run.meta["source_sites"]`` or a ``SourceScan``) — code fixes then name the line they are
+    about (:func:`locate`), or say in words that the script has no such line.
     A FINDINGS polars frame is refused: it has lost the typed evidence the fixers read."""
     if isinstance(findings, pl.DataFrame):
         raise TypeError("recommend() takes the typed findings (analysis_tables(run).roots or run.findings()), "

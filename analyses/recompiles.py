@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
@@ -492,6 +493,20 @@ SKEW_NOTE_NS = 1_000_000_000
 SKEW_MIN_NS = 250_000_000
 
 
+def late_start_ns(steps: pl.DataFrame | None, step: int | None, rank: int | None) -> int:
+    """How much later ``rank`` started ``step`` than the latest of the other ranks (0 when it did not, or when the
+    step starts are not recorded): time it held the others back that is not its compile — a process that simply
+    started later (forked later, slower imports or set-up before the step) is not compile skew. Step starts are
+    wall-clock times (one host, or hosts kept in sync)."""
+    t = metrics.step_table(steps)
+    if step is None or rank is None or t.is_empty():
+        return 0
+    starts = {int(r): int(s) for r, s in t.filter(pl.col("step") == step).select("rank", "start").iter_rows()
+              if s is not None}
+    others = [s for r, s in starts.items() if r != rank]
+    return max(0, starts[rank] - max(others)) if rank in starts and others else 0
+
+
 def skew_findings(cands: list[tuple[str, str | None, dict[int, int], dict[int, int | None]]], c: pl.DataFrame,
                   steps: pl.DataFrame | None, collectives: pl.DataFrame | None,
                   arrivals: pl.DataFrame | None) -> list[Finding]:
@@ -500,8 +515,10 @@ def skew_findings(cands: list[tuple[str, str | None, dict[int, int], dict[int, i
     A root cause when the others measurably waited in that step (:func:`startup_wait`) for the rank that arrived
     last, by more than the run's own noise and at least 1 s (``SKEW_NOTE_NS``: below it, ranks that start and
     compile at different speeds on a loaded host look the same), and that rank's extra compile time (at least
-    ``SKEW_MIN_NS``) explains at least half of it. Its cost is the time it held them back (measured: its arrival
-    minus the second-latest's, what the job would save without it; with two ranks, the other's wait). Else, for a
+    ``SKEW_MIN_NS``) explains at least half of it. What it held them back by because it started the step later
+    (:func:`late_start_ns`) is taken off first: a late start is not compile skew. Its cost is the time it held
+    them back (measured: its arrival minus the second-latest's, less its late start: what the job would save
+    without it; with two ranks, the other's wait). Else, for a
     compile-time difference ≥ 1 s or a shorter measured wait, a zero-cost note that says why it is not a cause:
     nobody waited, or not long enough. Estimated from the compile times only when no step or collective was recorded.
     """
@@ -520,6 +537,10 @@ def skew_findings(cands: list[tuple[str, str | None, dict[int, int], dict[int, i
         head = f"Compile {cid} ({co_name})" if len(group) == 1 else f"The {len(group)} first compiles ({cid}, …)"
         w = startup_wait(step, _compile_time_by_rank(c, step) if step is not None else durs, steps=steps,
                          collectives=collectives, arrivals=arrivals)
+        late = late_start_ns(steps, step, w.last_rank) if w is not None else 0
+        if w is not None and late:           # the part of the wait that its later start explains is not a skew
+            w = dataclasses.replace(w, held_ns=max(0, w.held_ns - late),
+                                    method=f"{w.method}, less the {_s(late)} it started step {step} later")
         at = [step] if step is not None else []
         if w is None:
             if skew >= SKEW_NOTE_NS:

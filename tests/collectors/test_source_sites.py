@@ -111,10 +111,11 @@ def test_a_real_run_records_the_foreign_scripts_lines(foreign_run):
 
 
 def _findings():
+    import dataclasses
+
     from workbench.analyses.findings import Cost, make_finding
     from workbench.analyses.kinds import (ConfigDivergenceEvidence, ExposedCommEvidence, ExposedMemcpyEvidence,
                                           PipelineBubbleEvidence, StragglerEvidence)
-    import dataclasses
 
     def ev(cls, **given):
         fields = {f.name: given.get(f.name) for f in dataclasses.fields(cls)
@@ -138,10 +139,9 @@ def _locations(sites) -> dict[str, tuple[str | None, str]]:
 
     from workbench.analyses.recommendations import recommend
 
-    recs = recommend(_findings(), sites=sites)
-    return {r["finding_kind"]: (r["location"], r["code_advice"])
-            for r in recs.filter(pl.col("code_advice").is_not_null()).unique("finding_kind", keep="first",
-                                                                              maintain_order=True).iter_rows(named=True)}
+    recs = recommend(_findings(), sites=sites).filter(pl.col("code_advice").is_not_null())
+    first = recs.unique("finding_kind", keep="first", maintain_order=True)
+    return {r["finding_kind"]: (r["location"], r["code_advice"]) for r in first.iter_rows(named=True)}
 
 
 def test_the_recommender_names_the_foreign_lines_or_says_none(foreign_run):
