@@ -1,11 +1,10 @@
-"""Small layout pieces every page uses: panels for errors and missing analyses, stat cards, grids, figures."""
+"""Small layout pieces every page uses: panels for errors and missing analyses, stat cards, tables, figures."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
-import dash_ag_grid as dag
 import polars as pl
 from dash import dcc, html
 
@@ -41,13 +40,13 @@ def fmt_time(ns: Any) -> str:
 
 
 def fmt_ms(ns: Any) -> str:
-    """ns → what a grid cell of :func:`ms_column` or :func:`duration_column` shows: :func:`fmt_time` (one format
+    """ns → what a table cell of :func:`ms_column` or :func:`duration_column` shows: :func:`fmt_time` (one format
     for every duration)."""
     return fmt_time(ns)
 
 
 def fmt_pct(v: Any, digits: int = 1) -> str:
-    """A percentage (0–100) → ``"12.3 %"``: what grid cells of :func:`pct_column` show."""
+    """A percentage (0–100) → ``"12.3 %"``: what table cells of :func:`pct_column` show."""
     if _missing(v):
         return "–"
     return f"{v:,.{digits}f} %"
@@ -68,39 +67,26 @@ def ranks_phrase(ranks: Any) -> str:
     return f"ranks {', '.join(rs[:-1])} and {rs[-1]}"
 
 
-def _number_js(digits: int, suffix: str) -> str:
-    return (f"params.value == null ? '–' : Number(params.value).toLocaleString('en-US', "
-            f"{{minimumFractionDigits: {digits}, maximumFractionDigits: {digits}}}) + '{suffix}'")
-
-
 def ms_column(field: str, header: str, **kw: Any) -> dict[str, Any]:
-    """A grid column of a number of ms (the row holds the float), shown as :func:`fmt_time` shows its ns
-    (``"2.57 s"``, ``"312 ms"``, ``"4.1 ms"``), sorted as a number."""
-    return {"field": field, "headerName": header, "type": "rightAligned",
-            "valueFormatter": {"function": _duration_js("params.value == null ? null : params.value * 1e6")}, **kw}
+    """A table column of a number of ms (the row holds the float), shown as :func:`fmt_time` shows its ns
+    (``"2.57 s"``, ``"312 ms"``, ``"4.1 ms"``), right-aligned."""
+    return {"field": field, "headerName": header, "format": lambda v: fmt_time(None if _missing(v) else v * 1e6),
+            "numeric": True, **kw}
 
 
 def pct_column(field: str, header: str, *, digits: int = 1, **kw: Any) -> dict[str, Any]:
-    """A grid column of a percentage (0–100), shown as ``"12.3 %"``."""
-    return {"field": field, "headerName": header, "type": "rightAligned",
-            "valueFormatter": {"function": _number_js(digits, " %")}, **kw}
-
-
-def _duration_js(value: str) -> str:
-    """A grid cell's formatter: the ns ``value`` by ``wbDuration`` (assets/dashAgGridFunctions.js), the rules of
-    :func:`workbench.analyses.findings.format_ns`."""
-    return f"wbDuration({value})"
+    """A table column of a percentage (0–100), shown as ``"12.3 %"``."""
+    return {"field": field, "headerName": header, "format": lambda v: fmt_pct(v, digits), "numeric": True, **kw}
 
 
 def duration_column(field: str, header: str, **kw: Any) -> dict[str, Any]:
-    """A grid column of a duration in ns (the row holds the integer), shown with the unit that reads best
-    (``"307 ns"``, ``"12 µs"``, ``"1.3 ms"``, ``"2.57 s"``, exactly as :func:`fmt_time`), sorted as a number."""
-    return {"field": field, "headerName": header, "type": "rightAligned",
-            "valueFormatter": {"function": _duration_js("params.value")}, **kw}
+    """A table column of a duration in ns (the row holds the integer), shown with the unit that reads best
+    (``"307 ns"``, ``"12 µs"``, ``"1.3 ms"``, ``"2.57 s"``, exactly as :func:`fmt_time`)."""
+    return {"field": field, "headerName": header, "format": fmt_time, "numeric": True, **kw}
 
 
 def col(field: str, header: str, **kw: Any) -> dict[str, Any]:
-    """A plain grid column with a full header."""
+    """A plain table column with a full header (``wrapText=True``: long text that may break anywhere)."""
     return {"field": field, "headerName": header, **kw}
 
 
@@ -121,43 +107,50 @@ def stats_row(items: list[tuple[str, str, str]]) -> html.Div:
     return html.Div([stat_card(label, value, key=key) for key, label, value in items], className="stats-row")
 
 
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
-        return None
+def _plain(v: Any) -> str:
+    """A cell of a plain column: lists comma-joined, booleans as yes/no, NaN and null empty."""
+    if v is None or (isinstance(v, float) and (math.isnan(v) or math.isinf(v))):
+        return ""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
     if isinstance(v, (list, tuple)):
         return ", ".join(str(x) for x in v)
-    return v
+    if isinstance(v, float):
+        return f"{v:,.2f}".rstrip("0").rstrip(".") if abs(v) >= 1 or v == 0 else f"{v:.3g}"
+    return str(v)
 
 
-def grid(frame: pl.DataFrame, *, id: str, columns: list[dict] | None = None, height: int | None = None,
-         page_size: int | None = None, row_id: str | None = None, **grid_options: Any) -> dag.AgGrid:
-    """A dash-ag-grid table of ``frame`` (lists become comma-joined strings; NaN becomes empty)."""
-    rows = [{k: _jsonable(v) for k, v in r.items()} for r in frame.iter_rows(named=True)]
-    cols = columns or [{"field": c} for c in frame.columns]
-    n = len(rows)
-    options: dict[str, Any] = {"suppressCellFocus": False, "enableCellTextSelection": True}
-    if page_size and n > page_size:
-        options.update(pagination=True, paginationPageSize=page_size, domLayout="autoHeight")
-        style = {"width": "100%"}
-    elif height is None and n <= 60:
-        options["domLayout"] = "autoHeight"  # every row rendered: small tables show in full
-        style = {"width": "100%"}
-    else:
-        style = {"height": f"{height or 480}px", "width": "100%"}
-    if row_id:
-        options["getRowId"] = f"params.data.{row_id}"
-    options.update(grid_options)
-    return dag.AgGrid(
-        id=id,
-        rowData=rows,
-        columnDefs=cols,
-        defaultColDef={"sortable": True, "filter": True, "resizable": True, "minWidth": 120,
-                       "wrapHeaderText": True, "autoHeaderHeight": True},
-        columnSize="responsiveSizeToFit",
-        dashGridOptions=options,
-        style=style,
-        className="ag-theme-alpine",
-    )
+#: A table shows at most this many rows (a note says how many there are).
+MAX_TABLE_ROWS = 500
+
+
+def grid(frame: pl.DataFrame, *, id: str, columns: list[dict] | None = None, max_rows: int = MAX_TABLE_ROWS,
+         **_: Any) -> html.Div:
+    """A plain HTML table of ``frame``: a full header per column, cells formatted here (durations and
+    percentages by their column's formatter), numbers right-aligned; every cell carries its column's field in
+    ``data-col``. More than ~25 rows scroll inside the table's box; above ``max_rows`` only the first are shown,
+    and a line says so."""
+    numeric = {c for c, t in frame.schema.items() if t.is_numeric()}
+    cols = columns or [{"field": c, "headerName": c.replace("_", " ")} for c in frame.columns]
+    cols = [c for c in cols if c["field"] in frame.columns]
+    shown = frame.head(max_rows)
+    data = {c["field"]: shown[c["field"]].to_list() for c in cols}
+    classes = []
+    for c in cols:
+        cls = "num" if c.get("numeric") or (c["field"] in numeric and "format" not in c) else ""
+        classes.append((cls + " wrap").strip() if c.get("wrapText") else cls)
+    head = html.Thead(html.Tr([html.Th(c["headerName"], **({"className": k} if k else {}))
+                               for c, k in zip(cols, classes)]))
+    fmts = [c.get("format", _plain) for c in cols]
+    body = html.Tbody([
+        html.Tr([html.Td(f(data[c["field"]][i]), **{"data-col": c["field"]}, **({"className": k} if k else {}))
+                 for c, k, f in zip(cols, classes, fmts)])
+        for i in range(shown.height)])
+    parts: list[Any] = [html.Div(html.Table([head, body], className="data-table"),
+                                 className="table-wrap" + (" table-scroll" if shown.height > 25 else ""))]
+    if frame.height > shown.height:
+        parts.append(html.Div(f"The first {shown.height:,} of {frame.height:,} rows.", className="muted"))
+    return html.Div(parts, id=id, className="table-box")
 
 
 def graph(figure: Any, *, id: str, **kw: Any) -> dcc.Graph:

@@ -14,19 +14,10 @@ from typing import Any
 import polars as pl
 
 from workbench.analyses import diff as diff_analysis
-from workbench.analyses import findings as findings_analysis
 from workbench.analyses import recommendations as recs_analysis
 from workbench.analyses import recompiles as recompiles_analysis
 from workbench.analyses import summary as summary_analysis
 from workbench.app.store import RunStore
-
-#: Columns of the findings frame the pages read (the typed findings' frame view). ``cause_id`` is null for a root
-#: cause; a symptom names the ``id`` of the root cause that explains it.
-FINDING_COLUMNS: dict[str, pl.DataType] = {
-    "id": pl.String, "kind": pl.String, "severity": pl.String, "ranks": pl.List(pl.Int32),
-    "steps": pl.List(pl.Int32), "cost_ns": pl.Int64, "cost_basis": pl.String, "cost_method": pl.String,
-    "cause_id": pl.String, "is_root": pl.Boolean, "message": pl.String, "source": pl.String,
-}
 
 
 def _cached(store: RunStore, rid: str, key: str, compute: Callable[[], Any]) -> Any:
@@ -36,7 +27,7 @@ def _cached(store: RunStore, rid: str, key: str, compute: Callable[[], Any]) -> 
 # --------------------------------------------------------------------------------------- the analysis tables
 
 
-def tables(store: RunStore, rid: str) -> Any:
+def tables(store: RunStore, rid: str) -> summary_analysis.AnalysisTables:
     """Every analysis output of the run: :func:`workbench.analyses.summary.analysis_tables` (cached).
 
     The pages read these frames, so what they show is exactly what ``workbench analyze`` computes.
@@ -45,12 +36,8 @@ def tables(store: RunStore, rid: str) -> Any:
 
 
 def table(store: RunStore, rid: str, key: str) -> pl.DataFrame:
-    """One analysis frame by name (works for a dict of frames and for a typed result with attributes)."""
-    t = tables(store, rid)
-    value = t.get(key) if isinstance(t, dict) else getattr(t, key, None)
-    if value is None:
-        raise KeyError(f"the analyses return no {key!r} table")
-    return value
+    """One analysis frame by name (a field of :class:`workbench.analyses.summary.AnalysisTables`)."""
+    return tables(store, rid)[key]
 
 
 def summary(store: RunStore, rid: str) -> dict[str, Any]:
@@ -79,28 +66,10 @@ def overlap(store: RunStore, rid: str) -> pl.DataFrame:
 # ------------------------------------------------------------------------------------------------- findings
 
 
-def _finding_frame(raw: Any) -> pl.DataFrame:
-    """The findings as a frame with :data:`FINDING_COLUMNS` (a typed result's ``frame()`` view, or its rows).
-
-    Findings that carry no root-cause link yet (``cause_id``/``is_root`` absent) are each their own root cause.
-    """
-    if not isinstance(raw, pl.DataFrame):
-        raw = findings_analysis.findings_frame(raw)
-    f = raw
-    if "id" not in f.columns or f["id"].null_count() == f.height:
-        f = f.drop("id", strict=False).with_row_index("id").with_columns(pl.col("id").cast(pl.String))
-    if "is_root" not in f.columns:
-        f = f.with_columns(pl.col("cause_id").is_null().alias("is_root") if "cause_id" in f.columns
-                           else pl.lit(True).alias("is_root"))
-    cols = [(pl.col(c) if c in f.columns else pl.lit(None)).cast(t).alias(c) for c, t in FINDING_COLUMNS.items()]
-    extra = [c for c in f.columns if c not in FINDING_COLUMNS]
-    return f.select(*cols, *extra)
-
-
 def findings(store: RunStore, rid: str) -> pl.DataFrame:
-    """Every finding of the run with :data:`FINDING_COLUMNS`, in the analyses' order: root causes most costly
-    first, each followed by the symptoms it explains."""
-    return _cached(store, rid, "findings", lambda: _finding_frame(table(store, rid, "findings")))
+    """Every finding of the run (the typed findings' frame view, ``workbench.schema.FINDINGS``), in the analyses'
+    order: root causes most costly first, each followed by the symptoms it explains (``cause_id`` = its ``id``)."""
+    return table(store, rid, "findings")
 
 
 def root_causes(store: RunStore, rid: str) -> pl.DataFrame:
@@ -179,8 +148,7 @@ def divergent(store: RunStore, rid: str) -> pl.DataFrame:
 def recommendation_findings(store: RunStore, rid: str) -> Any:
     """The findings recommendations answer, exactly as the analyses return them (what ``workbench recommend``
     passes to :func:`~workbench.analyses.recommendations.recommend`): the typed root causes."""
-    t = tables(store, rid)
-    return list(t.roots) if hasattr(t, "roots") else table(store, rid, "findings")
+    return list(tables(store, rid).roots)
 
 
 def recommendations(store: RunStore, rid: str) -> pl.DataFrame:

@@ -12,7 +12,9 @@ from dash import Input, Output, dcc, html, no_update
 from workbench import figures
 from workbench.analyses.diff import RunData, RunDiff, comparability, job_step_times, step_stats
 from workbench.app import compute
-from workbench.app.components import error_panel, fmt_ms, graph, grid, info_panel, safe, section
+from workbench.app.components import (
+    col, duration_column, error_panel, fmt_ms, graph, grid, info_panel, safe, section,
+)
 from workbench.app.store import RunStore
 
 PATH = "/compare"
@@ -26,7 +28,7 @@ NONE = "__none__"
 def _value(v: float | None, unit: str) -> str:
     if v is None:
         return "–"
-    return f"{v:g}" if unit == "count" else f"{v / 1e6:,.3f} ms"
+    return f"{v:g}" if unit == "count" else fmt_ms(v)
 
 
 def metrics_table(d: RunDiff) -> pl.DataFrame:
@@ -36,6 +38,17 @@ def metrics_table(d: RunDiff) -> pl.DataFrame:
              "basis": m.basis} for m in d.metrics if m.direction != "n/a"]
     return pl.DataFrame(rows, schema={k: pl.String for k in ("metric", "before", "after", "change", "direction",
                                                              "basis")})
+
+
+METRIC_COLUMNS = [col("metric", "Metric"), col("before", "Before"), col("after", "After"), col("change", "Change"),
+                  col("direction", "Direction"), col("basis", "Basis")]
+FINDING_COLUMNS = [col("verdict", "Verdict"), col("kind", "Finding"), col("ranks", "Ranks"), col("steps", "Steps"),
+                   col("before_ms", "Cost before"), col("after_ms", "Cost after"),
+                   col("evidence", "Evidence", wrapText=True, minWidth=220), col("caveat", "Caveat", wrapText=True)]
+OPS_COLUMNS = [col("kind", "Kind"), col("status", "Status"), col("name", "Name", wrapText=True, minWidth=260),
+               col("before_count", "Count before (per step)"), col("after_count", "Count after (per step)"),
+               duration_column("before_ns", "Time before (per step)"), duration_column("after_ns", "Time after (per step)"),
+               duration_column("delta_ns", "Change (per step)")]
 
 
 def findings_table(d: RunDiff) -> pl.DataFrame:
@@ -152,7 +165,7 @@ def _diff(store: RunStore, before: str, after: str) -> Any:
         comparability_panel(d),
         html.Div(d.headline(), id="diff-headline", className="headline"),
         html.H4("Findings of BEFORE: verdicts"),
-        grid(findings_table(d), id="diff-findings-grid") if d.findings or d.new_findings
+        grid(findings_table(d), id="diff-findings-grid", columns=FINDING_COLUMNS) if d.findings or d.new_findings
         else html.Div("BEFORE has no findings.", className="muted"),
         html.Div(f"Step time (median): {fmt_ms(sb.median_ns)} over {sb.n} {sb.source or '-'} steps → "
                  f"{fmt_ms(sa.median_ns)} over {sa.n}: {st.verdict} ({st.reason})", id="diff-step-time",
@@ -164,15 +177,12 @@ def _diff(store: RunStore, before: str, after: str) -> Any:
         parts.append(graph(figures.diff_figure(per_step, metric="name", before="before", after="after", scale=1e6,
                                                unit="ms per step", title="Per step, before vs after"),
                            id="diff-figure"))
-    parts += [html.H4("Per step"), grid(metrics_table(d), id="diff-grid", page_size=25)]
+    parts += [html.H4("Per step"), grid(metrics_table(d), id="diff-grid", columns=METRIC_COLUMNS)]
     ops = d.ops_frame()
     if not ops.is_empty():
         parts += [html.H4("Kernels and CPU ops per step (most changed)"),
-                  grid(ops.with_columns([pl.col(c).round(1) for c in ("before_count", "after_count")] +
-                                        [(pl.col(c) / 1e6).round(4).alias(c.replace("_ns", "_ms"))
-                                         for c in ("before_ns", "after_ns", "delta_ns")])
-                       .select("kind", "status", "name", "before_count", "after_count", "before_ms", "after_ms",
-                               "delta_ms"), id="diff-ops-grid", page_size=20)]
+                  grid(ops.with_columns([pl.col(c).round(1) for c in ("before_count", "after_count")]),
+                       id="diff-ops-grid", columns=OPS_COLUMNS)]
     return html.Div(parts)
 
 

@@ -196,11 +196,13 @@ def main() -> None:
                     roots.append(dst)
             print(f"pages ({', '.join(map(str, roots))}):")
             result["pages"] = page_timings(browser, roots, args.repeats, only=[r for r in args.runs.split(",") if r])
-        print(f"timeline on {args.kernels:,} synthetic kernels:")
-        result["timeline"] = zoom_timings(browser, args.kernels)
-        print(f"every page on the synthetic run of {args.kernels:,} kernels (8 ranks, 50 steps):")
-        result["pages_synthetic"] = page_timings(
-            browser, None, args.repeats, store=RunStore.preloaded({"synthetic-1M": synthetic_run(args.kernels)}))
+        result["timeline"] = {"zooms": []}
+        if args.kernels > 0:  # --kernels 0 skips the synthetic run
+            print(f"timeline on {args.kernels:,} synthetic kernels:")
+            result["timeline"] = zoom_timings(browser, args.kernels)
+            print(f"every page on the synthetic run of {args.kernels:,} kernels (8 ranks, 50 steps):")
+            result["pages_synthetic"] = page_timings(
+                browser, None, args.repeats, store=RunStore.preloaded({"synthetic-1M": synthetic_run(args.kernels)}))
         browser.close()
     worst_page = max((r["warm_s"] for r in result["pages"]), default=0)
     warm_all = [r["warm_s"] for r in result["pages"]]

@@ -16,11 +16,6 @@ READY_JS = """
   // every plotly graph on the page has drawn
   const graphs = root.querySelectorAll('.dash-graph');
   for (const g of graphs) { if (!g.querySelector('.main-svg')) return false; }
-  // every wrapped grid cell fits its row (AG Grid sizes auto-height rows a few frames after drawing them)
-  for (const c of root.querySelectorAll('.ag-cell-auto-height')) {
-    const row = c.closest('.ag-row');
-    if (row && c.scrollHeight > row.offsetHeight + 1) return false;
-  }
   return true;
 }
 """
@@ -50,15 +45,11 @@ def navigate_ready(page, path: str, key: str, run: str, timeout_ms: int = 60_000
 
 
 def grid_rows(page, grid_id: str) -> list[dict[str, str]]:
-    """The rows an AG Grid shows, as {col-id: text}, in display order."""
-    page.wait_for_selector(f"#{grid_id} .ag-row", timeout=15_000)
+    """The rows a table (``components.grid``) shows, as {column field: text}, in display order."""
+    page.wait_for_selector(f"#{grid_id} tbody tr", timeout=15_000)
     return page.evaluate(
-        """(id) => {
-            const rows = [...document.querySelectorAll('#' + id + ' .ag-center-cols-container .ag-row')];
-            rows.sort((a, b) => (+a.getAttribute('row-index')) - (+b.getAttribute('row-index')));
-            return rows.map(r => Object.fromEntries([...r.querySelectorAll('.ag-cell')].map(
-                c => [c.getAttribute('col-id'), c.textContent.trim()])));
-        }""",
+        """(id) => [...document.querySelectorAll('#' + id + ' tbody tr')].map(r => Object.fromEntries(
+               [...r.querySelectorAll('td')].map(c => [c.dataset.col, c.textContent.trim()])))""",
         grid_id,
     )
 
@@ -78,16 +69,16 @@ def pick(page, dropdown_id: str, value: str) -> None:
 
 
 #: Elements that spill out of their card, and texts cut short: a list of "what · where" strings (empty = fine).
-#: Inside a card, every rendered element must lie within the card's left and right edges (grids scroll inside
-#: themselves, so their scrolled contents are skipped); an AG Grid header must show its full text; a plotly
-#: text (tick label, bar label, annotation) must lie within its figure.
+#: Inside a card, every rendered element must lie within the card's left and right edges; a table must fit its
+#: card's width (no sideways scrolling) and each header word its column; a plotly text (tick label, bar label,
+#: annotation) must lie within its figure.
 OVERFLOW_JS = """
 () => {
   const bad = [];
   const name = (el) => (el.id ? '#' + el.id : el.tagName.toLowerCase() + '.' + (el.className.baseVal ?? el.className))
                          .slice(0, 60) + ' "' + (el.textContent || '').trim().slice(0, 40) + '"';
-  // inside a grid's root (it clips and scrolls its own contents), dropdowns, the TOML box and SVG (checked below)
-  const inside = '.ag-root, .ag-paging-panel, .ag-overlay, .modebar, .dash-dropdown, .toml, svg';
+  // inside a table's box (checked as a whole below), dropdowns, the TOML box and SVG (checked below)
+  const inside = '.table-wrap, .modebar, .dash-dropdown, .toml, svg';
   for (const card of document.querySelectorAll('.section, .stat-card, .rec, .panel')) {
     const r = card.getBoundingClientRect();
     for (const el of card.querySelectorAll('*')) {
@@ -97,7 +88,10 @@ OVERFLOW_JS = """
       if (b.right > r.right + 1 || b.left < r.left - 1) bad.push('spills: ' + name(el));
     }
   }
-  for (const h of document.querySelectorAll('.ag-header-cell-text')) {
+  for (const w of document.querySelectorAll('.table-wrap')) {
+    if (w.scrollWidth > w.clientWidth + 1) bad.push('table wider than its card: ' + name(w.parentElement));
+  }
+  for (const h of document.querySelectorAll('.data-table th')) {
     if (h.scrollWidth > h.clientWidth + 1) bad.push('header cut: ' + name(h));
   }
   for (const svg of document.querySelectorAll('.js-plotly-plot .main-svg:first-of-type')) {

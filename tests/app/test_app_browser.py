@@ -118,17 +118,11 @@ def test_overview_leads_with_the_root_cause(page, served, runs_root, sample_app)
     cost = page.text_content("#root-1 .root-cost")
     assert re.match(r"^\d[\d,.]* (s|ms|µs) (measured|estimated)", cost), cost
     # every grid row, as the analyses order them
-    expected = page_overview.findings_table(_frame(f))
+    expected = page_overview.findings_table(f)
     shown = grid_rows(page, "findings-grid")
     assert [(r["kind"], r["role"], r["cost_ns"]) for r in shown] == [
         (e["kind"], e["role"], fmt_time(e["cost_ns"])) for e in expected.iter_rows(named=True)]
     assert all(re.fullmatch(r"-?\d+(\.\d{1,2})? (s|ms|µs|ns)", r["cost_ns"]) for r in shown), shown
-
-
-def _frame(f: pl.DataFrame) -> pl.DataFrame:
-    from workbench.app.compute import _finding_frame
-
-    return _finding_frame(f)
 
 
 def test_run_list_names_each_runs_top_root_cause(page, served, sample_app, runs_root):

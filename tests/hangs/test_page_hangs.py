@@ -31,11 +31,9 @@ def test_hangs_page_shows_each_ranks_last_step_and_collective(hang_runs, chromiu
     try:
         page = chromium_page
         page.goto(f"http://127.0.0.1:{server.server_port}/hangs")
-        page.wait_for_selector("#hang-ranks-grid .ag-row", timeout=60_000)
-        rows = page.evaluate("""() => [...document.querySelectorAll('#hang-ranks-grid .ag-center-cols-container .ag-row')]
-            .sort((a, b) => (+a.getAttribute('row-index')) - (+b.getAttribute('row-index')))
-            .map(r => Object.fromEntries([...r.querySelectorAll('.ag-cell')].map(
-                c => [c.getAttribute('col-id'), c.textContent.trim()])))""")
+        page.wait_for_selector("#hang-ranks-grid tbody tr", timeout=60_000)
+        rows = page.evaluate("""() => [...document.querySelectorAll('#hang-ranks-grid tbody tr')].map(r =>
+            Object.fromEntries([...r.querySelectorAll('td')].map(c => [c.dataset.col, c.textContent.trim()])))""")
         by_rank = {r["rank"]: r for r in rows}
         assert by_rank["2"]["state"] == "gone" and by_rank["2"]["last_step"] == "4", by_rank["2"]
         for r in ("0", "1"):
