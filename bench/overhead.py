@@ -44,12 +44,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import random
 import select
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -158,6 +160,45 @@ def placements(n: int, mode: str, per_proc: int, rnd: int) -> tuple[list[set[int
     return [blocks[(i + rnd) % len(blocks)] for i in range(n)], driver
 
 
+# ---------------------------------------------------------------------------------------------------- MPS
+def _mps_control(command: str | None, timeout: float = 30.0) -> str:
+    """Run ``nvidia-cuda-mps-control`` (``-d`` when ``command`` is None, else ``command`` on its stdin)."""
+    argv = ["nvidia-cuda-mps-control"] + (["-d"] if command is None else [])
+    done = subprocess.run(argv, input=None if command is None else command + "\n", capture_output=True,
+                          text=True, timeout=timeout, check=False)
+    if done.returncode:
+        raise RuntimeError(f"nvidia-cuda-mps-control {command or '-d'}: rc {done.returncode} {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+@contextlib.contextmanager
+def mps_daemon(enabled: bool):
+    """Run the rounds under an MPS daemon of this user (``--mps``): every process shares one GPU context, so a
+    token handover is no context switch. Started here and always quit here; nothing on the card is changed.
+    Its folders: ``CUDA_MPS_PIPE_DIRECTORY`` / ``CUDA_MPS_LOG_DIRECTORY`` where set, else under /tmp/wb-mps.
+    Yields what was seen (the server's pid once a CUDA process ran through it), or None when not enabled."""
+    if not enabled:
+        yield None
+        return
+    for var, sub in (("CUDA_MPS_PIPE_DIRECTORY", "pipe"), ("CUDA_MPS_LOG_DIRECTORY", "log")):
+        os.environ.setdefault(var, f"/tmp/wb-mps/{sub}")
+        Path(os.environ[var]).mkdir(parents=True, exist_ok=True)
+    _mps_control(None)
+    info: dict[str, Any] = {"pipe": os.environ["CUDA_MPS_PIPE_DIRECTORY"]}
+    try:
+        probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.ones(8, device='cuda').sum().item())"],
+                               capture_output=True, text=True, timeout=120, check=False)
+        info["servers"] = _mps_control("get_server_list").split()
+        if probe.returncode or not info["servers"]:
+            log = Path(os.environ["CUDA_MPS_LOG_DIRECTORY"]) / "control.log"
+            tail = log.read_text()[-1500:] if log.exists() else ""
+            raise RuntimeError(f"MPS: a CUDA process did not run through the daemon: {probe.stderr[-1500:]} {tail}")
+        yield info
+    finally:
+        with contextlib.suppress(Exception):
+            _mps_control("quit")
+
+
 # ---------------------------------------------------------------------------------------------------- imports
 def _import_workbench() -> None:
     """Import ``workbench.collectors``; where the analysis stack (polars) is missing, e.g. on the device machine,
@@ -204,10 +245,12 @@ class Gate:
 
 def run_arm(arm: Arm, shape: str, device_name: str, backend: str | None, run_dir: Path, warmup: bool,
             gate: Gate | None, steps: int, probe: bool = False, threads: int | None = None,
-            block: int = 1) -> dict:
+            block: int = 1, lock: set[int] | None = None) -> dict:
     """The training loop of one arm (runs in its own process). Step 0 (the compile) runs freely; every later
     step waits for the driver's token, so the processes of a round take turns step by step. Returns per-step
-    times in ms: from the token to the end of the iteration (the collector's own work is inside ``step()``)."""
+    times in ms: from the token to the end of the iteration (the collector's own work is inside ``step()``).
+    ``lock``: after step 0, every thread of the process moves to these CPUs (``--pin same``: the compile ran spread
+    over the node; the timed steps of all processes run on one block, so a drift of those CPUs is shared)."""
     import torch
 
     from h200_transformer import batch, build, loss_fn
@@ -298,6 +341,8 @@ def run_arm(arm: Arm, shape: str, device_name: str, backend: str | None, run_dir
                     e1 = torch.cuda.Event(enable_timing=True)
                     e1.record()
                     events.append((e0, e1))
+            if i == 0 and lock:
+                lock_threads(lock)
             if gate is not None and i in ends:
                 gate.done()
     out["loop_s"] = time.perf_counter() - t_start
@@ -322,8 +367,16 @@ def run_arm(arm: Arm, shape: str, device_name: str, backend: str | None, run_dir
     return out
 
 
+def lock_threads(cpus: set[int]) -> None:
+    """Move every thread of this process (the ones CUDA and torch started too) onto ``cpus``."""
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(int(tid), cpus)
+
+
 def _fork(arm_name: str, shape: str, args: argparse.Namespace, run_dir: Path, result: Path, warmup: bool,
-          gate: tuple[int, int] | None, close_in_child: list[int], cpus: set[int] | None = None) -> int:
+          gate: tuple[int, int] | None, close_in_child: list[int], cpus: set[int] | None = None,
+          lock: set[int] | None = None) -> int:
     pid = os.fork()
     if pid:
         return pid
@@ -337,7 +390,7 @@ def _fork(arm_name: str, shape: str, args: argparse.Namespace, run_dir: Path, re
         os.environ.update(ARMS[arm_name].env)
         res = run_arm(ARMS[arm_name], shape, args.device, args.backend, run_dir, warmup,
                       Gate(*gate) if gate else None, min(20, steps_of(shape, args)) if warmup else steps_of(shape, args),
-                      args.probe and not warmup, args.threads, args.block)
+                      args.probe and not warmup, args.threads, args.block, lock)
     except BaseException:
         res, code = {"error": traceback.format_exc()[-4000:]}, 1
     try:
@@ -380,6 +433,10 @@ def run_round(arm_names: list[str], shape: str, args: argparse.Namespace, tmp: P
     canonical = process_labels(arm_names, args.copies, 0)
     blocks, driver_cpus = placements(len(labels), args.pin, args.cores_per_proc, rnd)
     cpu_sets = [blocks[canonical.index(lab)] for lab in labels]   # a process's CPUs: by arm, rotated per round
+    lock = None
+    if args.pin == "same":   # compile spread over the node, then every timed step on the one shared block
+        lock = cpu_sets[0]
+        cpu_sets = [set(gpu_cpus()) - (driver_cpus or set())] * len(labels)
     driver_before = os.sched_getaffinity(0)
     if driver_cpus:
         os.sched_setaffinity(0, driver_cpus)
@@ -390,7 +447,7 @@ def run_round(arm_names: list[str], shape: str, args: argparse.Namespace, tmp: P
         run_dir = tmp / f"{shape}-r{rnd}-{label.replace('#', '-')}"
         result = tmp / f"{shape}-r{rnd}-{label.replace('#', '-')}.json"
         others = [fd for p in procs.values() for fd in (p["tok"], p["done"])]
-        pid = _fork(arm, shape, args, run_dir, result, False, (tok_r, done_w), [tok_w, done_r, *others], cpus)
+        pid = _fork(arm, shape, args, run_dir, result, False, (tok_r, done_w), [tok_w, done_r, *others], cpus, lock)
         os.close(tok_r)
         os.close(done_w)
         procs[label] = {"pid": pid, "tok": tok_w, "done": done_r, "result": result, "run_dir": run_dir,
@@ -408,9 +465,14 @@ def run_round(arm_names: list[str], shape: str, args: argparse.Namespace, tmp: P
     for label in order:      # step 0: compile, concurrently
         await_done(label)
     rng = random.Random(rnd)
+    last = None
     for _ in turn_starts(steps_of(shape, args), args.block):
         turn = order[:]
         rng.shuffle(turn)    # a new order every turn: no process always follows the same one
+        if len(turn) > 1 and turn[0] == last:   # nor runs two turns in a row (every turn follows another's)
+            k = rng.randrange(1, len(turn))
+            turn[0], turn[k] = turn[k], turn[0]
+        last = turn[-1]
         for label in turn:
             if procs[label]["alive"]:
                 try:
@@ -467,6 +529,36 @@ def arm_level(rnd: dict[str, dict], arm: str, seg: str) -> float | None:
     return statistics.geometric_mean(vals) if vals else None
 
 
+#: Steps per block of the paired statistic (``after_paired``).
+PAIR_BLOCK = 25
+
+
+def paired_ratio(rnd: dict[str, dict], arm: str, base: str, k: int = PAIR_BLOCK) -> float | None:
+    """The ``after`` ratio of ``arm`` to ``base`` in one round, paired in time: steps 8+ cut into blocks of ``k``
+    (with the token every step, step i of every process runs within one turn, so a block of all processes spans
+    the same ~k turns), per block the log ratio of the block medians (geometric mean over copies), and the median
+    over blocks. A drift that every process sees in the same turns cancels; a turn's first step is left out."""
+    def procs(name: str) -> list[dict]:
+        return [v for key, v in rnd.items() if (key == name or key.startswith(name + "#")) and isinstance(v, dict)
+                and "step_ms" in v]
+
+    pa, pb = procs(arm), procs(base)
+    if not pa or not pb:
+        return None
+    n = min(len(v["step_ms"]) for v in pa + pb)
+    logs = []
+    for lo in range(SEGMENTS["after"][0], n - k + 1, k):
+        def level(ps: list[dict]) -> float:
+            meds = []
+            for v in ps:
+                skip = set(v.get("turn_starts", ()))
+                vals = [v["step_ms"][i] for i in range(lo, lo + k) if i not in skip]
+                meds.append(statistics.median(vals) if vals else v["step_ms"][lo])
+            return statistics.fmean(math.log(m) for m in meds)
+        logs.append(level(pa) - level(pb))
+    return math.exp(statistics.median(logs)) if logs else None
+
+
 def bootstrap_median(values: list[float], n: int = 10000, seed: int = 0) -> tuple[float, float]:
     """95% percentile-bootstrap interval of the median of ``values``."""
     rng = random.Random(seed)
@@ -503,6 +595,12 @@ def summarize(rounds: list[dict[str, dict]], comps: dict[str, tuple[str, str]]) 
                          "median_ratio": round(statistics.median(ratios), 4), "ci95": [round(lo, 4), round(hi, 4)],
                          "baseline_ms": round(statistics.median(p[0] for p in pairs), 4),
                          "arm_ms": round(statistics.median(p[1] for p in pairs), 4)}
+        paired = [r for r in (paired_ratio(rnd, arm, base) for rnd in rounds) if r]
+        if paired:
+            lo, hi = bootstrap_median(paired) if len(paired) > 1 else (paired[0], paired[0])
+            segs["after_paired"] = {"baseline": base, "block": PAIR_BLOCK, "ratios": [round(r, 4) for r in paired],
+                                    "median_ratio": round(statistics.median(paired), 4),
+                                    "ci95": [round(lo, 4), round(hi, 4)]}
         out[label] = segs
     return out
 
@@ -516,6 +614,10 @@ def print_summary(shape: str, summary: dict, *, show_pairs: bool = True) -> None
                       f"{arm} {a:.3f} ms, ratio {r:.4f}")
         cells = []
         for seg, s in segs.items():
+            if seg == "after_paired":
+                cells.append(f"after paired in {s['block']}-step blocks {s['median_ratio']:.4f} "
+                             f"[{s['ci95'][0]:.4f}, {s['ci95'][1]:.4f}]")
+                continue
             cells.append(f"{seg} {s['median_ratio']:.4f} [{s['ci95'][0]:.4f}, {s['ci95'][1]:.4f}]"
                          f" ({s['arm_ms']:.2f}/{s['baseline_ms']:.2f} ms vs {s['baseline']})")
         print(f"  {arm:18} " + "; ".join(cells), flush=True)
@@ -550,6 +652,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="also record per step CPU time, device span (CUDA events) and context switches")
     p.add_argument("--skip-warmup", action="store_true",
                    help="no warm-up process (the caches are warm from an earlier run: diagnostics only)")
+    p.add_argument("--mps", action="store_true",
+                   help="start an MPS daemon (this user's, quit at the end) so that the processes share one GPU "
+                        "context: no context switch at a token handover")
     p.add_argument("--stat", choices=("median", "trimmed"), default="median",
                    help="per-process statistic of a segment: median or 10-90 %% trimmed mean")
     args = p.parse_args(argv)
@@ -577,6 +682,22 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))
 
+    with mps_daemon(args.mps) as mps:
+        results["mps"] = mps
+        run_shapes(args, comps, order, tmp, results, save)
+    results["total_s"] = round(time.monotonic() - t_begin, 1)
+    save()
+    print(f"\ntotal {results['total_s']} s; targets: outside windows <= 1.01x bare (interval), "
+          f"window <= 1.05x bare torch.profiler", flush=True)
+    if not args.keep:
+        shutil.rmtree(tmp, ignore_errors=True)
+    errors = [res for s in results["shapes"].values() for rnd in s["rounds"] for res in rnd.values() if "error" in res]
+    return 1 if errors else 0
+
+
+def run_shapes(args: argparse.Namespace, comps: dict[str, tuple[str, str]], order: list[str], tmp: Path,
+               results: dict[str, Any], save: Any) -> None:
+    """Per shape: the warm-up process, then rounds until ``--rounds`` (or ``--max-rounds`` within ``--budget-s``)."""
     for shape in args.shapes.split(","):
         d_model, layers, seq, n, _ = SHAPES[shape.removesuffix("_pg")]
         steps = steps_of(shape, args)
@@ -608,14 +729,6 @@ def main(argv: list[str] | None = None) -> int:
             entry["summary"] = summarize(entry["rounds"], comps)
             save()
         print_summary(shape, entry.get("summary", {}))
-    results["total_s"] = round(time.monotonic() - t_begin, 1)
-    save()
-    print(f"\ntotal {results['total_s']} s; targets: outside windows <= 1.01x bare (interval), "
-          f"window <= 1.05x bare torch.profiler", flush=True)
-    if not args.keep:
-        shutil.rmtree(tmp, ignore_errors=True)
-    errors = [res for s in results["shapes"].values() for rnd in s["rounds"] for res in rnd.values() if "error" in res]
-    return 1 if errors else 0
 
 
 if __name__ == "__main__":
