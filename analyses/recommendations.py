@@ -531,6 +531,10 @@ def locate(fx: Fix, scan: Any) -> Fix:
     if not scan.sites:
         return fx if not scan.note else dataclasses.replace(fx, code=f"{fx.code} (no line: {scan.note})")
     site, missing = _site_for(fx.fix_id, scan)
+    if site is not None and site.kind == "ddp":     # DDP is there already: its buckets are what to change
+        return dataclasses.replace(fx, location=site.location, code=(
+            f"DDP is built here ({site.detail}): buckets too small or too few to overlap backward; use the default "
+            f"bucket_cap_mb=25 or larger, and no extra blocking collective after backward (here: {site.snippet})"))
     if site is not None:
         return dataclasses.replace(fx, location=site.location, code=f"{fx.code} (here: {site.snippet})")
     return dataclasses.replace(fx, code=f"{fx.code} ({missing})") if missing else fx
