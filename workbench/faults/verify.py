@@ -8,6 +8,7 @@ for one fault and returns a :class:`LoopResult` (one row of ``bench/faults.py``'
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -219,7 +220,9 @@ def fix_written(fault: Fault, recs: Any) -> str:
     if fault.fix == "config":
         return "no config fix"
     loc = best["location"]
-    short = f"{Path(loc.rsplit(':', 1)[0]).name}:{loc.rsplit(':', 1)[1]}" if loc else "no line"
+    why = re.search(r"\((no [^()]*)\)$", best["code_advice"] or "")
+    short = (f"{Path(loc.rsplit(':', 1)[0]).name}:{loc.rsplit(':', 1)[1]}" if loc else
+             why.group(1) if why else "no line")
     text = f"code ({best['fix_id']}, {short})"
     if applied.height:
         text += "; config alternative " + "; ".join(_settings(c) for c in applied["config"].to_list())
