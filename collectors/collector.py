@@ -137,7 +137,7 @@ class Collector(contextlib.ContextDecorator):
             self._applier.apply_env()
             self._applier.install()  # torch.compile gets [compile]/[mark_dynamic] while the collector exists
         self._step_ctx: _StepContext = _FirstStepContext(self)
-        self._call_site: tuple[str, int] | None = None   # the user's first ``with collector.step():``
+        self._call_site: Any = None   # the user's frames at the first ``with collector.step():`` (source_sites)
         self._started = False
         self._closed = False
         self.rank, self.local_rank, self.world_size = 0, 0, 1

@@ -1,8 +1,9 @@
 """Source sites: the lines of the user's training script a code fix is about, found by reading it, never running it.
 
-The collector notes once, at the first ``with collector.step():``, the user's frame that entered the step
-(:func:`call_site`; nothing per step after that). At ``close()`` rank 0 parses that file with :mod:`ast`
-(:func:`scan`) and writes what it found into ``run.json`` as ``source_sites``: the enclosing loop, the statement that
+The collector notes once, at the first ``with collector.step():``, the user's frame that entered the step and its
+callers (:func:`call_site`: file names and line numbers; nothing per step after that). At ``close()`` rank 0 parses
+that file with :mod:`ast` (:func:`scan`; the callers' files too, up to the one with the loop: :func:`scan_stack`)
+and writes what it found into ``run.json`` as ``source_sites``: the enclosing loop, the statement that
 fetches the batch, and every call or assignment a code fix may point at — DataLoader, DDP, FSDP, ``torch.compile``,
 collectives, pipeline schedules and micro-batch counts, host→device copies, compile settings and ``os.environ``.
 
@@ -58,7 +59,7 @@ class SourceSite:
     kind: str
     snippet: str
     detail: str = ""
-    in_loop: bool = False            # inside the training loop around the step (runs every step)
+    in_loop: bool = False            # runs every step: in the loop around the step (or the function entering it)
 
     @property
     def location(self) -> str:
@@ -103,29 +104,57 @@ class SourceScan:
 
 
 # ---------------------------------------------------------------------- where the step is entered
-def call_site(depth: int = 2) -> tuple[str, int] | None:
-    """The first frame above ``depth`` outside the collectors package and :mod:`contextlib`: the user's
-    ``with collector.step():`` (or the call of a function decorated with ``@collector.step``). Never raises."""
+#: User frames kept above the step (a step entered in a helper that the loop calls: the loop is a frame up).
+FRAMES = 4
+
+
+def call_site(depth: int = 2) -> tuple[tuple[str, int], ...] | None:
+    """The user's frames above ``depth``, innermost first (at most :data:`FRAMES`), outside the collectors package
+    and :mod:`contextlib`: the user's ``with collector.step():`` (or the call of a function decorated with
+    ``@collector.step``) and its callers. Only file names and line numbers are kept. Never raises."""
     try:
+        frames: list[tuple[str, int]] = []
         frame = sys._getframe(depth)
-        while frame is not None:
+        while frame is not None and len(frames) < FRAMES:
             path = frame.f_code.co_filename
             if not (os.path.dirname(os.path.abspath(path)) == _THIS_PACKAGE or path.endswith("contextlib.py")):
-                return path, frame.f_lineno
+                frames.append((path, frame.f_lineno))
             frame = frame.f_back
+        return tuple(frames) or None
     except Exception:  # noqa: BLE001 - never into training
         return None
-    return None
 
 
-def scan_safely(site: tuple[str, int] | None) -> dict[str, Any]:
-    """:func:`scan` of ``site`` as ``run.json`` holds it; anything that goes wrong becomes the ``note``."""
-    if site is None:
+def scan_safely(frames: Any) -> dict[str, Any]:
+    """:func:`scan_stack` of ``frames`` (or one ``(file, line)``) as ``run.json`` holds it; anything that goes
+    wrong becomes the ``note``."""
+    if not frames:
         return SourceScan(None, None, note="no step was entered (or its caller could not be read)").to_json()
+    if isinstance(frames[0], str):
+        frames = (frames,)
     try:
-        return scan(*site).to_json()
+        return scan_stack(frames).to_json()
     except Exception as exc:  # noqa: BLE001 - never into training
-        return SourceScan(site[0], site[1], note=f"scan failed: {type(exc).__name__}").to_json()
+        return SourceScan(frames[0][0], frames[0][1], note=f"scan failed: {type(exc).__name__}").to_json()
+
+
+def scan_stack(frames: Any) -> SourceScan:
+    """:func:`scan` of the innermost frame and of its callers up to the first one that runs the step in a loop
+    (the step entered in a helper function: the loop, and the batch it fetches, are in the caller). Callers above
+    the loop (a launcher, a framework) are not scanned: their lines are not the user's to fix."""
+    scans = []
+    for path, line in frames:
+        scans.append(scan(path, line))
+        if scans[-1].of("loop"):
+            break
+    first = scans[0]
+    seen: set[tuple[str, str, int]] = set()
+    sites = []
+    for s in (site for sc in scans for site in sc.sites):
+        if (s.file, s.kind, s.line) not in seen:
+            seen.add((s.file, s.kind, s.line))
+            sites.append(s)
+    return SourceScan(first.file, first.line, tuple(sites), None if sites else first.note)
 
 
 # ---------------------------------------------------------------------- the scan
@@ -147,9 +176,8 @@ def scan(path: str, line: int) -> SourceScan:
     sites = _loop_sites(tree, path, lines, line) + finder.sites
     sites += _microbatch_counts(tree, path, lines, finder.schedule_names)
     loop = next((s for s in sites if s.kind == "loop"), None)
-    if loop is not None:
-        end = _end_of_loop(tree, loop.line)
-        sites = [replace(s, in_loop=loop.line <= s.line <= end) for s in sites]
+    start, end = (loop.line, _end_of_loop(tree, loop.line)) if loop is not None else _function_around(tree, line)
+    sites = [replace(s, in_loop=start <= s.line <= end) for s in sites]
     seen: set[tuple[str, int]] = set()
     unique = []
     for s in sorted(sites, key=lambda s: (s.line, KINDS.index(s.kind))):
@@ -320,6 +348,18 @@ def _loop_sites(tree: ast.AST, path: str, lines: list[str], line: int) -> list[S
     elif isinstance(loop, (ast.For, ast.AsyncFor)) and not _counts_only(loop.iter):
         out.append(SourceSite(path, loop.lineno, "batch_fetch", _snippet(lines, loop.lineno), "loop iteration"))
     return out
+
+
+def _function_around(tree: ast.AST, line: int) -> tuple[int, int]:
+    """The lines of the innermost function around ``line`` (it runs every step when the step is entered in it);
+    an empty range at module level."""
+    best = (0, -1)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            end = getattr(node, "end_lineno", node.lineno) or node.lineno
+            if node.lineno <= line <= end and node.lineno >= best[0]:
+                best = (node.lineno, end)
+    return best
 
 
 def _end_of_loop(tree: ast.AST, lineno: int) -> int:

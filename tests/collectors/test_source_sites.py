@@ -74,6 +74,35 @@ def run(out):
 '''
 
 
+#: The step entered in a helper module; the loop (and its batch fetch) in the script that calls it.
+HELPER = '''
+def train_step(collector, model, x):
+    x = x.to(DEVICE)  # <- h2d_copy
+    with collector.step():  # <- step
+        model(x).sum().backward()
+
+
+DEVICE = "cpu"
+'''
+MAIN = '''
+import sys
+import torch
+from workbench.collectors import Collector
+from helper_steps import train_step
+
+
+def run(out):
+    model = torch.nn.Linear(4, 1)
+    batches = iter([torch.randn(2, 4) for _ in range(3)])
+    with Collector(out, profile_start=100) as collector:
+        while True:  # <- loop
+            x = next(batches, None)  # <- batch_fetch
+            if x is None:
+                break
+            train_step(collector, model, x)  # <- step
+'''
+
+
 def _marks(path: Path) -> dict[str, int]:
     return {line.rsplit("# <- ", 1)[1].strip(): i for i, line in enumerate(path.read_text().splitlines(), 1)
             if "# <- " in line}
@@ -185,3 +214,20 @@ def test_no_source_file_or_bad_source_is_a_note_not_an_error(tmp_path):
                                                 {"file": "t.py", "line": 5, "kind": "ddp", "snippet": "DDP(m)"}]}
     assert [(s.kind, s.line) for s in SourceScan.from_json(raw).sites] == [("ddp", 5)]
     assert SourceScan.from_json("not a dict") is None
+
+
+def test_step_in_a_helper_module_the_loop_in_its_caller(tmp_path, monkeypatch):
+    helper, main = _write(tmp_path, "helper_steps.py", HELPER), _write(tmp_path, "train_main.py", MAIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    runpy.run_path(str(main))["run"](str(tmp_path / "run"))
+    got = SourceScan.from_json(json.loads((tmp_path / "run" / "run.json").read_text())["source_sites"])
+    hm, mm = _marks(helper), _marks(main)
+    assert (got.file, got.line) == (str(helper), hm["step"])
+    where = {(Path(s.file).name, s.kind, s.line) for s in got.sites}
+    assert {("helper_steps.py", "h2d_copy", hm["h2d_copy"]), ("train_main.py", "loop", mm["loop"]),
+            ("train_main.py", "batch_fetch", mm["batch_fetch"])} <= where, where
+    assert next(s for s in got.of("h2d_copy")).in_loop          # in the function that runs every step
+    assert not any("workbench" in s.file or "_pytest" in s.file for s in got.sites)   # nothing above the loop
+    loc = _locations(got)
+    assert loc["straggler"][0] == f"{main}:{mm['batch_fetch']}"
+    assert loc["exposed_memcpy"][0] == f"{helper}:{hm['h2d_copy']}"
