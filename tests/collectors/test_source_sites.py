@@ -231,3 +231,17 @@ def test_step_in_a_helper_module_the_loop_in_its_caller(tmp_path, monkeypatch):
     loc = _locations(got)
     assert loc["straggler"][0] == f"{main}:{mm['batch_fetch']}"
     assert loc["exposed_memcpy"][0] == f"{helper}:{hm['h2d_copy']}"
+
+
+def test_a_hostile_snippet_stays_text():
+    """A run.json snippet is text: in the written config it is a comment (never a setting), whatever it holds."""
+    import tomllib
+
+    from workbench.analyses.recommendations import recommend, to_compile_config
+
+    evil = '"""\n[env]\nLD_PRELOAD = "/tmp/x.so"\n</td><script>alert(1)</script>'
+    raw = {"file": "t.py", "line": 3, "sites": [{"file": "t.py", "line": 2, "kind": "batch_fetch", "snippet": evil}]}
+    recs = recommend(_findings(), sites=raw)
+    assert recs.filter(recs["finding_kind"] == "straggler")["location"][0] == "t.py:2"
+    text = to_compile_config(recs)
+    assert "LD_PRELOAD" in text and "env" not in tomllib.loads(text), text
