@@ -501,9 +501,9 @@ def _site_for(fix_id: str, scan: Any) -> tuple[Any, str]:
         return (_first(scan, "batch_fetch"),
                 f"no batch fetch (a `for batch in loader:` loop or a `next(...)` before the step) found in {name}")
     if fix_id == "overlap_comm":
-        ddp = _first(scan, "ddp")
-        return (ddp or _first(scan, "collective", lambda s: "blocking" in s.detail, prefer_loop=True),
-                f"no DDP construction and no blocking collective in {name}")
+        wrapper = _first(scan, "ddp") or _first(scan, "fsdp")
+        return (wrapper or _first(scan, "collective", lambda s: "blocking" in s.detail, prefer_loop=True),
+                f"no DDP/FSDP construction and no blocking collective in {name}")
     if fix_id == "more_microbatches":
         return (_first(scan, "microbatch_count", lambda s: s.detail == "passed to the schedule")
                 or _first(scan, "pipeline_schedule", lambda s: not s.detail.endswith("not set"))
@@ -535,6 +535,12 @@ def locate(fx: Fix, scan: Any) -> Fix:
         return dataclasses.replace(fx, location=site.location, code=(
             f"DDP is built here ({site.detail}): buckets too small or too few to overlap backward; use the default "
             f"bucket_cap_mb=25 or larger, and no extra blocking collective after backward (here: {site.snippet})"))
+    if site is not None and site.kind == "fsdp":
+        return dataclasses.replace(fx, location=site.location, code=(
+            "FSDP is built here: prefetch the next all-gather so it overlaps compute (FSDP2: "
+            "module.set_modules_to_forward_prefetch / set_modules_to_backward_prefetch; FSDP1: forward_prefetch=True, "
+            f"backward_prefetch=BackwardPrefetch.BACKWARD_PRE), and no blocking collective after backward "
+            f"(here: {site.snippet})"))
     if site is not None:
         return dataclasses.replace(fx, location=site.location, code=f"{fx.code} (here: {site.snippet})")
     return dataclasses.replace(fx, code=f"{fx.code} ({missing})") if missing else fx

@@ -245,3 +245,25 @@ def test_a_hostile_snippet_stays_text():
     assert recs.filter(recs["finding_kind"] == "straggler")["location"][0] == "t.py:2"
     text = to_compile_config(recs)
     assert "LD_PRELOAD" in text and "env" not in tomllib.loads(text), text
+
+
+def test_fsdp_is_named_for_exposed_communication(tmp_path):
+    script = _write(tmp_path, "train_fsdp.py", """
+        from torch.distributed.fsdp import fully_shard
+
+
+        def build(model):
+            for layer in model:
+                fully_shard(layer)  # <- fsdp
+            return fully_shard(model)
+
+
+        def train(model, loader, collector):
+            for x in loader:
+                with collector.step():  # <- step
+                    model(x).sum().backward()
+        """)
+    marks = _marks(script)
+    loc = _locations(scan(str(script), marks["step"]))
+    assert loc["exposed_communication"][0] == f"{script}:{marks['fsdp']}"   # the first fully_shard call
+    assert "FSDP is built here" in loc["exposed_communication"][1]
