@@ -267,3 +267,17 @@ def test_fsdp_is_named_for_exposed_communication(tmp_path):
     loc = _locations(scan(str(script), marks["step"]))
     assert loc["exposed_communication"][0] == f"{script}:{marks['fsdp']}"   # the first fully_shard call
     assert "FSDP is built here" in loc["exposed_communication"][1]
+
+
+@pytest.mark.parametrize("body, mark", [
+    ("    schedule = ScheduleGPipe(stage, n_microbatches=2, loss_fn=loss)  # <- here\n", "here"),
+    ("    n_micro = args.micro  # <- here\n    schedule = Schedule1F1B(stage, n_micro)\n", "here"),
+    ("    grad_accum_steps = 2  # <- here\n    schedule = None\n", "here"),
+])
+def test_the_micro_batch_count_line(tmp_path, body, mark):
+    """A literal count at the schedule; a name passed to it: where that name is set; a hand-rolled count."""
+    script = _write(tmp_path, "pp.py", "def train(stage, loss, args, collector, loader):\n" + body
+                    + "    for x in loader:\n        with collector.step():  # <- step\n            schedule.step(x)\n")
+    marks = _marks(script)
+    loc = _locations(scan(str(script), marks["step"]))
+    assert loc["pipeline_bubble"][0] == f"{script}:{marks[mark]}", loc["pipeline_bubble"]
