@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -129,28 +130,38 @@ def grid(frame: pl.DataFrame, *, id: str, columns: list[dict] | None = None, max
     """A plain HTML table of ``frame``: a full header per column, cells formatted here (durations and
     percentages by their column's formatter), numbers right-aligned; every cell carries its column's field in
     ``data-col``. More than ~25 rows scroll inside the table's box; above ``max_rows`` only the first are shown,
-    and a line says so."""
+    and a line says so.
+
+    The table travels as one component: its cells are JSON text in ``data-table``, drawn into the box by
+    ``assets/tables.js`` (as text, never as HTML). A Dash component per cell cost the browser ~2.5 ms each
+    (0.8 s for Compare's 335 cells)."""
     numeric = {c for c, t in frame.schema.items() if t.is_numeric()}
     cols = columns or [{"field": c, "headerName": c.replace("_", " ")} for c in frame.columns]
     cols = [c for c in cols if c["field"] in frame.columns]
     shown = frame.head(max_rows)
-    data = {c["field"]: shown[c["field"]].to_list() for c in cols}
     classes = []
     for c in cols:
         cls = "num" if c.get("numeric") or (c["field"] in numeric and "format" not in c) else ""
         classes.append((cls + " wrap").strip() if c.get("wrapText") else cls)
-    head = html.Thead(html.Tr([html.Th(c["headerName"], **({"className": k} if k else {}))
-                               for c, k in zip(cols, classes)]))
-    fmts = [c.get("format", _plain) for c in cols]
-    body = html.Tbody([
-        html.Tr([html.Td(f(data[c["field"]][i]), **{"data-col": c["field"]}, **({"className": k} if k else {}))
-                 for c, k, f in zip(cols, classes, fmts)])
-        for i in range(shown.height)])
-    parts: list[Any] = [html.Div(html.Table([head, body], className="data-table"),
-                                 className="table-wrap" + (" table-scroll" if shown.height > 25 else ""))]
-    if frame.height > shown.height:
-        parts.append(html.Div(f"The first {shown.height:,} of {frame.height:,} rows.", className="muted"))
-    return html.Div(parts, id=id, className="table-box")
+    cells = [[c.get("format", _plain)(v) for v in shown[c["field"]].to_list()] for c in cols]
+    spec = {"columns": [{"field": c["field"], "header": c["headerName"], "cls": k} for c, k in zip(cols, classes)],
+            "rows": [list(r) for r in zip(*cells)] if cells else [],
+            "note": f"The first {shown.height:,} of {frame.height:,} rows." if frame.height > shown.height else ""}
+    return html.Div(id=id, className="table-box", **{"data-table": json.dumps(spec, ensure_ascii=False)})
+
+
+def bar_list(bars: pl.DataFrame, *, id: str, title: str) -> html.Div:
+    """Horizontal bars drawn in HTML (no plotly): ``bars`` as :func:`workbench.figures.findings_bars` returns
+    them; each bar's length is its ``cost_ns`` relative to the longest, its ``text`` beside it, the ``message`` on
+    hover."""
+    top = max(bars["cost_ns"].to_list(), default=0) or 1
+    rows = [html.Div([html.Span(r["label"], className="hbar-label", title=r["message"]),
+                      html.Div(html.Div(className="hbar-fill", style={"width": f"{100 * r['cost_ns'] / top:.1f}%",
+                                                                       "background": r["color"]}),
+                               className="hbar-track", title=r["message"]),
+                      html.Span(r["text"], className="hbar-text")], className="hbar")
+            for r in bars.iter_rows(named=True)]
+    return html.Div([html.Div(title, className="hbar-title"), html.Div(rows, className="hbars")], id=id)
 
 
 def graph(figure: Any, *, id: str, **kw: Any) -> dcc.Graph:

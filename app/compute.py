@@ -170,10 +170,11 @@ BACKGROUND_PAUSE_S = 1.0
 FIRST_PAGE_WAIT_S = 20.0
 
 
-def prefetch(store: RunStore, rid: str | None = None, first_page: Any = None) -> None:
-    """Open and analyse ``rid`` first, then — once ``first_page`` (a :class:`threading.Event`, set when the first
-    page has been served) is set, or after :data:`FIRST_PAGE_WAIT_S` — every other run's headline (call in a
-    background thread)."""
+def prefetch(store: RunStore, rid: str | None = None, first_page: Any = None,
+             warm: Callable[[str], Any] | None = None) -> None:
+    """Open and analyse ``rid`` first (and ``warm(rid)``: build its landing page), then — once ``first_page`` (a
+    :class:`threading.Event`, set when the first page has been served) is set, or after :data:`FIRST_PAGE_WAIT_S`
+    — every other run's headline (call in a background thread)."""
     import time
 
     order = ([rid] if rid else []) + [r for r in store.ids() if r != rid]
@@ -186,6 +187,8 @@ def prefetch(store: RunStore, rid: str | None = None, first_page: Any = None) ->
             if r == rid:
                 store.run(r)  # the landing run counts as used: it stays open
                 headline(store, r)
+                if warm is not None:
+                    warm(r)
                 continue
             with store.in_background():
                 headline(store, r)

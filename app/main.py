@@ -135,7 +135,10 @@ def create_app(paths: Iterable[str | Path] | None = None, *, store: RunStore | N
     security.install(app.server, security.allowed_hosts(bind, allow_hosts))
     app.workbench_store = store  # type: ignore[attr-defined]
     if background and store.entries:
-        threading.Thread(target=compute.prefetch, args=(store, store.default_id(), first_page), daemon=True,
+        def warm(rid: str) -> None:  # the landing page's story, built before the browser asks for it
+            page_overview.layout(PageContext(store, rid, {"run": rid}))
+
+        threading.Thread(target=compute.prefetch, args=(store, store.default_id(), first_page, warm), daemon=True,
                          name="workbench-prefetch").start()
     return app
 

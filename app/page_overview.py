@@ -12,7 +12,7 @@ from dash import Input, Output, dcc, html
 from workbench import figures
 from workbench.app import compute
 from workbench.app.components import (
-    col, duration_column, error_panel, fmt_time, graph, grid, ms_column, ns_to_ms, plural, ranks_phrase, run_problems, safe,
+    bar_list, col, duration_column, error_panel, fmt_time, grid, ms_column, ns_to_ms, plural, ranks_phrase, run_problems, safe,
     section, stats_row,
 )
 from workbench.app.store import RunStore
@@ -227,7 +227,8 @@ def _root_causes(store: RunStore, rid: str) -> Any:
     roots = f.filter(pl.col("is_root"))
     items = [_root_item(rid, i, r, compute.symptoms_of(f, r["id"]))
              for i, r in enumerate(roots.iter_rows(named=True), 1)]
-    return html.Div([*items, graph(figures.findings_figure(roots), id="findings-figure")])
+    return html.Div([*items, bar_list(figures.findings_bars(roots), id="findings-figure",
+                                      title="Root causes by the time they cost")])
 
 
 def _findings_grid(store: RunStore, rid: str) -> Any:

@@ -945,28 +945,45 @@ def bar_figure(
 # ------------------------------------------------------------------------------------- domain-shaped figures
 
 
+def findings_bars(findings: pl.DataFrame, *, top: int = 15) -> pl.DataFrame:
+    """The bars of :func:`findings_figure`, most costly first (at most ``top``): ``label`` ("1. divergent
+    recompile"), ``cost_ns``, ``text`` (its cost and whether it was measured or estimated), ``color`` (by severity)
+    and ``message``. The app draws the same bars as HTML (no plotly on the landing page)."""
+    schema = {"label": pl.String, "cost_ns": pl.Int64, "text": pl.String, "color": pl.String, "message": pl.String}
+    if findings is None or findings.is_empty():
+        return pl.DataFrame(schema=schema)
+    f = findings.sort("cost_ns", descending=True, nulls_last=True, maintain_order=True).head(top)
+    basis = f["cost_basis"].to_list() if "cost_basis" in f.columns else [None] * f.height
+    costs = f["cost_ns"].fill_null(0).to_list()
+    return pl.DataFrame({
+        "label": [f"{i + 1}. {str(k).replace('_', ' ')}" for i, k in enumerate(f["kind"].to_list())],
+        "cost_ns": costs,
+        "text": [f"{fmt_duration(c)}" + (f" {b}" if b else "") for c, b in zip(costs, basis)],
+        "color": [SEVERITY_COLORS.get(s, "#7F7F7F") for s in f["severity"].to_list()],
+        "message": f["message"].fill_null("").to_list(),
+    }, schema=schema)
+
+
 def findings_figure(findings: pl.DataFrame, *, top: int = 15, title: str | None = "Root causes by the time they cost"
                     ) -> go.Figure:
     """Horizontal bars of ``cost_ns`` for the top findings (``FINDINGS`` rows, e.g. the root causes), coloured by
-    severity, each labelled with its cost and whether it was measured or estimated (the message on hover)."""
-    if findings is None or findings.is_empty():
+    severity, each labelled with its cost and whether it was measured or estimated (the message on hover):
+    :func:`findings_bars` drawn by plotly."""
+    bars = findings_bars(findings, top=top)
+    if bars.is_empty():
         return empty_figure("no findings")
-    f = findings.sort("cost_ns", descending=True, nulls_last=True, maintain_order=True).head(top)
-    labels = [f"{i + 1}. {str(k).replace('_', ' ')}" for i, k in enumerate(f["kind"].to_list())]
-    basis = f["cost_basis"].to_list() if "cost_basis" in f.columns else [None] * f.height
-    costs = f["cost_ns"].fill_null(0).to_list()
-    text = [f"{fmt_duration(c)}" + (f" {b}" if b else "") for c, b in zip(costs, basis)]
-    hover = ["<br>".join(_wrap(m or "", 90)) for m in f["message"].fill_null("").to_list()]
+    costs = bars["cost_ns"].to_list()
+    hover = ["<br>".join(_wrap(m, 90)) for m in bars["message"].to_list()]
     fig = _figure(go.Bar(
-        y=labels, x=[c / 1e6 for c in costs], orientation="h", text=text, textposition="outside",
-        cliponaxis=False, marker_color=[SEVERITY_COLORS.get(s, "#7F7F7F") for s in f["severity"].to_list()],
+        y=bars["label"].to_list(), x=[c / 1e6 for c in costs], orientation="h", text=bars["text"].to_list(),
+        textposition="outside", cliponaxis=False, marker_color=bars["color"].to_list(),
         customdata=hover, hovertemplate="%{customdata}<extra>%{y}</extra>",
     ))
     top_ms = max(costs) / 1e6 if costs else 1
     fig.update_xaxes(title="cost (ms of step time)", range=[0, max(top_ms * 1.3, 1e-3)], ticksuffix=" ms",
                      separatethousands=True)
     fig.update_yaxes(autorange="reversed", type="category", automargin=True)
-    return _base_layout(fig, title=title, height=max(220, 90 + 34 * f.height))
+    return _base_layout(fig, title=title, height=max(220, 90 + 34 * bars.height))
 
 
 def fmt_duration(ns: float | int | None) -> str:

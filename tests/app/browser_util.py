@@ -13,6 +13,8 @@ READY_JS = """
   for (const el of document.querySelectorAll('[data-dash-is-loading="true"]')) {
     if (!el.closest('#runs-section')) return false;
   }
+  // every table has been drawn (assets/tables.js) for the data it now holds
+  for (const t of root.querySelectorAll('.table-box[data-table]')) { if (t._wbDrawn !== t.getAttribute('data-table')) return false; }
   // every plotly graph on the page has drawn
   const graphs = root.querySelectorAll('.dash-graph');
   for (const g of graphs) { if (!g.querySelector('.main-svg')) return false; }

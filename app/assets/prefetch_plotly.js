@@ -1,0 +1,24 @@
+// Load plotly.js while the browser is idle on a page that has no figure (the landing page draws its bars in
+// HTML), so the next page with a figure does not wait for 4.8 MB of script to compile. While it loads,
+// window.Plotly is a promise of it: dcc.Graph waits on window.Plotly when it is set (Promise.resolve), so plotly
+// is never loaded twice; plotly.js then replaces window.Plotly with itself.
+(function () {
+  function prefetch() {
+    if (window.Plotly || !window._dashPlotlyJSURL) return;
+    window.Plotly = new Promise(function (resolve, reject) {
+      var s = document.createElement("script");
+      s.src = window._dashPlotlyJSURL;
+      s.async = true;
+      s.onload = function () { resolve(); };
+      s.onerror = function (e) { window.Plotly = undefined; reject(e); };
+      document.body.appendChild(s);
+    });
+    window.Plotly.catch(function () {});
+  }
+  window.addEventListener("load", function () {
+    setTimeout(function () {
+      if (window.requestIdleCallback) window.requestIdleCallback(prefetch, {timeout: 3000});
+      else prefetch();
+    }, 1500);
+  });
+})();
