@@ -270,6 +270,11 @@ class _Finder(ast.NodeVisitor):
             if isinstance(count, ast.Name):
                 self.schedule_names.add(count.id)
             self.add(node, "pipeline_schedule", text)
+        elif tail in ("Pipe", "pipeline", "PipelineStage") and _kw(node, "chunks") is not None:
+            chunks = _kw(node, "chunks")
+            if isinstance(chunks, ast.Name):
+                self.schedule_names.add(chunks.id)
+            self.add(node, "pipeline_schedule", f"chunks {ast.unparse(chunks)[:40]}")
         elif tail == "pin_memory" and isinstance(node.func, ast.Attribute):
             self.add(node, "pin_memory")
         elif isinstance(node.func, ast.Attribute) and tail in ("to", "cuda") and _is_device_copy(node):

@@ -273,6 +273,7 @@ def test_fsdp_is_named_for_exposed_communication(tmp_path):
     ("    schedule = ScheduleGPipe(stage, n_microbatches=2, loss_fn=loss)  # <- here\n", "here"),
     ("    n_micro = args.micro  # <- here\n    schedule = Schedule1F1B(stage, n_micro)\n", "here"),
     ("    grad_accum_steps = 2  # <- here\n    schedule = None\n", "here"),
+    ("    schedule = Pipe(stage, chunks=2)  # <- here\n", "here"),
 ])
 def test_the_micro_batch_count_line(tmp_path, body, mark):
     """A literal count at the schedule; a name passed to it: where that name is set; a hand-rolled count."""
