@@ -168,6 +168,17 @@ def graph(figure: Any, *, id: str, **kw: Any) -> dcc.Graph:
     return dcc.Graph(id=id, figure=figure, config={"displaylogo": False, "responsive": True}, **kw)
 
 
+def lazy_graph(figure: Any, *, id: str) -> html.Div:
+    """A figure below the fold: drawn by ``assets/lazy_figures.js`` (plotly.js, as ``dcc.Graph`` draws it) when it
+    comes near the screen, so a page's first paint does not wait for it. For figures no callback reads; the box
+    keeps the figure's height so nothing moves when it is drawn. ``#id .js-plotly-plot`` is the drawn plot."""
+    import plotly.io as pio
+
+    height = getattr(getattr(figure, "layout", None), "height", None) or 450
+    return html.Div(html.Div(className="lazy-figure", **{"data-figure": pio.to_json(figure, validate=False)}),
+                    id=id, className="lazy-graph", style={"minHeight": f"{height}px"})
+
+
 def section(title: str, *children: Any, id: str | None = None) -> html.Section:
     kw = {"id": id} if id else {}
     return html.Section([html.H3(title), *children], className="section", **kw)

@@ -10,7 +10,7 @@ from dash import Input, Output, State, dcc, html
 from workbench import figures
 from workbench.app import compute
 from workbench.app.components import (
-    col, error_panel, graph, grid, ms_column, ns_to_ms, pct_column, safe, section,
+    col, error_panel, graph, grid, lazy_graph, ms_column, ns_to_ms, pct_column, safe, section,
 )
 from workbench.app.store import RunStore
 
@@ -88,12 +88,12 @@ def safe_frame(fn):
 
 def _per_step(store: RunStore, rid: str, rank: int) -> Any:
     st = compute.breakdown_steps(store, rid).filter(pl.col("rank") == rank)
-    parts = [graph(figures.stacked_bar_figure(st, x="step", parts=PARTS, scale=1e6, unit="ms",
-                                              title=f"Device time per step, rank {rank}"), id="breakdown-step-figure")]
+    parts = [lazy_graph(figures.stacked_bar_figure(st, x="step", parts=PARTS, scale=1e6, unit="ms",
+                                                   title=f"Device time per step, rank {rank}"), id="breakdown-step-figure")]
     ov = safe_frame(lambda: compute.overlap(store, rid))
     if ov is not None and not ov.is_empty():
         o = ov.filter(pl.col("rank") == rank)
-        parts.append(graph(figures.line_figure(o, x="step", y="overlap_pct", percent=True,
+        parts.append(lazy_graph(figures.line_figure(o, x="step", y="overlap_pct", percent=True,
                                                y_title="communication hidden behind compute",
                                                title=f"Communication hidden behind compute per step, rank {rank}"),
                            id="overlap-step-figure"))

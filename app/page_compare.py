@@ -13,7 +13,7 @@ from workbench import figures
 from workbench.analyses.diff import RunData, RunDiff, comparability, job_step_times, step_stats
 from workbench.app import compute
 from workbench.app.components import (
-    col, duration_column, error_panel, fmt_ms, graph, grid, info_panel, safe, section,
+    col, duration_column, error_panel, fmt_ms, graph, grid, info_panel, lazy_graph, safe, section,
 )
 from workbench.app.store import RunStore
 
@@ -189,7 +189,7 @@ def _diff(store: RunStore, before: str, after: str) -> Any:
 def _side(store: RunStore, rid: str, which: str) -> Any:
     def build():
         run = store.run(rid)
-        parts = [graph(figures.step_time_figure(run.steps, title=f"Step time · {rid}"), id=f"compare-steps-{which}")]
+        parts = [lazy_graph(figures.step_time_figure(run.steps, title=f"Step time · {rid}"), id=f"compare-steps-{which}")]
         stats = step_stats(*job_step_times(run.steps))  # the diff's own step-time definition
         parts.insert(0, html.Div(f"median step {fmt_ms(stats.median_ns)} over {stats.n} {stats.source or '-'} steps · "
                                  f"{run.compiles.height} compiles", className="muted", id=f"compare-summary-{which}"))

@@ -12,7 +12,7 @@ from dash import html
 from workbench import figures
 from workbench.app import compute
 from workbench.app.components import (
-    col, duration_column, error_panel, graph, grid, ms_column, ns_to_ms, pct_column, run_problems, safe, section,
+    col, duration_column, error_panel, graph, grid, lazy_graph, ms_column, ns_to_ms, pct_column, run_problems, safe, section,
 )
 from workbench.app.store import RunStore
 
@@ -100,7 +100,7 @@ def _skew(store: RunStore, rid: str) -> Any:
         "step", "order", pl.col("collective").cast(pl.String), "pg_name", "last_rank", "skew_ns", "held_back_ns",
         "consistent"), "skew_ns", "held_back_ns")
     return html.Div([
-        graph(fig, id="skew-heatmap"),
+        lazy_graph(fig, id="skew-heatmap"),
         html.Div("Log colour scale: a 30 ms wait and a 2.5 s stall both show. Hover a cell for the collective, its "
                  "step and the rank everyone waited for.", className="muted"),
         html.H4("Largest arrival skews"), grid(top, id="skew-grid", columns=SKEW_COLUMNS),
@@ -131,7 +131,7 @@ def _drift(store: RunStore, rid: str) -> Any:
                                    if "slope_ns_per_s" in d.columns else [])),
                      "mean_offset_ns", "first_offset_ns", "last_offset_ns", "drift_ns")
     parts: list[Any] = [
-        graph(figures.arrival_offset_figure(matched), id="arrival-offset-figure"),
+        lazy_graph(figures.arrival_offset_figure(matched), id="arrival-offset-figure"),
         html.Div("Offset = this rank's arrival at a collective minus the median rank's arrival at the same "
                  "collective. Positive: it arrives later and the others wait for it; negative: it arrives earlier "
                  "and waits. Drift and trend say how the offset moves over the run, measured against the same "

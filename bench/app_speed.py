@@ -89,6 +89,14 @@ def page_timings(browser, roots: list[Path] | None, repeats: int = 3, store: Run
     app = create_app(roots, store=store, background=store is None)
     served = Served(app)
     rows = []
+    if store is None:  # warm means every cached result is there: wait for the background run-list analysis
+        from workbench.app import compute
+
+        t = time.perf_counter()
+        for rid in app.workbench_store.ids():
+            compute.headline(app.workbench_store, rid)
+        print(f"  (the run list's background analysis of {len(app.workbench_store.ids())} runs: "
+              f"{time.perf_counter() - t:.1f} s, before any page is timed)", flush=True)
     try:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         ids = [r for r in app.workbench_store.ids() if not only or r in only]
@@ -163,6 +171,26 @@ def zoom_timings(browser, n: int) -> dict:
     return out
 
 
+def summary_table(result: dict) -> str:
+    """A markdown table to paste: per page, each run's warm reload (wall s / CPU s) and in-app navigation (wall s),
+    with the first load and the load average above it."""
+    pages = result["pages"]
+    runs = list(dict.fromkeys(r["run"] for r in pages))
+    names = list(dict.fromkeys(r["page"] for r in pages))
+    by = {(r["run"], r["page"]): r for r in pages}
+    la = result["loadavg_before"][0], result.get("loadavg_after", result["loadavg_before"])[0]
+    lines = [f"first load {result['first_load_s']:.2f} s (target 2 s); load average {la[0]:.1f} before, {la[1]:.1f} "
+             f"after, {result['cpus']} CPUs; warm reload wall s / CPU s (server + chromium) · in-app wall s (target 1 s)",
+             "", "| page | " + " | ".join(runs) + " |", "| --- |" + " --- |" * len(runs)]
+    for n in names:
+        cells = []
+        for rid in runs:
+            r = by.get((rid, n))
+            cells.append("–" if r is None else f"{r['warm_s']:.2f} / {r['warm_cpu_s']:.2f} · {r['nav_s']:.2f}")
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("roots", nargs="*", type=Path, default=[REPO / "sample_traces"])
@@ -216,6 +244,7 @@ def main() -> None:
           f"{worst_zoom:.2f} s (target ≤ 1 s); load average {result['loadavg_after'][0]:.1f} after")
     if slow:
         print("warm pages over 1 s: " + ", ".join(slow))
+    print("\n" + summary_table(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
 

@@ -3,6 +3,11 @@
 // window.Plotly is a promise of it: dcc.Graph waits on window.Plotly when it is set (Promise.resolve), so plotly
 // is never loaded twice; plotly.js then replaces window.Plotly with itself.
 (function () {
+  // a promise of plotly.js: loads it unless it is loaded or loading
+  window.wbPlotly = function () {
+    if (!window.Plotly) prefetch();
+    return Promise.resolve(window.Plotly).then(function () { return window.Plotly; });
+  };
   function prefetch() {
     if (window.Plotly || !window._dashPlotlyJSURL) return;
     window.Plotly = new Promise(function (resolve, reject) {

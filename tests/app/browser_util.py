@@ -31,6 +31,20 @@ def goto_ready(page, url: str, key: str, timeout_ms: int = 60_000) -> float:
     return time.perf_counter() - t
 
 
+def draw_lazy(page, timeout_ms: int = 30_000) -> None:
+    """Draw the figures below the fold now (``assets/lazy_figures.js`` draws them when scrolled near) and wait
+    until every one has drawn: before reading them or taking a full-page screenshot."""
+    page.evaluate("() => window.wbDrawLazyFigures && window.wbDrawLazyFigures()")
+    page.wait_for_function("() => [...document.querySelectorAll('.lazy-figure')].every(e => e.querySelector('.main-svg'))",
+                           timeout=timeout_ms, polling=50)
+
+
+def shot(page, path: str, full_page: bool = True) -> None:
+    """A screenshot of the whole page with every figure drawn (below the fold too)."""
+    draw_lazy(page)
+    page.screenshot(path=path, full_page=full_page)
+
+
 #: Ready (as :data:`READY_JS`) and showing run ``arg.run``: the page root carries the run it was drawn for.
 _NAV_READY_JS = READY_JS.replace("(key) => {", "(arg) => { const key = arg.key;").replace(
     "if (!root) return false;", "if (!root || root.dataset.run !== arg.run) return false;")

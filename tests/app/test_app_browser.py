@@ -21,7 +21,7 @@ import pytest
 
 import workbench
 from app_synthetic import synthetic_run
-from browser_util import OVERFLOW_JS, goto_ready, graph_layout_meta, grid_rows, navigate_ready, pick, stat
+from browser_util import draw_lazy, shot, OVERFLOW_JS, goto_ready, graph_layout_meta, grid_rows, navigate_ready, pick, stat
 from workbench import rundir
 from workbench.app import page_drift, page_overview, page_recompiles
 from workbench.app.components import fmt_time
@@ -95,8 +95,9 @@ def test_every_page_on_every_sample_run(page, served, sample_app, artifacts):
             problems += [f"{pg.NAME} on {rid}: error panel {e[:200]!r}" for e in errs]
             if page.text_content(f"#page-{pg.KEY} h2") != pg.NAME:
                 problems.append(f"{pg.NAME} on {rid}: heading {page.text_content(f'#page-{pg.KEY} h2')!r}")
+            draw_lazy(page)
             problems += [f"{pg.NAME} on {rid}: {b}" for b in page.evaluate(OVERFLOW_JS)[:4]]
-            page.screenshot(path=str(artifacts / f"app-{pg.KEY}-{rid}.png"), full_page=True)
+            shot(page, path=str(artifacts / f"app-{pg.KEY}-{rid}.png"), full_page=True)
     assert page.js_errors == [], page.js_errors
     assert problems == [], "\n".join(problems[:20])
 
@@ -154,6 +155,7 @@ def test_numbers_carry_units(page, served):
                            ".map(t => [t.name, t.marker.color])")
     by_name = dict(colors)
     assert by_name["exposed communication"] != by_name["exposed memory copies/sets"]
+    draw_lazy(page)
     ov = page.evaluate("() => { const g = document.querySelector('#overlap-step-figure .js-plotly-plot');"
                        " return g ? g.layout.yaxis : null; }")
     if ov is not None:
@@ -163,6 +165,7 @@ def test_numbers_carry_units(page, served):
 def test_drift_plots_period_offsets_and_log_waits(page, served, runs_root, artifacts):
     _, t = _tables(runs_root / PLANTED)
     goto_ready(page, served.url(f"/drift?run={PLANTED}"), "drift")
+    draw_lazy(page)
     ylog = page.evaluate("() => document.querySelector('#step-time-figure .js-plotly-plot').layout.yaxis")
     assert ylog["type"] == "log" and all(re.fullmatch(r"[\d.]+ (ms|s)", x) for x in ylog["ticktext"]), ylog
     cb = page.evaluate("() => document.querySelector('#skew-heatmap .js-plotly-plot').data[0].colorbar")
@@ -180,7 +183,7 @@ def test_drift_plots_period_offsets_and_log_waits(page, served, runs_root, artif
         a, b = d["0"][c], d["1"][c]
         assert a.lstrip("-") == b.lstrip("-") and a.startswith("-") != b.startswith("-"), (c, a, b)
     assert "falling further behind" in page.text_content("#offset-sign")
-    page.screenshot(path=str(artifacts / "app-drift-planted.png"), full_page=True)
+    shot(page, path=str(artifacts / "app-drift-planted.png"), full_page=True)
 
 
 def test_timeline_tells_who_waits_for_whom(page, served, artifacts):
@@ -207,7 +210,7 @@ def test_timeline_tells_who_waits_for_whom(page, served, artifacts):
     drawn = page.evaluate("""() => document.querySelector('#timeline-graph .js-plotly-plot')._fullData
         .filter(t => t.name === 'collectives').flatMap(t => Array.from(t.x)).filter(x => x !== null && !isNaN(x))""")
     assert drawn and min(drawn) == pytest.approx(mid, abs=1e-3), "a collective begun before the window is clipped"
-    page.screenshot(path=str(artifacts / "app-timeline-zoomed-wait.png"), full_page=True)
+    shot(page, path=str(artifacts / "app-timeline-zoomed-wait.png"), full_page=True)
 
 
 def test_pipeline_page_draws_bubbles_and_the_schedule(page, served, artifacts):
@@ -223,7 +226,7 @@ def test_pipeline_page_draws_bubbles_and_the_schedule(page, served, artifacts):
     # each stage's first forward comes after its step starts (device ranges counted in the step they run in)
     assert all(re.fullmatch(r"\d+(\.\d)? (ms|µs)", r["first_forward_delay_ms"]) for r in stages), stages
     assert "(s)" not in page.text_content("#page-pipeline")
-    page.screenshot(path=str(artifacts / "app-pipeline-schedule.png"), full_page=True)
+    shot(page, path=str(artifacts / "app-pipeline-schedule.png"), full_page=True)
     goto_ready(page, served.url(f"/timeline?run={PIPELINE}"), "timeline")
     lanes = graph_layout_meta(page, "timeline-graph")["lanes"]
     assert "rank 0 · micro-batches" in lanes
@@ -301,7 +304,7 @@ def test_apply_never_overwrites_and_shows_the_next_command(page, served, runs_ro
                            timeout=15_000)
     assert first.read_text() == text1, "the first config is kept"
     assert (run_dir / "compile_config-2.toml").is_file()
-    page.screenshot(path=str(artifacts / "app-recommendations-applied.png"), full_page=True)
+    shot(page, path=str(artifacts / "app-recommendations-applied.png"), full_page=True)
 
 
 def test_apply_after_the_run_folder_was_deleted(page, served_factory, runs_root, tmp_path):
@@ -338,7 +341,7 @@ def test_broken_run_shows_an_error_panel_and_the_rest_works(page, served_factory
     problems = page.query_selector("#run-error") or page.query_selector("#run-problems")
     assert problems is not None
     assert "t.json" in problems.text_content()
-    page.screenshot(path=str(artifacts / "app-broken-run.png"), full_page=True)
+    shot(page, path=str(artifacts / "app-broken-run.png"), full_page=True)
     goto_ready(page, served.url("/timeline?run=broken-run"), "timeline")
     goto_ready(page, served.url("/?run=cpu-gloo-4rank"), "overview")
     _no_error_panels(page)
@@ -354,7 +357,7 @@ def test_timeline_zoom_redraws_exact_kernels_on_1m_events(page, served_factory, 
     goto_ready(page, served.url("/timeline?run=synthetic-1M"), "timeline", timeout_ms=90_000)
     meta = graph_layout_meta(page, "timeline-graph")
     assert meta["exact"] is False and meta["visible_kernels"] == 1_000_000
-    page.screenshot(path=str(artifacts / "app-timeline-1M.png"), full_page=True)
+    shot(page, path=str(artifacts / "app-timeline-1M.png"), full_page=True)
     x0 = page.evaluate("() => document.querySelector('#timeline-graph .js-plotly-plot').layout.xaxis.range[0]")
     page.evaluate("(x0) => Plotly.relayout(document.querySelector('#timeline-graph .js-plotly-plot'), "
                   "{'xaxis.range[0]': x0, 'xaxis.range[1]': x0 + 0.5})", x0)
@@ -367,7 +370,7 @@ def test_timeline_zoom_redraws_exact_kernels_on_1m_events(page, served_factory, 
                                 & (pl.col("start") <= lo + int((x0 + 0.5) * 1e6))).height
     assert abs(meta["visible_kernels"] - expect) <= 16  # ms ↔ ns rounding at the two window edges
     assert "shown exactly" in page.text_content("#timeline-info")
-    page.screenshot(path=str(artifacts / "app-timeline-1M-zoomed.png"), full_page=True)
+    shot(page, path=str(artifacts / "app-timeline-1M-zoomed.png"), full_page=True)
 
 
 def test_cli_defaults_to_localhost():
@@ -393,7 +396,7 @@ def test_shared_hta_trace_breakdown_equals_analysis(page, served_factory, shared
     shown = grid_rows(page, "breakdown-grid")
     assert [(r["rank"], r["compute_pct"], r["idle_pct"]) for r in shown] == [
         (str(e["rank"]), f"{e['compute_pct']:,.1f} %", f"{e['idle_pct']:,.1f} %") for e in expected.iter_rows(named=True)]
-    page.screenshot(path=str(artifacts / "app-breakdown-hta.png"), full_page=True)
+    shot(page, path=str(artifacts / "app-breakdown-hta.png"), full_page=True)
 
 
 def test_new_user_journey(page, served, runs_root, artifacts):
@@ -423,7 +426,7 @@ def test_new_user_journey(page, served, runs_root, artifacts):
     page.click("#nav-compare")
     page.wait_for_selector("#page-compare", timeout=20_000)
     assert page.js_errors == []
-    page.screenshot(path=str(artifacts / "app-journey.png"), full_page=True)
+    shot(page, path=str(artifacts / "app-journey.png"), full_page=True)
 
 
 def test_no_path_serves_the_bundled_sample_runs():

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import workbench
-from browser_util import goto_ready, grid_rows, pick
+from browser_util import shot, goto_ready, grid_rows, pick
 from workbench import rundir
 from workbench.analyses.diff import RunData, diff_runs
 from workbench.analyses.summary import analysis_tables
@@ -83,7 +83,7 @@ def test_bundled_pair_shows_the_fix_proven(page, served, compare_root, artifacts
             for r in page_compare.metrics_table(expected).iter_rows(named=True)}
     assert shown == want
     assert shown["recompiles"][2] == "better"
-    page.screenshot(path=str(artifacts / "app-compare-fix-proven.png"), full_page=True)
+    shot(page, path=str(artifacts / "app-compare-fix-proven.png"), full_page=True)
 
 
 def test_zero_to_one_recompile_is_worse(page, served):
@@ -106,4 +106,4 @@ def test_no_same_job_run_means_no_default_and_other_jobs_are_not_comparable(page
     assert verdicts == {"not comparable"}
     first = _order(page, "#compare-comparability", "#diff-findings-grid")
     assert first == sorted(first)
-    page.screenshot(path=str(artifacts / "app-compare-not-comparable.png"), full_page=True)
+    shot(page, path=str(artifacts / "app-compare-not-comparable.png"), full_page=True)
