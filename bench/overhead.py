@@ -521,10 +521,16 @@ def segment_ms(step_ms: list[float], seg: str, stat: str | None = None, skip: An
     return statistics.median(values)
 
 
+def members(rnd: dict[str, dict], arm: str) -> list[dict]:
+    """The processes of ``arm`` in one round: its copies (``arm``, ``arm#2``, ...); ``a+b``: those of both arms."""
+    names = arm.split("+")
+    return [v for k, v in rnd.items() if isinstance(v, dict) and "step_ms" in v
+            and any(k == n or k.startswith(n + "#") for n in names)]
+
+
 def arm_level(rnd: dict[str, dict], arm: str, seg: str) -> float | None:
-    """An arm's segment time in one round: the geometric mean over its copies (``arm``, ``arm#2``, ...)."""
-    vals = [segment_ms(v["step_ms"], seg, skip=v.get("turn_starts", ())) for k, v in rnd.items()
-            if (k == arm or k.startswith(arm + "#")) and isinstance(v, dict) and "step_ms" in v]
+    """An arm's segment time in one round: the geometric mean over its processes (:func:`members`)."""
+    vals = [segment_ms(v["step_ms"], seg, skip=v.get("turn_starts", ())) for v in members(rnd, arm)]
     vals = [v for v in vals if v]
     return statistics.geometric_mean(vals) if vals else None
 
@@ -538,11 +544,7 @@ def paired_ratio(rnd: dict[str, dict], arm: str, base: str, k: int = PAIR_BLOCK)
     (with the token every step, step i of every process runs within one turn, so a block of all processes spans
     the same ~k turns), per block the log ratio of the block medians (geometric mean over copies), and the median
     over blocks. A drift that every process sees in the same turns cancels; a turn's first step is left out."""
-    def procs(name: str) -> list[dict]:
-        return [v for key, v in rnd.items() if (key == name or key.startswith(name + "#")) and isinstance(v, dict)
-                and "step_ms" in v]
-
-    pa, pb = procs(arm), procs(base)
+    pa, pb = members(rnd, arm), members(rnd, base)
     if not pa or not pb:
         return None
     n = min(len(v["step_ms"]) for v in pa + pb)
@@ -567,8 +569,14 @@ def bootstrap_median(values: list[float], n: int = 10000, seed: int = 0) -> tupl
 
 
 def comparisons(arms: list[str]) -> dict[str, tuple[str, str]]:
-    """Label -> (arm, baseline arm): every arm against bare, and profiler-type arms against each other."""
+    """Label -> (arm, baseline arm): every arm against bare (and, with the A/A arm, against both bare arms
+    together), profiler-type arms against each other, and nested ablations against each other."""
     out = {a: (a, "bare") for a in arms}
+    if "bare2" in arms:
+        out.update({f"{a} vs bare+bare2": (a, "bare+bare2") for a in arms if a != "bare2"})
+    for a, b in (("collector", "no_window"), ("no_window", "steps_only"), ("collector", "no_hang")):
+        if a in arms and b in arms:
+            out[f"{a}/{b}"] = (a, b)
     if "profiler" in arms:
         for a in ("collector", "teardown", "keep_cupti", "profiler_teardown"):
             if a in arms:
@@ -623,6 +631,65 @@ def print_summary(shape: str, summary: dict, *, show_pairs: bool = True) -> None
         print(f"  {arm:18} " + "; ".join(cells), flush=True)
 
 
+# ---------------------------------------------------------------------------------------------------- in process
+def in_process(n: int, device_name: str, shape: str = "small", clobber_mb: int = 64) -> dict:
+    """The collector's per-step cost inside one process (``--in-process N``): N times, in a shuffled order, a bare
+    step and a collector step, each either right after another step (``warm``) or after a pass over ``clobber_mb``
+    MB that evicts the CPU caches (``cold``, as when other processes ran on the CPUs in between). The model runs
+    eagerly (the collector's hooks do not depend on compiling); the collector has no profiler window. Returns the
+    median step time per condition and the collector's extra time, warm and cold (us)."""
+    import torch
+
+    from h200_transformer import batch, build, loss_fn
+    from workbench.collectors import Collector
+
+    d_model, layers, seq, batch_n, _ = SHAPES[shape]
+    device = torch.device(device_name)
+    model = build(d_model, layers, device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
+    x, y = batch(batch_n, seq, device)
+
+    def body() -> None:
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss.item()
+
+    collector = Collector(Path(tempfile.mkdtemp(prefix="wb-inproc-")), profile_repeat=0)
+    ctxs = {"bare": contextlib.nullcontext, "collector": collector.step}
+    junk = bytearray(os.urandom(1 << 16)) * (clobber_mb * 16)
+    table = bytes(range(1, 256)) + b"\0"
+    times: dict[str, list[float]] = {f"{t}/{a}": [] for t in ("warm", "cold") for a in ctxs}
+    rng = random.Random(0)
+    with collector:
+        for _ in range(10):
+            body()
+        for _ in range(n):
+            order = list(times)
+            rng.shuffle(order)
+            for cond in order:
+                temp, arm = cond.split("/")
+                if temp == "cold":
+                    junk.translate(table)            # reads and writes clobber_mb MB: evicts the caches
+                t0 = time.perf_counter()
+                with ctxs[arm]():
+                    body()
+                times[cond].append((time.perf_counter() - t0) * 1e6)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    out = {"steps_per_condition": n, "clobber_mb": clobber_mb, "shape": shape, "eager": True,
+           "median_us": {k: round(v, 1) for k, v in med.items()},
+           "collector_extra_us": {t: round(med[f"{t}/collector"] - med[f"{t}/bare"], 1) for t in ("warm", "cold")},
+           "errors": list(collector.errors)}
+    for t in ("warm", "cold"):
+        b, c = times[f"{t}/bare"], times[f"{t}/collector"]
+        diffs = sorted(statistics.median(rng.choices(c, k=len(c))) - statistics.median(rng.choices(b, k=len(b)))
+                       for _ in range(2000))
+        out.setdefault("collector_extra_ci95_us", {})[t] = [round(diffs[50], 1), round(diffs[1949], 1)]
+    return out
+
+
 # ---------------------------------------------------------------------------------------------------- driver
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -655,11 +722,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mps", action="store_true",
                    help="start an MPS daemon (this user's, quit at the end) so that the processes share one GPU "
                         "context: no context switch at a token handover")
+    p.add_argument("--in-process", type=int, default=None, metavar="N",
+                   help="instead of rounds: N bare and N collector steps alternated inside one process, warm and "
+                        "after a cache-evicting pass (the collector's own per-step cost)")
+    p.add_argument("--summarize", default=None, metavar="JSON",
+                   help="print the summary of a saved --json file again (with this version's comparisons)")
     p.add_argument("--stat", choices=("median", "trimmed"), default="median",
                    help="per-process statistic of a segment: median or 10-90 %% trimmed mean")
     args = p.parse_args(argv)
     global STAT
     STAT = args.stat
+    if args.summarize:
+        saved = json.loads(Path(args.summarize).read_text())
+        for shape, entry in saved["shapes"].items():
+            print_summary(shape, summarize(entry["rounds"], comparisons([a for a in saved["arms"] if a != "bare"])),
+                          show_pairs=False)
+        return 0
+    if args.in_process:
+        _import_workbench()
+        res = in_process(args.in_process, "cpu" if args.smoke else args.device, "tiny" if args.smoke else "small")
+        print(json.dumps(res, indent=1), flush=True)
+        if args.json:
+            Path(args.json).write_text(json.dumps(res, indent=1))
+        return 0
     if args.smoke:
         args.device, args.backend, args.shapes = "cpu", args.backend or "aot_eager", "tiny"
         args.rounds = min(args.rounds, 1)
