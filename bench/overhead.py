@@ -22,19 +22,25 @@ arm and only adds noise); the warm-up process uses the default pool.
 
 Rounds (lockstep): a round starts one process per arm together (``--copies`` per arm), each pinned to its own
 block of CPUs of the GPU's NUMA node (``--pin own``; the blocks rotate over the arms every round, the driver on a
-CPU of its own). Once each has run its step 0 (the compile), the driver hands a token to one process at a time,
-in a new random order every turn, so a drift of the machine hits every arm alike; arm/bare ratios are paired
-within a round. A turn is one step (``--block 1``) or, by default, steps 1-8 and then ``--block`` (50) steps: a
-token every step makes the GPU switch contexts every step, which adds ~2.5 ms to each (and hides relative costs
-under it); the first step of each turn, which pays that switch, is left out of ``after``. Per process the median
+CPU of its own), or (``--pin same``) compiling spread over the node and then all moved onto one shared block, so
+a drift of those CPUs hits every arm alike; ``--mps`` runs the rounds under an MPS daemon (one GPU context).
+Once each has run its step 0 (the compile), the driver hands a token to one process at a time, in a new random
+order every turn, never twice in a row to the same one; arm/bare ratios are paired within a round. A turn is one
+step (``--block 1``) or, by default, steps 1-8 and then ``--block`` (50) steps: a handover adds 1-3 ms to the step
+after it (on the H200 with or without MPS: the host's cost of waking on CPUs other processes just used), so the
+first step of each turn is left out of ``after`` in turns. Per process the median
 step time (from the token to the end of the iteration, the collector's own work inside) is taken per segment:
 ``before`` (steps 1-3), ``prep`` (step 4: profiler preparation), ``window`` (5-7) and ``after`` (8 to the end,
 ``--steps``). Printed: each pair, the median ratio over rounds and a percentile-bootstrap 95% interval of that
-median. ``--probe`` also records per step the thread's CPU time, the device span (CUDA events) and involuntary
+median, and ``after_paired``: steps 8+ in blocks of 25 paired in time across the processes (:func:`paired_ratio`).
+``--probe`` also records per step the thread's CPU time, the device span (CUDA events) and involuntary
 context switches, in every arm alike. ``--shapes small_pg`` adds a one-rank process group and one all-reduce
 per step (for the Flight Recorder arms). Method and H200 figures: bench/README.md, "Collector overhead".
 
-    python bench/overhead.py --shapes issue,small --steps 400 --probe --rounds 8 --json out.json   # on the H200
+    python bench/overhead.py --shapes issue --arms bare2,collector --block 1 --pin same --cores-per-proc 4 --mps \
+        --steps 400 --probe --rounds 12 --json out.json                                 # on the H200 (f1 method)
+    python bench/overhead.py --in-process 400                     # bare/collector steps alternated in one process
+    python bench/overhead.py --summarize out.json                 # the summary of a saved run again
     python bench/overhead.py --shapes small --arms bare2,collector,no_window,no_capture --rounds 6
     python bench/overhead.py --smoke --json out.json                                # CPU; no claims
 """

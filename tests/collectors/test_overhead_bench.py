@@ -69,3 +69,25 @@ def test_segment_skips_turn_starts_in_after_only():
     assert b.segment_ms(steps, "after", skip=[1, 9]) == 1.0
     assert b.segment_ms(steps, "before", skip=[1, 9]) == 9.0
     assert b.segment_ms([1.0] * 8 + [2.0] * 10 + [100.0], "after", stat="trimmed") == 2.0
+
+
+def test_paired_ratio_cancels_a_drift_shared_in_time():
+    """Blocks of steps paired in time: a drift every process sees in the same turns cancels, a constant cost stays;
+    ``bare+bare2`` pools both baselines; nested ablations are compared with each other."""
+    b = _bench()
+    drift = [1.0 + (0.5 if 100 <= i < 160 else 0.0) + 0.01 * (i % 7) for i in range(208)]   # shared, in time
+    rnd = {"bare": {"step_ms": [5.0 * d for d in drift]},
+           "bare2": {"step_ms": [5.0 * d for d in drift]},
+           "collector": {"step_ms": [5.1 * d for d in drift]}}                                 # +2 % throughout
+    assert b.paired_ratio(rnd, "collector", "bare") == pytest.approx(1.02, abs=1e-9)
+    assert b.paired_ratio(rnd, "bare2", "bare") == pytest.approx(1.0, abs=1e-9)
+    assert b.paired_ratio(rnd, "collector", "bare+bare2") == pytest.approx(1.02, abs=1e-9)
+    assert len(b.members(rnd, "bare+bare2")) == 2 and b.paired_ratio(rnd, "missing", "bare") is None
+    comps = b.comparisons(["bare2", "collector", "no_window"])
+    assert comps["collector vs bare+bare2"] == ("collector", "bare+bare2") and "bare2 vs bare+bare2" not in comps
+    assert comps["collector/no_window"] == ("collector", "no_window")
+    assert b.segment_ms(rnd["collector"]["step_ms"], "after") / b.segment_ms(rnd["bare"]["step_ms"], "after") \
+        == pytest.approx(1.02)
+    summary = b.summarize([rnd, rnd], {"collector": comps["collector"]})
+    assert summary["collector"]["after_paired"]["median_ratio"] == pytest.approx(1.02, abs=1e-4)
+    assert summary["collector"]["after_paired"]["ci95"] == pytest.approx([1.02, 1.02], abs=1e-4)
