@@ -1,5 +1,5 @@
 // Figures below the fold (components.lazy_graph): <div class="lazy-figure" data-figure="{data, layout}"> is
-// drawn by plotly.js when it comes within 300 px of the screen (or when wbDrawLazyFigures() is called), with
+// drawn by plotly.js when it comes within 200 px of the screen (or when wbDrawLazyFigures() is called), with
 // the config dcc.Graph gets. plotly.js is loaded once, through the same promise as prefetch_plotly.js.
 (function () {
   var CONFIG = {displaylogo: false, responsive: true};
@@ -14,7 +14,7 @@
   }
   var io = window.IntersectionObserver ? new IntersectionObserver(function (entries) {
     entries.forEach(function (e) { if (e.isIntersecting) draw(e.target); });
-  }, {rootMargin: "300px"}) : null;
+  }, {rootMargin: "200px"}) : null;
   function watch(el) { if (io) io.observe(el); else draw(el); }
   function scan(root) {
     if (root.matches && root.matches(".lazy-figure[data-figure]")) watch(root);

@@ -3,8 +3,18 @@
 // window.Plotly is a promise of it: dcc.Graph waits on window.Plotly when it is set (Promise.resolve), so plotly
 // is never loaded twice; plotly.js then replaces window.Plotly with itself.
 (function () {
-  // a promise of plotly.js: loads it unless it is loaded or loading
+  // a promise of plotly.js: loads it unless it is loaded, or loading (here or by dcc.Graph's own script tag)
   window.wbPlotly = function () {
+    var url = window._dashPlotlyJSURL;
+    var tag = !window.Plotly && url && [].find.call(document.scripts, function (s) {
+      return s.getAttribute("src") === url;
+    });
+    if (tag) {
+      return new Promise(function (resolve, reject) {
+        tag.addEventListener("load", function () { resolve(window.Plotly); });
+        tag.addEventListener("error", reject);
+      });
+    }
     if (!window.Plotly) prefetch();
     return Promise.resolve(window.Plotly).then(function () { return window.Plotly; });
   };

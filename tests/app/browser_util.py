@@ -15,6 +15,11 @@ READY_JS = """
   }
   // every table has been drawn (assets/tables.js) for the data it now holds
   for (const t of root.querySelectorAll('.table-box[data-table]')) { if (t._wbDrawn !== t.getAttribute('data-table')) return false; }
+  // every figure drawn on scrolling (assets/lazy_figures.js) that is on the screen, or within its 200 px margin,
+  // has drawn
+  for (const f of root.querySelectorAll('.lazy-figure')) {
+    if (f.getBoundingClientRect().top < window.innerHeight + 200 && !f.querySelector('.main-svg')) return false;
+  }
   // every plotly graph on the page has drawn
   const graphs = root.querySelectorAll('.dash-graph');
   for (const g of graphs) { if (!g.querySelector('.main-svg')) return false; }
