@@ -125,8 +125,8 @@ def _plain(v: Any) -> str:
 MAX_TABLE_ROWS = 500
 
 
-def grid(frame: pl.DataFrame, *, id: str, columns: list[dict] | None = None, max_rows: int = MAX_TABLE_ROWS,
-         **_: Any) -> html.Div:
+def grid(frame: pl.DataFrame, *, id: str, columns: list[dict] | None = None, max_rows: int = MAX_TABLE_ROWS
+         ) -> html.Div:
     """A plain HTML table of ``frame``: a full header per column, cells formatted here (durations and
     percentages by their column's formatter), numbers right-aligned; every cell carries its column's field in
     ``data-col``. More than ~25 rows scroll inside the table's box; above ``max_rows`` only the first are shown,

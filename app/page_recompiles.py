@@ -121,7 +121,7 @@ def _layout(store: RunStore, rid: str) -> Any:
                                                    columns=[col("rank", "Rank", maxWidth=110)] + [
                                                        col(k, k.replace("_", " ")) for k in causes.columns
                                                        if k != "rank"])),
-        section("Every compile", grid(ns_to_ms(every, "compile_ns"), id="compiles-grid", page_size=50, columns=[
+        section("Every compile", grid(ns_to_ms(every, "compile_ns"), id="compiles-grid", columns=[
             col("rank", "Rank", maxWidth=110), col("compile_id", "Compile id", maxWidth=100),
             col("co_name", "Function"), col("cause", "Cause"), col("cause_detail", "Detail"),
             col("cause_source", "What changed", wrapText=True, autoHeight=True, minWidth=140),
