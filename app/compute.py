@@ -154,7 +154,8 @@ def recommendation_findings(store: RunStore, rid: str) -> Any:
 def recommendations(store: RunStore, rid: str) -> pl.DataFrame:
     """:func:`workbench.analyses.recommendations.recommend` (RECOMMENDATIONS rows), as ``workbench recommend``."""
     return _cached(store, rid, "recommendations",
-                   lambda: recs_analysis.recommend(recommendation_findings(store, rid), store.run(rid).compiles))
+                   lambda: recs_analysis.recommend(recommendation_findings(store, rid), store.run(rid).compiles,
+                                                   sites=(store.run(rid).meta or {}).get("source_sites")))
 
 
 def recommendation_toml(recs: pl.DataFrame, header: str | None = None) -> str:

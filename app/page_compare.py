@@ -54,7 +54,10 @@ OPS_COLUMNS = [col("kind", "Kind"), col("status", "Status"), col("name", "Name",
 def findings_table(d: RunDiff) -> pl.DataFrame:
     """Verdicts on BEFORE's findings, then AFTER's new ones, as shown."""
     f = d.findings_frame()
+    from workbench.app.page_overview import kind_title
+
     return f.with_columns(
+        pl.col("kind").map_elements(kind_title, return_dtype=pl.String, skip_nulls=False),
         pl.col("before_cost_ns").map_elements(fmt_ms, return_dtype=pl.String, skip_nulls=False).alias("before_ms"),
         pl.col("after_cost_ns").map_elements(fmt_ms, return_dtype=pl.String, skip_nulls=False).alias("after_ms"),
     ).select("verdict", "kind", "ranks", "steps", "before_ms", "after_ms", "evidence", "caveat")

@@ -19,6 +19,7 @@ from workbench import rundir
 from workbench.analyses.diff import RunData, diff_runs
 from workbench.analyses.summary import analysis_tables
 from workbench.app import page_compare
+from workbench.app.page_overview import kind_title
 from workbench.app.main import create_app
 
 pytestmark = pytest.mark.browser
@@ -72,8 +73,9 @@ def test_bundled_pair_shows_the_fix_proven(page, served, compare_root, artifacts
     assert "compile config" in page.text_content("#compare-comparability")
     rows = grid_rows(page, "diff-findings-grid")
     verdicts = {r["kind"]: r["verdict"] for r in rows}
-    assert verdicts["divergent_recompile"] == "fixed", rows
-    assert verdicts == {f.kind: f.verdict for f in expected.findings} | {f.kind: "new" for f in expected.new_findings}
+    assert verdicts["Divergent recompile"] == "fixed", rows      # the kind as a title, as on the Overview
+    assert verdicts == ({kind_title(f.kind): f.verdict for f in expected.findings}
+                        | {kind_title(f.kind): "new" for f in expected.new_findings})
     first = _order(page, "#compare-comparability", "#diff-headline", "#diff-findings-grid", "#diff-grid")
     assert first == sorted(first) and min(first) >= 0, first  # comparability comes first
     assert page.text_content("#diff-headline") == expected.headline()
@@ -91,7 +93,7 @@ def test_zero_to_one_recompile_is_worse(page, served):
     shown = {r["metric"]: r["direction"] for r in grid_rows(page, "diff-grid")}
     assert shown["recompiles"] == "worse"
     verdicts = {r["kind"]: r["verdict"] for r in grid_rows(page, "diff-findings-grid")}
-    assert verdicts.get("divergent_recompile") == "new"
+    assert verdicts.get("Divergent recompile") == "new"
 
 
 def test_no_same_job_run_means_no_default_and_other_jobs_are_not_comparable(page, served, artifacts):
