@@ -318,7 +318,7 @@ def breakdown_findings(
     :func:`idle_gaps` rows (the host-wait ones of the main streams are read); ``segments``: :func:`time_breakdown`
     rows (``rank``, ``start``: where each step's activity begins).
     """
-    from workbench.analyses.findings import Cost, make_finding
+    from workbench.analyses.findings import Cost, format_ns, make_finding
     from workbench.analyses.kinds import ExposedCommEvidence, ExposedMemcpyEvidence, IdleEvidence
 
     out: list = []
@@ -339,8 +339,6 @@ def breakdown_findings(
     if not idle.is_empty():
         causes = main_stream_causes if main_stream_causes is not None else pl.DataFrame()
         if not causes.is_empty():
-            if "host_ns" not in causes.columns:  # rows from before the host's part was kept: the whole gaps
-                causes = causes.with_columns(host_ns=pl.col("host_wait_ns"), host_pct=pl.col("host_wait_pct"))
             # the host's part of the host-wait gaps (idle_gaps' host_ns), not the whole gaps: a late launch that then
             # waits on another stream (a collective, an event) is a device-side dependency, not the host
             idle = idle.join(causes.select("rank", "stream", "host_ns", pl.col("host_pct").alias("host_wait_pct"),
@@ -363,21 +361,18 @@ def breakdown_findings(
             held = hw.sort("start").join_asof(starts.sort("_step_start"), left_on="start", right_on="_step_start",
                                               by="rank", strategy="forward", allow_exact_matches=False,
                                               check_sortedness=False)
-            part = "host_ns" if "host_ns" in held.columns else "gap_ns"
-            held = held.filter(pl.col("_step_start") <= pl.col("end")).group_by("rank").agg(pl.col(part).sum())
+            held = held.filter(pl.col("_step_start") <= pl.col("end")).group_by("rank").agg(pl.col("host_ns").sum())
             between = {int(k): int(v) for k, v in held.iter_rows()}
         for r in idle.iter_rows(named=True):
             host = (r["host_wait_pct"] or 0) >= 50.0
             row = {k: r.get(k) for k in ("rank", "stream", "idle_ns", "idle_pct", "host_wait_pct", "window_ns")}
-            cost = Cost.measured(r["idle_ns"], "GPU idle time in the analysed window")
             if host and between is not None:
                 row["between_steps_wait_ns"] = between.get(r["rank"], 0)
                 row["launch_gap_ns"] = max(0, int(r.get("host_ns") or 0) - row["between_steps_wait_ns"])
                 host = 100.0 * row["launch_gap_ns"] / r["window_ns"] >= 20.0
-                cost = Cost.measured(row["launch_gap_ns"], "launch gaps: host-wait gaps between the kernels of a "
-                                                           "step on the main stream, in the analysed window")
-                if not host:
-                    cost = Cost.measured(r["idle_ns"], "GPU idle time in the analysed window")
+            cost = (Cost.measured(row["launch_gap_ns"], "launch gaps: host-wait gaps between the kernels of a step on "
+                                                        "the main stream, in the analysed window")
+                    if host and "launch_gap_ns" in row else Cost.measured(r["idle_ns"], "GPU idle time in the analysed window"))
             if not host and r["idle_pct"] < 30.0:
                 continue
             ev = IdleEvidence(per_rank=(row,), short_kernel_pct=short_pct, profiler_inflated=profiler_inflated)
@@ -385,9 +380,9 @@ def breakdown_findings(
                 out.append(make_finding(
                     "gpu_idle",
                     f"The GPU idles {r['idle_pct']:.1f}% of the analysed window on rank {r['rank']}, mostly between "
-                    f"steps: {row['between_steps_wait_ns'] / 1e6:.2f} ms before the steps' first kernels (the "
+                    f"steps: {format_ns(row['between_steps_wait_ns'])} before the steps' first kernels (the "
                     "training loop, data loading, a synchronisation, the profiler's own step), against "
-                    f"{row['launch_gap_ns'] / 1e6:.2f} ms of launch gaps inside the steps.{note}",
+                    f"{format_ns(row['launch_gap_ns'])} of launch gaps inside the steps.{note}",
                     ev, cost, ranks=[r["rank"]], steps=steps_of.get(r["rank"], ()), source="breakdown"))
                 continue
             if host:

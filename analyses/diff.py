@@ -533,6 +533,7 @@ def _judge(f: _F, g: _F | None, b: RunData, a: RunData, comp: Comparability) -> 
     if not comp.comparable:
         return FindingVerdict(**base, after_cost_ns=None, after_per_step_ns=None, verdict="not comparable",
                               evidence=f"different jobs ({comp.reason()})")
+    noise = max(_spread(b), _spread(a))  # the step-to-step spread of either run: changes below it are noise
     if g is None:
         ok, why = _covers(a, f)
         if ok and f.source in _STEP_SOURCES and _collector_steps(a) < MIN_STEPS:
@@ -540,9 +541,9 @@ def _judge(f: _F, g: _F | None, b: RunData, a: RunData, comp: Comparability) -> 
         if ok and f.kind in _ONE_SHOT_TIMING:
             ok, why = False, "not in AFTER, but one timing a run decides it (one sample a side)"
         pb = base["before_per_step_ns"]
-        if ok and f.source not in _EVENT_SOURCES and pb is not None and pb < max(_spread(b), _spread(a)):
+        if ok and f.source not in _EVENT_SOURCES and pb is not None and pb < noise:
             ok, why = False, (f"not in AFTER, but it cost {_ms(pb)} per step, within the step-to-step spread "
-                              f"({_ms(max(_spread(b), _spread(a)))})")
+                              f"({_ms(noise)})")
         if not ok:
             return FindingVerdict(**base, after_cost_ns=None, after_per_step_ns=None, verdict="cannot tell",
                                   evidence=f"{why}: its absence proves nothing")
@@ -567,7 +568,6 @@ def _judge(f: _F, g: _F | None, b: RunData, a: RunData, comp: Comparability) -> 
                               evidence=f"still there (cost {_ms(f.cost_ns)} → {_ms(g.cost_ns)}), but the cost "
                                        f"cannot be put per step on both sides")
     ratio = pa / pb
-    noise = max(_spread(b), _spread(a))
     verdict = "smaller" if ratio < 1 - FINDING_TOLERANCE else "worse" if ratio > 1 + FINDING_TOLERANCE \
         else "unchanged"
     if verdict != "unchanged" and abs(pa - pb) < noise:

@@ -284,6 +284,11 @@ def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
 
 
 # ---------------------------------------------------------------------------------------------- views
+def count_text(n: int, one: str, many: str | None = None) -> str:
+    """``"1 rank"``, ``"3 ranks"``, ``"2 compiles"`` (``many``: an irregular plural)."""
+    return f"{n:,} {one if n == 1 else (many or one + 's')}"
+
+
 def ranks_text(ranks: Iterable[int]) -> str:
     """``"rank 1"``, ``"ranks 0 and 2"``, ``"ranks 0, 2 and 3"`` (sorted, each once)."""
     rs = [str(r) for r in sorted({int(x) for x in ranks})]

@@ -315,6 +315,9 @@ KIND_TABLE: tuple[tuple[str, type[Evidence], str, str, str], ...] = (
 def _declare() -> None:
     for name, evidence, flags, definition, cost_method in KIND_TABLE:
         words = flags.split()
+        unknown = [w for w in words if w not in ("fact", "symptom", "hazard", "diverges") and not w.startswith("estimate:")]
+        if unknown:
+            raise ValueError(f"KIND_TABLE: {name}: unknown flag(s) {unknown}")
         role = "fact" if "fact" in words else "symptom" if "symptom" in words else "cause"
         cap = next((w.split(":", 1)[1] for w in words if w.startswith("estimate:")), None)
         declare_kind(name, evidence, definition, cost_method, role=role, hazard="hazard" in words,

@@ -83,7 +83,7 @@ class SpanStore(MutableMapping):
         return f"SpanStore({len(self)} ranks, {self.nbytes() // 16:,} spans)"
 
 
-def _is_spans(name: str, annotation: Any) -> bool:
+def _is_spans(annotation: Any) -> bool:
     return "Spans" in str(annotation)
 
 
@@ -92,7 +92,7 @@ def compact_device_time(device: Any) -> Any:
     if device is None:
         return None
     for f in fields(device):
-        if _is_spans(f.name, f.type) and not isinstance(getattr(device, f.name), SpanStore):
+        if _is_spans(f.type) and not isinstance(getattr(device, f.name), SpanStore):
             setattr(device, f.name, SpanStore(getattr(device, f.name)))
     return device
 
@@ -216,15 +216,6 @@ class _Merger:
         return out
 
 
-def merge_rank_tables(per_rank: Iterable[dict[str, Any]], n_ranks: int) -> dict[str, Any]:
-    """The per-rank results of :func:`rank_tables`, stacked in rank order, as one run's :data:`KEYS`
-    (``n_ranks``: the run's rank count, which sets how many idle gaps each rank keeps)."""
-    m = _Merger(n_ranks)
-    for tables in per_rank:
-        m.add(tables)
-    return m.result()
-
-
 def _merge_device_times(parts: list[Any]) -> Any:
     """One ``DeviceTime`` from per-rank ones (each field is keyed by rank; interval lists stay packed)."""
     parts = [p for p in parts if p is not None]
@@ -274,4 +265,4 @@ def _n_ranks(run: Any, kernels: pl.DataFrame | None = None) -> int:
 
 
 __all__ = ["IDLE_GAPS_KEPT", "KEYS", "SpanStore", "compact_device_time", "event_tables", "kept_gaps", "kernel_totals",
-           "longest_gaps", "merge_rank_tables", "rank_tables", "top_kernels_from_totals"]
+           "longest_gaps", "rank_tables", "top_kernels_from_totals"]

@@ -29,7 +29,7 @@ import polars as pl
 
 from workbench import schema
 from workbench.analyses import metrics
-from workbench.analyses.findings import Cost, Finding, findings_frame, make_finding, ranks_text
+from workbench.analyses.findings import Cost, Finding, count_text, findings_frame, make_finding, ranks_text
 from workbench.analyses.kinds import (
     CacheDivergenceEvidence, CollectiveScheduleEvidence, CompileGroupEvidence, CompileSkewEvidence,
     CompileTimeEvidence, ConfigDivergenceEvidence, DifferentProgramsEvidence, DivergentRecompileEvidence,
@@ -306,7 +306,7 @@ def different_programs(compiles: pl.DataFrame) -> Finding | None:
     example, ranks = next(iter(only_on.items()))
     return make_finding(
         "different_programs",
-        f"Ranks compile different code: {_count(len(only_on), 'frame')} compiled on some ranks only (e.g. {example} "
+        f"Ranks compile different code: {count_text(len(only_on), 'frame')} compiled on some ranks only (e.g. {example} "
         f"on {ranks_text(ranks)}). They run different programs, so their compiles are not compared "
         "across ranks; check that every rank runs the same model and code path.",
         DifferentProgramsEvidence(frames_by_rank=frames, only_on=only_on), Cost.none("none (a fact about the run)"),
@@ -476,10 +476,6 @@ def _compile_time_by_rank(c: pl.DataFrame, step: int | None = None) -> dict[int,
 # ---------------------------------------------------------------------- findings
 def _s(ns: int | None) -> str:
     return "unknown time" if ns is None else f"{ns / 1e9:.2f} s"
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _sum_known(values: list[Any]) -> int | None:
@@ -802,7 +798,7 @@ def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None
             else:
                 out.append(make_finding(
                     f"recompile_{cause}",
-                    f"{_count(g['count'], 'recompile')} of {where} caused by {cause}: {src} "
+                    f"{count_text(g['count'], 'recompile')} of {where} caused by {cause}: {src} "
                     f"({_s(total)} of compile time on {ranks_txt}).",
                     ev, compile_cost, ranks=g["ranks"], steps=g["steps"], source="recompiles", key=key))
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from workbench.analyses.findings import (
-    Cost, Finding, format_ns, kind_spec, make_finding, ranks_text, rescore, sort_findings,
+    Cost, Finding, count_text, format_ns, kind_spec, make_finding, ranks_text, rescore, sort_findings,
 )
 from workbench.analyses.kinds import (
     CollectiveWaitEvidence, CompileGroupEvidence, CompileSkewEvidence, CompilingEvidence, ConfigDivergenceEvidence,
@@ -352,10 +352,6 @@ def link_config_causes(findings: Sequence[Finding]) -> list[Finding]:
     return findings
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
 def _frame(ev: CompileGroupEvidence) -> tuple:
     return (ev.co_name, ev.co_filename, ev.co_firstlineno)
 
@@ -396,7 +392,7 @@ def link_compile_causes(findings: Sequence[Finding]) -> list[Finding]:
         steps = tuple(sorted({s for g in (root, *mine) for s in g.steps}))   # the steps its cost comes from
         linked = root.replace(symptoms=root.symptoms + tuple(mine), cost=Cost.measured(total, why), steps=steps,
                               message=f"{root.message} It caused "
-                                      f"{_count(sum(r.evidence.count for r in mine), 'recompile')} "
+                                      f"{count_text(sum(r.evidence.count for r in mine), 'recompile')} "
                                       f"({format_ns(total)} of compile time), listed under it.")
         findings = [linked if f is root else f for f in findings if f not in mine]
     return findings

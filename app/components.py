@@ -9,6 +9,7 @@ from typing import Any
 import polars as pl
 from dash import dcc, html
 
+from workbench.analyses.findings import count_text as plural  # noqa: F401  (the pages' name for it)
 from workbench.figures import fmt_duration
 
 
@@ -51,11 +52,6 @@ def fmt_pct(v: Any, digits: int = 1) -> str:
     if _missing(v):
         return "–"
     return f"{v:,.{digits}f} %"
-
-
-def plural(n: int, one: str, many: str | None = None) -> str:
-    """``"1 rank"``, ``"3 ranks"``."""
-    return f"{n:,} {one if n == 1 else (many or one + 's')}"
 
 
 def ranks_phrase(ranks: Any) -> str:

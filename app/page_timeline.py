@@ -57,12 +57,7 @@ def index(store: RunStore, rid: str, ranks: list[int] | None = None) -> figures.
 def microbatches(store: RunStore, rid: str) -> pl.DataFrame:
     """Forward/backward micro-batch ranges of a pipeline run (:func:`workbench.figures.microbatch_ranges`), from a
     filtered scan of the events (only the matching annotations are held)."""
-    def go():
-        ann = store.run(rid).scan("events").filter(
-            (pl.col("kind").cast(pl.String) == "annotation")
-            & pl.col("name").cast(pl.String).str.contains(figures.MICROBATCH_PATTERN)).collect()
-        return figures.microbatch_ranges(ann)
-    return store.cached(rid, "timeline:microbatches", go)
+    return store.cached(rid, "timeline:microbatches", lambda: figures.run_microbatches(store.run(rid)))
 
 
 def _sel(ranks: list[int] | None):

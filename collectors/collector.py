@@ -562,9 +562,8 @@ class Collector(contextlib.ContextDecorator):
                 "compile_config_applied": self._applier.report() if self._applier is not None else None,
                 "extra": extra,
             }
-            if final:   # the lines a code fix may name, read (never run) from the step's file
-                meta["source_sites"] = source_sites.scan_safely(self._call_site)
             if final:
+                meta["source_sites"] = source_sites.scan_safely(self._call_site)  # read, never run
                 meta["finished"] = datetime.now(timezone.utc).isoformat()
                 meta["steps"] = self._next_step
                 meta["stop_reason"] = self._stop_reason

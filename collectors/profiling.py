@@ -141,9 +141,9 @@ class ProfilerWindows:
                 self._exit_step()
                 first = self._window[0] if self._window else None
                 if last_step is None or (first is not None and last_step < first):
-                    self._drop()
-                    return
-                self._finish(last_step, unran_step=unran)
+                    self._drop()           # no step of it ran; earlier windows' exports are still waited for
+                else:
+                    self._finish(last_step, unran_step=unran)
             except Exception as exc:
                 self._fail(exc)
         elif self._prof is not None:

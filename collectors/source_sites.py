@@ -126,12 +126,10 @@ def call_site(depth: int = 2) -> tuple[tuple[str, int], ...] | None:
 
 
 def scan_safely(frames: Any) -> dict[str, Any]:
-    """:func:`scan_stack` of ``frames`` (or one ``(file, line)``) as ``run.json`` holds it; anything that goes
-    wrong becomes the ``note``."""
+    """:func:`scan_stack` of ``frames`` (:func:`call_site`'s ``(file, line)`` pairs) as ``run.json`` holds it;
+    anything that goes wrong becomes the ``note``."""
     if not frames:
         return SourceScan(None, None, note="no step was entered (or its caller could not be read)").to_json()
-    if isinstance(frames[0], str):
-        frames = (frames,)
     try:
         return scan_stack(frames).to_json()
     except Exception as exc:  # noqa: BLE001 - never into training

@@ -375,6 +375,16 @@ def _ms(col: str) -> pl.Expr:
 MICROBATCH_PATTERN = r"(?i)^(forward|backward|fwd|bwd)[_ ]?(mb|microbatch)?[_ ]?(\d+)$"
 
 
+def run_microbatches(run: Any) -> pl.DataFrame:
+    """:func:`microbatch_ranges` of a :class:`workbench.Run`, from a filtered scan of its events (only the matching
+    annotations are read; the events already loaded when they are)."""
+    is_mb = (pl.col("kind").cast(pl.String) == "annotation") & pl.col("name").cast(pl.String).str.contains(
+        MICROBATCH_PATTERN)
+    if hasattr(run, "scan") and not run.loaded("events"):
+        return microbatch_ranges(run.scan("events").filter(is_mb).collect())
+    return microbatch_ranges(run.events.filter(is_mb) if run.events.height else run.events)
+
+
 def microbatch_ranges(events: pl.DataFrame | None) -> pl.DataFrame:
     """Forward/backward micro-batch ranges of a pipeline run, per rank: ``rank``, ``start``, ``end``, ``phase``
     (``"forward"``/``"backward"``), ``mb`` (micro-batch number), ``step``, ``name``.

@@ -89,8 +89,8 @@ def build_report(run: Any, *, title: str | None = None, timeline: bool = True) -
     # timeline of the whole run (reduced)
     if timeline and (run.count("kernels") or run.collectives.height):
         def tl():  # only the drawn ranks' events are read (Run.subset): a 1024-rank run is never loaded whole
-            ranks = sorted(set(_ranks_with_kernels(run)) | set(run.steps["rank"].unique().to_list()))
-            return figures.run_timeline(_subset(run, ranks[:8]), ranks=ranks[:8])
+            ranks = sorted(set(run.ranks_with("kernels")) | set(run.steps["rank"].unique().to_list()))
+            return figures.run_timeline(run.subset(ranks[:8]), ranks=ranks[:8])
         fig = attempt("timeline", tl)
         if fig is not None:
             rep.sections.append(("Timeline (where the run's activity is, first 8 ranks)", [fig]))
@@ -124,7 +124,7 @@ def build_report(run: Any, *, title: str | None = None, timeline: bool = True) -
     bub = tables.get("bubbles")
     if bub is not None and not bub.is_empty() and float(bub["forwards"].median() or 0) >= 2:
         def pipe():
-            mb = figures.microbatch_ranges(_annotations(run))
+            mb = figures.run_microbatches(run)
             stages = bub["rank"].n_unique()
             theory = figures.gpipe_bubble_pct(stages, float(bub["forwards"].median()))
             steps = sorted(bub["step"].unique().to_list())
@@ -176,23 +176,6 @@ def build_report(run: Any, *, title: str | None = None, timeline: bool = True) -
             ("toml", rep.compile_config),
         ]))
     return rep
-
-
-def _ranks_with_kernels(run: Any) -> list[int]:
-    if hasattr(run, "ranks_with"):
-        return run.ranks_with("kernels")
-    return run.kernels["rank"].unique().to_list()
-
-
-def _subset(run: Any, ranks: list[int]) -> Any:
-    return run.subset(ranks) if hasattr(run, "subset") else run
-
-
-def _annotations(run: Any) -> pl.DataFrame:
-    """The run's annotation events (what the pipeline schedule reads), without loading the other events."""
-    if hasattr(run, "scan") and not run.loaded("events"):
-        return run.scan("events").filter(pl.col("kind").cast(pl.String) == "annotation").collect()
-    return run.events
 
 
 def build_diff_report(before: Any, after: Any, *, title: str | None = None) -> Report:

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from workbench.analyses.findings import count_text
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m workbench.faults", description="The fault zoo: planted-fault runs.")
@@ -25,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             print(json.dumps([f.to_dict() for f in zoo.values()], indent=1))
         else:
-            rows = [(f.name, f.device.upper(), _count(f.world_size, "rank"), planted_at(f), f.fix,
+            rows = [(f.name, f.device.upper(), count_text(f.world_size, "rank"), planted_at(f), f.fix,
                      f.description) for f in zoo.values()]
             head = ("fault", "device", "world", "planted at", "fix", "what")
             widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head) - 1)]
@@ -60,10 +62,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rank {r} exited {truth['returncodes'][str(r)]}:\n{tail_log(args.out, r, 1500)}", file=sys.stderr)
     # a hang fault's ranks are meant to fail or be killed: only the other faults' failures are errors
     return 1 if bad and not args.name.startswith("hang") else 0
-
-
-def _count(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def _listed(word: str, values: tuple[int, ...]) -> str:

@@ -57,9 +57,10 @@ def preimport() -> None:
 
     for module in PREIMPORT:
         importlib.import_module(module)
-    from torch._dynamo.backends.registry import _lazy_import
+    with contextlib.suppress(ImportError, AttributeError):  # a private torch API: without it, a slower start only
+        from torch._dynamo.backends.registry import _lazy_import
 
-    _lazy_import()                                     # the backend modules a backend lookup imports
+        _lazy_import()                                 # the backend modules a backend lookup imports
 
 
 def run_forked(name: str, out: Path, env: dict[str, str], port: int, limit: float,

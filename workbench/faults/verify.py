@@ -333,11 +333,11 @@ def recorded_loop(name: str, before: Path, after: Path | None = None) -> LoopRes
     roots = roots_of(before)
     found = check_found(fault, roots, ground_truth(before))
     # recorded before the collector wrote source_sites: the script's sites, scanned now (say so in the row)
-    sites = source_sites_of(before) or script_sites(name)
+    recorded = source_sites_of(before)
     with tempfile.TemporaryDirectory() as tmp:
-        recs, _ = recommend_for(before, roots, Path(tmp) / "fixes.toml", sites=sites)
+        recs, _ = recommend_for(before, roots, Path(tmp) / "fixes.toml", sites=recorded or script_sites(name))
     res = LoopResult(name, found, fix_written=fix_written(fault, recs), recommendations=recs)
-    if not source_sites_of(before) and fault.fix == "code":
+    if not recorded and fault.fix == "code":
         res.fix_written += " [line from the script scanned now: recorded before source_sites]"
     if after is not None and (after / "run.json").is_file():
         res.fix_applied = applied_label(fault, recs, applied_report(after))
