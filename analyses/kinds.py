@@ -112,6 +112,9 @@ class CompileSkewEvidence(Evidence):
     wait_by_rank: dict[int, int] = field(default_factory=dict)   # the others' measured wait there
     held_ns: int | None = None            # last arrival - second-latest there
     noise_ns: int | None = None           # the top of that measure's noise in the other steps
+    # compile-cache (FX graph, AOTAutograd) hits and misses of that step's compiles, per rank (empty: not logged)
+    cache_hits_by_rank: dict[int, int] = field(default_factory=dict)
+    cache_misses_by_rank: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ import polars as pl
 from workbench.analyses.findings import SEVERITIES
 
 __all__ = ["SEVERITIES", "step_table", "typical_step_ns", "data_wait_median_ns", "recompile_counts", "wall_ns",
-           "step_excess_ns", "NOISE_Z", "robust_upper", "consistency_z"]
+           "step_delta_ns", "step_excess_ns", "NOISE_Z", "robust_upper", "consistency_z"]
 
 #: How many robust standard deviations (1.4826 × MAD) a value must stand out of its run's own noise.
 NOISE_Z = 3.0
@@ -97,12 +97,12 @@ def wall_ns(steps: pl.DataFrame | None) -> dict[int, int]:
     return {int(r): int(b - a) for r, a, b in g.iter_rows() if a is not None and b is not None}
 
 
-def step_excess_ns(steps: pl.DataFrame | None, step: int, ranks: list[int] | tuple[int, ...] | None = None
-                   ) -> dict[int, int]:
+def step_delta_ns(steps: pl.DataFrame | None, step: int, ranks: list[int] | tuple[int, ...] | None = None
+                  ) -> dict[int, float]:
     """Per rank (of ``ranks``, default all): step ``step``'s step time minus the rank's median over its other
-    steps (≥ 0); ranks without that step, or with no other step, are left out."""
+    steps (ns, signed, not rounded); ranks without that step, or with no other step, are left out."""
     t = step_table(steps)
-    out: dict[int, int] = {}
+    out: dict[int, float] = {}
     for rank in sorted(set(t["rank"].to_list())):
         if ranks is not None and rank not in ranks:
             continue
@@ -110,8 +110,14 @@ def step_excess_ns(steps: pl.DataFrame | None, step: int, ranks: list[int] | tup
         this = mine.filter(pl.col("step") == step)
         rest = mine.filter(pl.col("step") != step)
         if this.height and rest.height:
-            out[rank] = max(0, int(this["step_ns"][0] - (rest["step_ns"].median() or 0)))
+            out[rank] = this["step_ns"][0] - (rest["step_ns"].median() or 0)
     return out
+
+
+def step_excess_ns(steps: pl.DataFrame | None, step: int, ranks: list[int] | tuple[int, ...] | None = None
+                   ) -> dict[int, int]:
+    """:func:`step_delta_ns` in whole ns, at least 0: how much longer step ``step`` took than the rank's median."""
+    return {rank: max(0, int(d)) for rank, d in step_delta_ns(steps, step, ranks).items()}
 
 
 def _median(v: list[float]) -> float:

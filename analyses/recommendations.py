@@ -36,6 +36,7 @@ from workbench.analyses.kinds import (
     CompileGroupEvidence, CompileSkewEvidence, ConfigDivergenceEvidence, DivergentRecompileEvidence,
     PipelineBubbleEvidence, StragglerEvidence,
 )
+from workbench.source_scan import SourceScan, SourceSite
 
 RECOMMENDATIONS: dict[str, pl.DataType] = {
     "rank": pl.Int32,               # 1 = do this first
@@ -337,42 +338,32 @@ _CACHE = Fix("cache_warm_start", "Warm-start the compile caches from the previou
                      "inductor": {"fx_graph_cache": True}})
 
 
-@register_fixer("compile_skew", "divergent_cache", "compile_time")
+@register_fixer("divergent_cache", "compile_time")
 def _compile_time(f: Finding) -> list[Fix]:
-    slow = ""
-    if isinstance(f.evidence, CompileSkewEvidence):
-        slow = f" (rank {f.evidence.slowest_rank} compiled {format_ns(f.evidence.skew_ns)} longer)"
-    shared = Fix("shared_cache_dir", f"Give every rank the same warm compile cache{slow}",
-                 "no rank compiles from a cold cache", 0.7, "needs storage every rank shares",
-                 code="set TORCHINDUCTOR_CACHE_DIR to a directory every rank shares, warmed by a previous run")
-    if isinstance(f.evidence, CompileSkewEvidence) and f.cost.ns == 0:   # nobody waited for it: nothing to write
+    return [_CACHE, _shared_cache("")]
+
+
+def _shared_cache(slow: str) -> Fix:
+    return Fix("shared_cache_dir", f"Give every rank the same warm compile cache{slow}",
+               "no rank compiles from a cold cache", 0.7, "needs storage every rank shares",
+               code="set TORCHINDUCTOR_CACHE_DIR to a directory every rank shares, warmed by a previous run")
+
+
+@register_fixer("compile_skew")
+def _compile_skew(f: Finding) -> list[Fix]:
+    """Which fix a compile skew gets, by the cache hits and misses on its evidence: a warm cache only helps when the
+    slow rank missed the compile caches where the others hit them (a cold cache). Without such a miss — the caches
+    unused (e.g. an ``aot_eager``/``eager`` backend), or the same hits and misses on every rank — the slow rank's
+    host compiles slower, which no cache config removes: that becomes a code/ops fix at the ``torch.compile`` line
+    and the cache fixes are kept as alternatives that are not written (gain 0). Without the counts (no compile
+    log) the cache fixes stay; nothing is written when nobody waited for the compile."""
+    ev: CompileSkewEvidence = f.evidence  # type: ignore[assignment]
+    shared = _shared_cache(f" (rank {ev.slowest_rank} compiled {format_ns(ev.skew_ns)} longer)")
+    if f.cost.ns == 0:   # nobody waited for it: nothing to write
         return [dataclasses.replace(shared, gain=0.0, why="the other ranks did not wait for this compile")]
-    return [_CACHE, shared]
-
-
-def cache_use(ev: CompileSkewEvidence, compiles: pl.DataFrame | None) -> dict[int, tuple[int, int]] | None:
-    """Per rank, the compile-cache (FX graph, AOTAutograd) hits and misses of the skewed compile's step (its
-    compile id and the backward graph it brought); None when the compile log is not at hand."""
-    need = {"rank", "compile_id", "cache_hits", "cache_misses"}
-    if compiles is None or compiles.is_empty() or not need <= set(compiles.columns):
-        return None
-    rows = compiles.filter(pl.col("step") == ev.step) if ev.step is not None and "step" in compiles.columns else \
-        compiles.filter(pl.col("compile_id") == ev.compile_id)
-    if rows.is_empty():
-        return None
-    g = rows.group_by("rank").agg(pl.col("cache_hits").fill_null(0).sum(), pl.col("cache_misses").fill_null(0).sum())
-    return {int(r): (int(h), int(m)) for r, h, m in g.iter_rows()}
-
-
-def _skew_fixes(f: Finding, fixes: list[Fix], compiles: pl.DataFrame | None) -> list[Fix]:
-    """Which fix a compile skew gets, by evidence: a warm cache only helps when the slow rank missed the compile
-    caches where the others hit them (a cold cache). Without such a miss — the caches unused (e.g. an
-    ``aot_eager``/``eager`` backend), or the same hits and misses on every rank — the slow rank's host compiles
-    slower, which no cache config removes: that becomes a code/ops fix at the ``torch.compile`` line and the cache
-    fixes are kept as alternatives that are not written (gain 0). Without the compile log the fixes stay."""
-    ev = f.evidence
-    use = cache_use(ev, compiles) if isinstance(ev, CompileSkewEvidence) else None
-    if use is None or ev.slowest_rank not in use or f.cost.ns == 0:
+    fixes = [_CACHE, shared]
+    use = {r: (ev.cache_hits_by_rank.get(r, 0), m) for r, m in ev.cache_misses_by_rank.items()}
+    if ev.slowest_rank not in use:
         return fixes
     hits, misses = use[ev.slowest_rank]
     others = [v for r, v in use.items() if r != ev.slowest_rank]
@@ -478,23 +469,21 @@ def _memcpy(f: Finding) -> list[Fix]:
 
 
 # ------------------------------------------------------------------------ the line a code fix is about
-def _scan_of(sites: Any) -> Any:
+def _scan_of(sites: Any) -> SourceScan | None:
     """A ``SourceScan`` from ``run.json``'s ``source_sites`` (or one already typed); None without one."""
     if sites is None:
         return None
-    from workbench.collectors.source_sites import SourceScan   # the typed record (no torch)
-
     return sites if isinstance(sites, SourceScan) else SourceScan.from_json(sites)
 
 
-def _first(scan: Any, kind: str, pred: Any = None, prefer_loop: bool = False) -> Any:
+def _first(scan: SourceScan, kind: str, pred: Any = None, prefer_loop: bool = False) -> SourceSite | None:
     got = [s for s in scan.of(kind) if pred is None or pred(s)]
     if prefer_loop:
         got.sort(key=lambda s: not s.in_loop)
     return got[0] if got else None
 
 
-def _site_for(fix_id: str, scan: Any) -> tuple[Any, str]:
+def _site_for(fix_id: str, scan: SourceScan) -> tuple[SourceSite | None, str]:
     """The site of ``scan`` a code fix ``fix_id`` is about, and what to say when there is none."""
     name = scan.filename
     if fix_id in ("faster_data_loading", "balance_ranks"):
@@ -522,7 +511,7 @@ def _site_for(fix_id: str, scan: Any) -> tuple[Any, str]:
     return None, ""
 
 
-def locate(fx: Fix, scan: Any) -> Fix:
+def locate(fx: Fix, scan: SourceScan | None) -> Fix:
     """``fx`` with ``location`` set to the line of the user's script it is about (from ``scan``, the run's source
     sites), or its advice saying that the script has no such line. Fixes that already name a line (graph
     breaks, from the compile log), config fixes and runs without a scan are left as they are."""
@@ -557,14 +546,12 @@ def _fixes(f: Finding) -> list[Fix]:
     return sorted(out, key=lambda x: -x.gain)  # stable: a fixer's own order breaks ties
 
 
-def recommend(findings: Sequence[Finding] | Any, compiles: pl.DataFrame | None = None, *,
-              sites: Any = None) -> pl.DataFrame:
+def recommend(findings: Sequence[Finding] | Any, *, sites: Any = None) -> pl.DataFrame:
     """Ranked fixes (RECOMMENDATIONS) for the typed root-cause ``findings`` (``analysis_tables(run).roots``):
     findings most costly first, and within one finding the fixes by expected gain. The best config fix of each
-    finding has ``apply`` = True unless an earlier fix already set the same key. ``compiles`` (the run's compile
-    log) decides a compile skew's fix by its cache hits and misses (:func:`_skew_fixes`). ``sites``: the run's
+    finding has ``apply`` = True unless an earlier fix already set the same key. ``sites``: the run's
     ``source_sites`` (``run.meta["source_sites"]`` or a ``SourceScan``) — code fixes then name the line they are
-    about (:func:`locate`), or say in words that the script has no such line.
+    about (:func:`locate`), or say in words that the script has no such line. :func:`recommend_run` passes a run's.
     A FINDINGS polars frame is refused: it has lost the typed evidence the fixers read."""
     if isinstance(findings, pl.DataFrame):
         raise TypeError("recommend() takes the typed findings (analysis_tables(run).roots or run.findings()), "
@@ -579,8 +566,7 @@ def recommend(findings: Sequence[Finding] | Any, compiles: pl.DataFrame | None =
     for i in order:
         f = roots[i]
         applied = False
-        fixes = _skew_fixes(f, _fixes(f), compiles) if f.kind == "compile_skew" else _fixes(f)
-        for fx in fixes:
+        for fx in _fixes(f):
             fx = locate(fx, scan)
             apply = False
             if fx.config and not applied and fx.gain > 0:
@@ -600,6 +586,14 @@ def recommend(findings: Sequence[Finding] | Any, compiles: pl.DataFrame | None =
     df = pl.DataFrame(rows, schema_overrides={k: v for k, v in RECOMMENDATIONS.items() if k != "rank"})
     df = df.with_columns(pl.int_range(1, df.height + 1, dtype=pl.Int32).alias("rank"))
     return schema.conform(df, RECOMMENDATIONS)
+
+
+def recommend_run(run: Any, findings: Sequence[Finding] | Any, *, sites: Any = None) -> pl.DataFrame:
+    """:func:`recommend` for ``findings`` of ``run`` (a :class:`workbench.Run`): its code fixes name the lines of the
+    run's recorded ``source_sites`` (``run.json``), or of ``sites`` when given (a script scanned afresh)."""
+    if sites is None:
+        sites = (getattr(run, "meta", None) or {}).get("source_sites")
+    return recommend(findings, sites=sites)
 
 
 def to_compile_config(recommendations: pl.DataFrame, *, header: str | None = None) -> str:

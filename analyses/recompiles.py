@@ -427,15 +427,7 @@ def _arrival_wait(rows: pl.DataFrame, step: int) -> StartupWait | None:
 def _step_wait(steps: pl.DataFrame | None, step: int, compile_ns: dict[int, int]) -> StartupWait | None:
     """From step times alone: each rank's time in ``step`` that is neither its own compiling (``compile_ns``) nor
     its typical step; the rank with the least of it arrived last, the others' surplus over it is their wait."""
-    t = metrics.step_table(steps)
-    if t.is_empty():
-        return None
-    slack: dict[int, int] = {}
-    for rank in sorted(set(t["rank"].to_list())):
-        mine = t.filter(pl.col("rank") == rank)
-        this, rest = mine.filter(pl.col("step") == step), mine.filter(pl.col("step") != step)
-        if this.height and rest.height:
-            slack[rank] = int(this["step_ns"][0] - (rest["step_ns"].median() or 0) - compile_ns.get(rank, 0))
+    slack = {rank: int(d - compile_ns.get(rank, 0)) for rank, d in metrics.step_delta_ns(steps, step).items()}
     if len(slack) < 2:
         return None
     order = sorted(slack, key=slack.get)
@@ -471,6 +463,18 @@ def _compile_time_by_rank(c: pl.DataFrame, step: int | None = None) -> dict[int,
     bwd = (pl.col("bwd_compile_s").fill_null(0) * 1e9) if "bwd_compile_s" in rows.columns else pl.lit(0)
     g = rows.group_by("rank").agg((pl.col("duration_ns").fill_null(0) + bwd).sum().cast(pl.Int64).alias("ns"))
     return {int(r): int(n) for r, n in g.iter_rows() if n}
+
+
+def cache_use(c: pl.DataFrame, step: int | None, compile_id: str) -> tuple[dict[int, int], dict[int, int]]:
+    """Per rank, the compile-cache (FX graph, AOTAutograd) hits and the misses of the compiles of ``step`` (the
+    skewed compile and the backward graph it brought; of ``compile_id`` when the step is unknown); empty when the
+    log has none of them."""
+    if not {"rank", "step", "compile_id", "cache_hits", "cache_misses"} <= set(c.columns):
+        return {}, {}
+    rows = c.filter(pl.col("step") == step) if step is not None else c.filter(pl.col("compile_id") == compile_id)
+    g = rows.group_by("rank").agg(pl.col("cache_hits").fill_null(0).sum(), pl.col("cache_misses").fill_null(0).sum())
+    got = [(int(r), int(h), int(m)) for r, h, m in g.iter_rows()]
+    return {r: h for r, h, _ in got}, {r: m for r, _, m in got}
 
 
 # ---------------------------------------------------------------------- findings
@@ -531,6 +535,7 @@ def skew_findings(cands: list[tuple[str, str | None, dict[int, int], dict[int, i
         skew = max(durs.values()) - min(durs.values())
         cid, co_name, _, _ = max(group, key=lambda g: max(g[2].values()) - min(g[2].values()))
         head = f"Compile {cid} ({co_name})" if len(group) == 1 else f"The {len(group)} first compiles ({cid}, …)"
+        hits, misses = cache_use(c, step, cid)
         w = startup_wait(step, _compile_time_by_rank(c, step) if step is not None else durs, steps=steps,
                          collectives=collectives, arrivals=arrivals)
         late = late_start_ns(steps, step, w.last_rank) if w is not None else 0
@@ -544,14 +549,15 @@ def skew_findings(cands: list[tuple[str, str | None, dict[int, int], dict[int, i
                 out.append(make_finding(
                     "compile_skew", f"{head} took {_s(skew)} longer on rank {slow} than on the fastest rank; no step "
                     "or collective times were recorded, so whether the others waited for it is not known.",
-                    CompileSkewEvidence(cid, co_name, int(skew), int(slow), durs, step),
+                    CompileSkewEvidence(cid, co_name, int(skew), int(slow), durs, step, cache_hits_by_rank=hits,
+                                        cache_misses_by_rank=misses),
                     Cost.estimated(skew, "compile-time difference between the slowest and the fastest rank (no "
                                    "wait recorded)"), ranks=list(durs), steps=at, source="recompiles", key=cid))
             continue
         last = w.last_rank if w.last_rank in durs else max(durs, key=durs.get)
         extra = durs[last] - min(durs.values())
         ev = CompileSkewEvidence(cid, co_name, int(extra), int(last), durs, step, dict(w.wait_by_rank),
-                                 w.held_ns, w.noise_ns)
+                                 w.held_ns, w.noise_ns, hits, misses)
         if (w.wait_by_rank and w.held_ns > w.noise_ns and w.held_ns >= SKEW_NOTE_NS and extra >= SKEW_MIN_NS
                 and 2 * extra >= w.held_ns):
             wait = max(w.wait_by_rank.values())
@@ -579,7 +585,7 @@ def skew_findings(cands: list[tuple[str, str | None, dict[int, int], dict[int, i
             f"{'the other ranks did not wait for it' if last != slow else 'it is not counted as a root cause'}: "
             f"{why} ({w.method}).",
             CompileSkewEvidence(cid, co_name, int(skew), int(slow), durs, step, dict(w.wait_by_rank), w.held_ns,
-                                w.noise_ns),
+                                w.noise_ns, hits, misses),
             Cost.none(f"none: not a root cause ({why})"), ranks=list(durs), steps=at,
             source="recompiles", key=cid))
     return out

@@ -154,8 +154,7 @@ def recommendation_findings(store: RunStore, rid: str) -> Any:
 def recommendations(store: RunStore, rid: str) -> pl.DataFrame:
     """:func:`workbench.analyses.recommendations.recommend` (RECOMMENDATIONS rows), as ``workbench recommend``."""
     return _cached(store, rid, "recommendations",
-                   lambda: recs_analysis.recommend(recommendation_findings(store, rid), store.run(rid).compiles,
-                                                   sites=(store.run(rid).meta or {}).get("source_sites")))
+                   lambda: recs_analysis.recommend_run(store.run(rid), recommendation_findings(store, rid)))
 
 
 def recommendation_toml(recs: pl.DataFrame, header: str | None = None) -> str:

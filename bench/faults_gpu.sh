@@ -5,7 +5,7 @@
 #   pageable_h2d/before. Unpack into sample_traces/gpu-launch-bound-{before,after} (+ fixes.toml in -before) and
 #   sample_traces/gpu-pageable-h2d; tests/faults/test_gpu_samples.py checks them.
 # The machine's python3 has torch but neither orjson nor polars: orjson comes as a wheel in .whl/, and a minimal
-# `workbench` package (rundir, errors, compile_config, config_policy, collectors, faults) goes first on PYTHONPATH,
+# `workbench` package (rundir, errors, compile_config, config_policy, source_scan, collectors, faults) goes first on PYTHONPATH,
 # so the collectors and the fault runner import without the analysis stack. Analyse the runs where polars is.
 set -u
 REPO=$PWD
@@ -16,7 +16,7 @@ python3 -c "import orjson" 2>/dev/null || \
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/orjson*.whl || exit 1
 mkdir -p /tmp/shim/workbench
 printf '"""minimal workbench for the device machine"""\n__version__ = "0.1.0"\n' > /tmp/shim/workbench/__init__.py
-for f in rundir.py errors.py compile_config.py config_policy.py; do ln -sf "$REPO/workbench/$f" /tmp/shim/workbench/$f; done
+for f in rundir.py errors.py compile_config.py config_policy.py source_scan.py; do ln -sf "$REPO/workbench/$f" /tmp/shim/workbench/$f; done
 ln -sfn "$REPO/collectors" /tmp/shim/workbench/collectors
 ln -sfn "$REPO/workbench/faults" /tmp/shim/workbench/faults
 export PYTHONPATH=/tmp/site:/tmp/shim PYTHONSAFEPATH=1  # children too: never the repo root first

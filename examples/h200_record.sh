@@ -15,7 +15,7 @@ fi
 if ! python3 -c "import polars" 2>/dev/null; then
   mkdir -p /tmp/shim/workbench
   printf '"""minimal workbench for the device machine"""\n__version__ = "0.1.0"\n' > /tmp/shim/workbench/__init__.py
-  for f in rundir.py errors.py compile_config.py; do ln -sf "$REPO/workbench/$f" /tmp/shim/workbench/$f; done
+  for f in rundir.py errors.py compile_config.py source_scan.py; do ln -sf "$REPO/workbench/$f" /tmp/shim/workbench/$f; done
   ln -sfn "$REPO/collectors" /tmp/shim/workbench/collectors
 fi
 export PYTHONPATH=/tmp/site:/tmp/shim:$REPO

@@ -157,7 +157,7 @@ def build_report(run: Any, *, title: str | None = None, timeline: bool = True) -
 
     # recommendations
     def recs():
-        from workbench.analyses.recommendations import recommend, to_compile_config
+        from workbench.analyses.recommendations import recommend_run, to_compile_config
 
         try:
             from workbench.commands.recommend import run_findings
@@ -165,7 +165,7 @@ def build_report(run: Any, *, title: str | None = None, timeline: bool = True) -
             fnd = list(tables.roots) if tables else run_findings(run)  # the analyses above, not run again
         except ImportError:
             fnd = f
-        r = recommend(fnd, run.compiles, sites=run.meta.get("source_sites"))
+        r = recommend_run(run, fnd)
         return r, to_compile_config(r)
     got = attempt("recommendations", recs)
     if got is not None:

@@ -50,3 +50,28 @@ def test_a_wait_over_1_s_only_with_the_late_start_is_a_note_not_a_root_cause():
     f = _skew(900_000_000, 950_000_000)
     assert f.cost.ns == 0 and "not a root cause" in f.cost.method and "started step 0 later" in f.message, f.message
     assert _skew(0, 1_850_000_000).cost.ns == 1_850_000_000   # the same wait from the compile alone is one
+
+
+def test_the_fix_is_decided_by_the_cache_counts_on_the_evidence():
+    """The compile log's cache hits and misses of the skewed step ride on the finding's evidence, and the fixer reads
+    them there: the slow rank missed where the other hit (a cold cache) → the warm-cache config; the same counts on
+    both ranks → a slower host, a code/ops fix, and no cache config written."""
+    from workbench.analyses.recommendations import recommend
+
+    durs = {0: S, 1: 2 * S}
+
+    def finding(hits: list[int], misses: list[int]):
+        compiles = pl.DataFrame({"rank": [0, 1], "step": [0, 0], "compile_id": ["0/0", "0/0"],
+                                 "duration_ns": [S, 2 * S], "bwd_compile_s": [0.0, 0.0],
+                                 "cache_hits": hits, "cache_misses": misses})
+        (f,) = skew_findings([("0/0", "forward", durs, {0: 0, 1: 0})], compiles, _steps(0), None, None)
+        return f
+
+    cold = finding([2, 0], [0, 2])
+    assert cold.cost.ns == S
+    assert (cold.evidence.cache_hits_by_rank, cold.evidence.cache_misses_by_rank) == ({0: 2, 1: 0}, {0: 0, 1: 2})
+    first = recommend([cold]).filter(pl.col("apply")).row(0, named=True)
+    assert first["fix_id"] == "cache_warm_start" and "rank 1 missed the compile caches" in first["why"], first
+    same = recommend([finding([2, 2], [0, 0])])
+    assert same["fix_id"][0] == "faster_host_compile" and not same["apply"].any(), same.select("fix_id", "apply")
+    assert "no compile-cache miss explains it (rank 0: 2 hits, 0 misses; rank 1: 2 hits, 0 misses)" in same["why"][0]

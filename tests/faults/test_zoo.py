@@ -118,9 +118,11 @@ def test_compile_skew_fix_is_decided_by_the_cache_evidence(zoo):
     assert "cache" not in tomllib.loads(Path(res.config_path).read_text())
     from workbench.faults.verify import roots_of
 
+    import dataclasses
+
     skew = next(f for f in roots_of(Path(res.config_path).parent / "before") if f.kind == "compile_skew")
-    ev = skew.evidence
-    cold = pl.DataFrame({"rank": [0, 1], "compile_id": [ev.compile_id] * 2, "step": [ev.step] * 2,
-                         "cache_hits": [2, 0], "cache_misses": [0, 2]})
-    first = recommend([skew], cold).filter(pl.col("apply")).row(0, named=True)
+    assert set(skew.evidence.cache_misses_by_rank) == {0, 1}, skew.evidence   # the counts ride on the evidence
+    cold = dataclasses.replace(skew, evidence=dataclasses.replace(
+        skew.evidence, cache_hits_by_rank={0: 2, 1: 0}, cache_misses_by_rank={0: 0, 1: 2}))
+    first = recommend([cold]).filter(pl.col("apply")).row(0, named=True)
     assert first["fix_id"] == "cache_warm_start" and "missed the compile caches" in first["why"], first

@@ -35,12 +35,12 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Rank the fixes for what the run shows; with -o, write the config fixes (one comment per setting)."""
         import workbench
-        from workbench.analyses.recommendations import recommend, to_compile_config
+        from workbench.analyses.recommendations import recommend_run, to_compile_config
         from workbench.compile_config import load_compile_config
 
         run = workbench.open(path, rank=rank)
         findings = run_findings(run, timeout_s)
-        recs = recommend(findings, run.compiles, sites=run.meta.get("source_sites"))
+        recs = recommend_run(run, findings)
         if output is not None:
             text = to_compile_config(recs, header=f"Compile config for {path} written by `workbench recommend`: "
                                                   f"apply with Collector(..., compile_config=\"{output.name}\")")

@@ -174,12 +174,11 @@ def _ms(ns: int) -> str:
 
 
 def recommend_for(run_dir: str | Path, roots: list[Any], out: Path, sites: Any = None) -> tuple[Any, Path]:
-    from workbench.analyses.recommendations import recommend, to_compile_config
+    from workbench.analyses.recommendations import recommend_run, to_compile_config
 
     import workbench
 
-    recs = recommend(roots, workbench.open(run_dir).compiles,
-                     sites=sites if sites is not None else source_sites_of(run_dir))
+    recs = recommend_run(workbench.open(run_dir), roots, sites=sites)
     out.write_text(to_compile_config(recs, header=f"fixes for {run_dir} (bench/faults.py)"))
     return recs, out
 
