@@ -54,37 +54,27 @@ def fmt_pct(v: Any, digits: int = 1) -> str:
     return f"{v:,.{digits}f} %"
 
 
-def ranks_phrase(ranks: Any) -> str:
-    """``[1]`` → ``"rank 1"``; ``[0, 2, 3]`` → ``"ranks 0, 2 and 3"``; none → ``"no rank"``."""
-    rs = [str(r) for r in (ranks or []) if r is not None]
-    if not rs:
-        return "no rank"
-    if len(rs) == 1:
-        return f"rank {rs[0]}"
-    return f"ranks {', '.join(rs[:-1])} and {rs[-1]}"
-
-
-def ms_column(field: str, header: str, **kw: Any) -> dict[str, Any]:
+def ms_column(field: str, header: str) -> dict[str, Any]:
     """A table column of a number of ms (the row holds the float), shown as :func:`fmt_time` shows its ns
     (``"2.57 s"``, ``"312 ms"``, ``"4.1 ms"``), right-aligned."""
     return {"field": field, "headerName": header, "format": lambda v: fmt_time(None if _missing(v) else v * 1e6),
-            "numeric": True, **kw}
+            "numeric": True}
 
 
-def pct_column(field: str, header: str, *, digits: int = 1, **kw: Any) -> dict[str, Any]:
+def pct_column(field: str, header: str, *, digits: int = 1) -> dict[str, Any]:
     """A table column of a percentage (0–100), shown as ``"12.3 %"``."""
-    return {"field": field, "headerName": header, "format": lambda v: fmt_pct(v, digits), "numeric": True, **kw}
+    return {"field": field, "headerName": header, "format": lambda v: fmt_pct(v, digits), "numeric": True}
 
 
-def duration_column(field: str, header: str, **kw: Any) -> dict[str, Any]:
+def duration_column(field: str, header: str) -> dict[str, Any]:
     """A table column of a duration in ns (the row holds the integer), shown with the unit that reads best
     (``"307 ns"``, ``"12 µs"``, ``"1.3 ms"``, ``"2.57 s"``, exactly as :func:`fmt_time`)."""
-    return {"field": field, "headerName": header, "format": fmt_time, "numeric": True, **kw}
+    return {"field": field, "headerName": header, "format": fmt_time, "numeric": True}
 
 
-def col(field: str, header: str, **kw: Any) -> dict[str, Any]:
+def col(field: str, header: str, *, wrapText: bool = False) -> dict[str, Any]:
     """A plain table column with a full header (``wrapText=True``: long text that may break anywhere)."""
-    return {"field": field, "headerName": header, **kw}
+    return {"field": field, "headerName": header, "wrapText": wrapText}
 
 
 def ns_to_ms(frame: pl.DataFrame, *cols: str) -> pl.DataFrame:

@@ -34,14 +34,14 @@ def rank_table(br: pl.DataFrame) -> pl.DataFrame:
 
 
 RANK_COLUMNS = [
-    col("rank", "Rank", maxWidth=110), col("steps", "Steps analysed"), ms_column("window_ms", "Window"),
+    col("rank", "Rank"), col("steps", "Steps analysed"), ms_column("window_ms", "Window"),
     pct_column("compute_pct", "Compute"), pct_column("comm_exposed_pct", "Exposed communication"),
     pct_column("memory_exposed_pct", "Exposed memory copies/sets"), pct_column("idle_pct", "Idle"),
     pct_column("comm_overlap_pct", "Communication hidden behind compute"),
     pct_column("comm_overlap_of_max_pct", "Hidden, of what could be hidden"),
 ]
 IDLE_COLUMNS = [
-    col("rank", "Rank", maxWidth=110), col("stream", "Stream", maxWidth=110),
+    col("rank", "Rank"), col("stream", "Stream"),
     ms_column("host_wait_ms", "Waiting for the host to launch"), ms_column("kernel_wait_ms", "Waiting for a kernel/event"),
     ms_column("other_ms", "Other"), ms_column("idle_ms", "Idle in all"), col("gaps", "Gaps"),
 ]

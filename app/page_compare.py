@@ -43,9 +43,9 @@ def metrics_table(d: RunDiff) -> pl.DataFrame:
 METRIC_COLUMNS = [col("metric", "Metric"), col("before", "Before"), col("after", "After"), col("change", "Change"),
                   col("direction", "Direction"), col("basis", "Basis")]
 FINDING_COLUMNS = [col("verdict", "Verdict"), col("kind", "Finding"), col("ranks", "Ranks"), col("steps", "Steps"),
-                   col("before_ms", "Cost before"), col("after_ms", "Cost after"),
-                   col("evidence", "Evidence", wrapText=True, minWidth=220), col("caveat", "Caveat", wrapText=True)]
-OPS_COLUMNS = [col("kind", "Kind"), col("status", "Status"), col("name", "Name", wrapText=True, minWidth=260),
+                   duration_column("before_cost_ns", "Cost before"), duration_column("after_cost_ns", "Cost after"),
+                   col("evidence", "Evidence", wrapText=True), col("caveat", "Caveat", wrapText=True)]
+OPS_COLUMNS = [col("kind", "Kind"), col("status", "Status"), col("name", "Name", wrapText=True),
                col("before_count", "Count before (per step)"), col("after_count", "Count after (per step)"),
                duration_column("before_ns", "Time before (per step)"), duration_column("after_ns", "Time after (per step)"),
                duration_column("delta_ns", "Change (per step)")]
@@ -56,11 +56,8 @@ def findings_table(d: RunDiff) -> pl.DataFrame:
     f = d.findings_frame()
     from workbench.app.page_overview import kind_title
 
-    return f.with_columns(
-        pl.col("kind").map_elements(kind_title, return_dtype=pl.String, skip_nulls=False),
-        pl.col("before_cost_ns").map_elements(fmt_ms, return_dtype=pl.String, skip_nulls=False).alias("before_ms"),
-        pl.col("after_cost_ns").map_elements(fmt_ms, return_dtype=pl.String, skip_nulls=False).alias("after_ms"),
-    ).select("verdict", "kind", "ranks", "steps", "before_ms", "after_ms", "evidence", "caveat")
+    return f.with_columns(pl.col("kind").map_elements(kind_title, return_dtype=pl.String, skip_nulls=False)).select(
+        "verdict", "kind", "ranks", "steps", "before_cost_ns", "after_cost_ns", "evidence", "caveat")
 
 
 def _run_json(store: RunStore, rid: str) -> dict[str, Any]:

@@ -38,7 +38,7 @@ def straggler_table(s: pl.DataFrame) -> pl.DataFrame:
 
 
 STRAGGLER_COLUMNS = [
-    col("rank", "Rank", maxWidth=110), col("signal", "Signal", minWidth=170), col("events", "Steps or collectives seen"),
+    col("rank", "Rank"), col("signal", "Signal"), col("events", "Steps or collectives seen"),
     col("held_count", "Times it held the others back"), pct_column("held_pct", "Share of those it held back"),
     ms_column("held_back_ms", "Time it held the others back"), pct_column("held_share_pct", "Share of step time"),
     col("first_step", "First step it held back"), col("trend", "Trend"),
@@ -80,8 +80,8 @@ def _stragglers(store: RunStore, rid: str) -> Any:
 
 
 SKEW_COLUMNS = [
-    col("step", "Step", maxWidth=110), col("order", "Collective # in step", maxWidth=120),
-    col("collective", "Collective"), col("pg_name", "Process group", maxWidth=120),
+    col("step", "Step"), col("order", "Collective # in step"),
+    col("collective", "Collective"), col("pg_name", "Process group"),
     col("last_rank", "Last rank to arrive"), ms_column("skew_ms", "Arrival skew (first to last)"),
     ms_column("held_back_ms", "Time the last rank held the others"), col("consistent", "Same op on every rank"),
 ]
@@ -108,14 +108,14 @@ def _skew(store: RunStore, rid: str) -> Any:
 
 
 DRIFT_COLUMNS = [
-    col("rank", "Rank", maxWidth=110), col("instances", "Collectives"),
+    col("rank", "Rank"), col("instances", "Collectives"),
     ms_column("mean_offset_ms", "Mean arrival offset (+ later)"),
     ms_column("first_offset_ms", "First offset"), ms_column("last_offset_ms", "Last offset"),
     ms_column("drift_ms", "Drift: last third − first third (+ falling behind)"),
     ms_column("slope_ms_per_s", "Trend per second of run (+ falling behind)"),
 ]
 CLOCK_COLUMNS = [
-    col("rank", "Rank", maxWidth=110), col("host", "Host"), duration_column("offset_ns", "Clock offset vs the lowest rank"),
+    col("rank", "Rank"), col("host", "Host"), duration_column("offset_ns", "Clock offset vs the lowest rank"),
     duration_column("spread_ns", "Spread of the estimate"), col("samples", "Collectives used"),
 ]
 

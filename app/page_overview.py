@@ -10,9 +10,10 @@ import polars as pl
 from dash import Input, Output, dcc, html
 
 from workbench import figures
+from workbench.analyses.findings import ranks_text
 from workbench.app import compute
 from workbench.app.components import (
-    bar_list, col, duration_column, error_panel, fmt_time, grid, ms_column, ns_to_ms, plural, ranks_phrase, run_problems, safe,
+    bar_list, col, duration_column, error_panel, fmt_time, grid, ms_column, ns_to_ms, plural, run_problems, safe,
     section, stats_row,
 )
 from workbench.app.store import RunStore
@@ -68,10 +69,10 @@ def findings_table(f: pl.DataFrame) -> pl.DataFrame:
 
 
 FINDING_COLUMNS = [
-    col("n", "#", minWidth=70, maxWidth=80), col("kind", "Finding", minWidth=150), col("role", "Role", minWidth=170, wrapText=True, autoHeight=True),
-    col("severity", "Severity", maxWidth=100), duration_column("cost_ns", "Cost", minWidth=110, maxWidth=130),
-    col("basis", "Cost basis", maxWidth=120), col("ranks", "Ranks", maxWidth=90), col("steps", "Steps", maxWidth=110),
-    col("message", "What was seen", flex=3, minWidth=300, wrapText=True, autoHeight=True),
+    col("n", "#"), col("kind", "Finding"), col("role", "Role", wrapText=True),
+    col("severity", "Severity"), duration_column("cost_ns", "Cost"),
+    col("basis", "Cost basis"), col("ranks", "Ranks"), col("steps", "Steps"),
+    col("message", "What was seen", wrapText=True),
 ]
 
 
@@ -195,7 +196,7 @@ def timeline_href(rid: str, row: dict[str, Any]) -> str:
 
 def _root_item(rid: str, i: int, row: dict[str, Any], symptoms: pl.DataFrame) -> html.Div:
     page, page_name = KIND_PAGE.get(row["kind"], ("/breakdown", "Breakdown & overlap"))
-    where = [ranks_phrase(row["ranks"])]
+    where = [ranks_text(row["ranks"]) if row["ranks"] else "no rank"]
     if row.get("steps"):
         where.append(("step " if len(row["steps"]) == 1 else "steps ") + ", ".join(map(str, row["steps"][:12])))
     parts: list[Any] = [

@@ -9,9 +9,10 @@ import polars as pl
 from dash import Input, Output, State, dcc, html, no_update
 
 from workbench import figures
+from workbench.analyses.findings import ranks_text
 from workbench.app import compute
 from workbench.app.components import (
-    col, error_panel, fmt_time, graph, grid, ms_column, ns_to_ms, ranks_phrase, run_problems, safe, section, stats_row,
+    col, error_panel, fmt_time, graph, grid, ms_column, ns_to_ms, run_problems, safe, section, stats_row,
 )
 from workbench.app.store import RunStore
 
@@ -51,11 +52,11 @@ def divergent_table(div: pl.DataFrame, frames: pl.DataFrame | None = None) -> pl
 
 
 DIVERGENT_COLUMNS = [
-    col("compile_id", "Compile id", maxWidth=100), col("ranks", "Compiled on"), col("waiting_ranks", "Waiting ranks"),
-    col("step", "Step", maxWidth=110), col("cause", "Cause"), col("cause_source", "What changed", wrapText=True, autoHeight=True, minWidth=140),
+    col("compile_id", "Compile id"), col("ranks", "Compiled on"), col("waiting_ranks", "Waiting ranks"),
+    col("step", "Step"), col("cause", "Cause"), col("cause_source", "What changed", wrapText=True),
     ms_column("compile_ms", "Compile time"), ms_column("wait_ms", "Others waited"),
-    col("wait_from", "Wait measured from", wrapText=True, autoHeight=True, minWidth=140),
-    col("user_line", "Your code being compiled", flex=2, minWidth=260, wrapText=True, autoHeight=True),
+    col("wait_from", "Wait measured from", wrapText=True),
+    col("user_line", "Your code being compiled", wrapText=True),
 ]
 
 
@@ -71,13 +72,13 @@ def per_rank_table(c: pl.DataFrame) -> pl.DataFrame:
     return ns_to_ms(out, "compile_ns")
 
 
-PER_RANK_COLUMNS = [col("rank", "Rank", maxWidth=110), col("compiles", "Compiles"), col("recompiles", "Recompiles"),
+PER_RANK_COLUMNS = [col("rank", "Rank"), col("compiles", "Compiles"), col("recompiles", "Recompiles"),
                     col("graph_breaks", "Graph breaks"), ms_column("compile_ms", "Compile time")]
 
 
 def causes_table(c: pl.DataFrame) -> pl.DataFrame:
     """Compiles per rank and cause, one column per cause (what the old heatmap showed, readable at any width)."""
-    t = c.with_columns(pl.col("cause").fill_null("unknown")).group_by("rank", "cause").len()
+    t = c.with_columns(pl.col("cause").fill_null("unknown")).group_by("rank", "cause", maintain_order=True).len()
     return t.pivot(on="cause", index="rank", values="len").fill_null(0).sort("rank")
 
 
@@ -118,16 +119,16 @@ def _layout(store: RunStore, rid: str) -> Any:
                 dcc.Store(id="recompiles-run", data=rid)),
         section("Per rank", grid(per_rank_table(c), id="compiles-rank-grid", columns=PER_RANK_COLUMNS)),
         section("Causes per rank (compiles)", grid(causes, id="causes-grid",
-                                                   columns=[col("rank", "Rank", maxWidth=110)] + [
+                                                   columns=[col("rank", "Rank")] + [
                                                        col(k, k.replace("_", " ")) for k in causes.columns
                                                        if k != "rank"])),
         section("Every compile", grid(ns_to_ms(every, "compile_ns"), id="compiles-grid", columns=[
-            col("rank", "Rank", maxWidth=110), col("compile_id", "Compile id", maxWidth=100),
+            col("rank", "Rank"), col("compile_id", "Compile id"),
             col("co_name", "Function"), col("cause", "Cause"), col("cause_detail", "Detail"),
-            col("cause_source", "What changed", wrapText=True, autoHeight=True, minWidth=140),
-            col("step", "Step", maxWidth=110), col("status", "Status"),
-            ms_column("compile_ms", "Compile time"), col("reasons", "Guard failures", wrapText=True, autoHeight=True),
-            col("user_line", "Your code being compiled", flex=2, minWidth=240, wrapText=True, autoHeight=True),
+            col("cause_source", "What changed", wrapText=True),
+            col("step", "Step"), col("status", "Status"),
+            ms_column("compile_ms", "Compile time"), col("reasons", "Guard failures", wrapText=True),
+            col("user_line", "Your code being compiled", wrapText=True),
         ])),
     ])
 
@@ -148,10 +149,10 @@ def _divergent(store: RunStore, rid: str, frames: pl.DataFrame) -> Any:
         line = where.get(d["compile_id"]) or d.get("location")
         links.append(html.Div([
             html.Strong(f"compile {d['compile_id']}"),
-            html.Span(f" on {ranks_phrase(d['ranks'])} only"
+            html.Span(f" on {ranks_text(d['ranks'])} only"
                       f"{' at step ' + str(d['step']) if d['step'] is not None else ''}"
                       f" ({d['cause'] or 'cause unknown'}{': ' + d['cause_source'] if d.get('cause_source') else ''})"
-                      f"; {ranks_phrase(waiting)} {verb} "
+                      f"; {ranks_text(waiting)} {verb} "
                       f"{fmt_time(wait) if wait is not None else 'an unmeasured time'} for it. "),
             html.Div(["Your code: ", html.Code(line)], className="user-line") if line else None,
             dcc.Link("Show on the timeline", href="/timeline" + q, className="divergent-link"),

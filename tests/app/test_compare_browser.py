@@ -19,6 +19,7 @@ from workbench import rundir
 from workbench.analyses.diff import RunData, diff_runs
 from workbench.analyses.summary import analysis_tables
 from workbench.app import page_compare
+from workbench.app.components import fmt_time
 from workbench.app.page_overview import kind_title
 from workbench.app.main import create_app
 
@@ -76,6 +77,9 @@ def test_bundled_pair_shows_the_fix_proven(page, served, compare_root, artifacts
     assert verdicts["Divergent recompile"] == "fixed", rows      # the kind as a title, as on the Overview
     assert verdicts == ({kind_title(f.kind): f.verdict for f in expected.findings}
                         | {kind_title(f.kind): "new" for f in expected.new_findings})
+    costs = {r["kind"]: (r["before_cost_ns"], r["after_cost_ns"]) for r in rows}   # the duration columns' format
+    assert costs == {kind_title(r["kind"]): (fmt_time(r["before_cost_ns"]), fmt_time(r["after_cost_ns"]))
+                     for r in expected.findings_frame().iter_rows(named=True)}, costs
     first = _order(page, "#compare-comparability", "#diff-headline", "#diff-findings-grid", "#diff-grid")
     assert first == sorted(first) and min(first) >= 0, first  # comparability comes first
     assert page.text_content("#diff-headline") == expected.headline()
