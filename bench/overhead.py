@@ -103,8 +103,10 @@ ARMS: dict[str, Arm] = {
     "keep_cupti": Arm("collector", env={"TEARDOWN_CUPTI": "0"}, what="collector, TEARDOWN_CUPTI=0 (forced)"),
     "profiler_teardown": Arm("profiler", env={"TEARDOWN_CUPTI": "1"}, what="bare torch.profiler, TEARDOWN_CUPTI=1"),
     "no_hang": Arm("collector", patch="no_hang", what="collector, hang capture off (watchdog, faulthandler, FR env)"),
-    "no_write": Arm("collector", patch="no_write", what="collector, steps.jsonl write off (the per-step os.write)"),
+    "no_write": Arm("collector", patch="no_write", what="collector, no step records (steps.jsonl stays empty)"),
     "no_step_hooks": Arm("collector", patch="no_step_hooks", what="collector started, step() a no-op"),
+    "sync_write": Arm("collector", patch="sync_write",
+                      what="collector, steps.jsonl written on the training thread every step (no writer process)"),
     "fr_on": Arm("bare", env={"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
                               "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}, what="no collector, Flight Recorder on (2000 entries)"),
 }
@@ -118,12 +120,30 @@ def _patch(name: str) -> None:
     if name == "no_hang":
         hang_capture.start = lambda *a, **k: None          # type: ignore[assignment]
     elif name == "no_write":
-        cmod.Collector._write = lambda self, data: None     # type: ignore[method-assign]
+        from workbench.collectors import step_log
+
+        step_log.StepLog.record = lambda self, *record: None  # type: ignore[method-assign]
+    elif name == "sync_write":
+        start = cmod.Collector.start
+
+        def start_writing_every_step(self: Any) -> Any:
+            start(self)
+            write_every_step(self)
+            return self
+
+        cmod.Collector.start = start_writing_every_step     # type: ignore[method-assign]
     elif name == "no_step_hooks":
         cmod.Collector._step_begin = lambda self: None      # type: ignore[method-assign]
         cmod.Collector._step_end = lambda self: None        # type: ignore[method-assign]
     elif name:
         raise ValueError(f"unknown patch {name!r}")
+
+
+def write_every_step(collector: Any) -> None:
+    """Make a started ``collector`` format and write ``steps.jsonl`` on the training thread at every step, as it did
+    before the step writer process (the ``sync_write`` ablation)."""
+    if collector._steps is not None:
+        collector._steps.write_inline()
 
 
 # ---------------------------------------------------------------------------------------------------- placement

@@ -18,6 +18,7 @@ import atexit
 import contextlib
 import functools
 import logging
+import math
 import os
 import signal
 import sys
@@ -30,10 +31,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-import orjson
-
 from workbench import rundir
 from workbench.collectors import compile_capture, hang_capture, source_sites
+from workbench.collectors.step_log import StepLog
+from workbench.collectors.step_writer import DEVICE, INTERRUPTED, PROFILED
 from workbench.collectors.apply import ConfigApplier
 from workbench.collectors.fingerprint import fingerprint
 from workbench.collectors.options import CollectorOptions
@@ -146,8 +147,16 @@ class Collector(contextlib.ContextDecorator):
         self._current: int | None = None
         self._depth = 0
         self._t0 = 0
-        self._prev_end: int | None = None
-        self._steps_fd: int | None = None
+        self._steps: StepLog | None = None     # steps.jsonl: a record per step, written by another process
+        self._steps_mode: str | None = None    # fingerprint.json "steps_writer": "process" or "inline"
+        self._profiled = False                 # the step running now is recorded by a profiler window
+        # A step at or past _next_work (or any step while _every_step) runs _step_*_work: the next step of a
+        # profiler window's (_windows_at) or of CUDA timing's (_timing_at); every step with NVTX or a compile config.
+        self._every_step = False
+        self._windows_at: float = math.inf
+        self._timing_at: float = math.inf
+        self._timing_every = 1
+        self._next_work: float = math.inf
         self._windows: ProfilerWindows | None = None
         self._compile_handler: compile_capture.TraceFileHandler | None = None
         self._hang: hang_capture.HangCapture | None = None
@@ -291,7 +300,7 @@ class Collector(contextlib.ContextDecorator):
         self._apply_in_thread()
         try:
             steps = self.path / rundir.STEPS_JSONL.format(rank=self.rank)
-            self._steps_fd = os.open(steps, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._steps = StepLog(steps, lambda exc: self._fail("steps", exc))
         except Exception as exc:
             self._fail("steps", exc)
         self._hang = hang_capture.start(self.rank_dir, self.rank, lambda: (self._current, self._next_step),
@@ -310,6 +319,7 @@ class Collector(contextlib.ContextDecorator):
                 self.options, self.path / rundir.TRACE_DIR.format(rank=self.rank), self.rank, self._fail)
         if self._instrumented and self._ranges_wanted():
             self._attach_range_hooks()
+        self._schedule_step_work()
         self._write_fingerprint()
         self._write_run_json(final=False)
         atexit.register(self.close)
@@ -328,7 +338,7 @@ class Collector(contextlib.ContextDecorator):
             self._depth = 1
             self._cut_step = True
             self._step_end()
-        self._write(self._drain_events(wait_s=device_wait_s))
+        self._drain_events(wait_s=device_wait_s)
         last = self._next_step - 1 if self._next_step else None
         if self._windows is not None:
             self._windows.close(last)
@@ -343,10 +353,10 @@ class Collector(contextlib.ContextDecorator):
             compile_capture.set_step_source(None)
             with contextlib.suppress(Exception):
                 compile_capture.uninstall(self._compile_handler)
-        if self._steps_fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._steps_fd)
-            self._steps_fd = None
+        if self._steps is not None:
+            self._steps.close()       # every step's line is on disk from here
+            self._steps_mode = self._steps.mode
+            self._steps = None
         if self._hang is not None:  # Flight Recorder dump and exit record (docs/hangs.md)
             self._hang.close()
             self._hang = None
@@ -354,6 +364,15 @@ class Collector(contextlib.ContextDecorator):
         self._write_run_json(final=True)
         self._restore_sigterm()
         self._started = False
+
+    def _schedule_step_work(self) -> None:
+        """Which steps need more than a timestamp and a queued record (see ``_next_work``)."""
+        n, every = self._next_step, self.options.device_timing_every
+        self._every_step = self._ranges.nvtx_on or self._applier is not None
+        self._windows_at = self._windows.next_busy_step(n) if self._windows is not None else math.inf
+        self._timing_every = every
+        self._timing_at = -(-n // every) * every if self.options.device_timing else math.inf
+        self._next_work = min(self._windows_at, self._timing_at)
 
     # ------------------------------------------------------------------ steps (hot path)
     def _step_begin(self) -> None:
@@ -367,18 +386,28 @@ class Collector(contextlib.ContextDecorator):
         step = self._next_step
         self._current = step
         self._t0 = t0
-        try:
-            if threading.get_ident() not in self._applied_threads:
-                self._apply_in_thread()
-            if self._windows is not None:
-                self._windows.on_step_start(step)
-                if self._instrumented and self._windows.recording:
-                    self._attach_range_hooks()
-            self._open_ranges["step"] = self._ranges.push(f"step {step}", kineto=False)  # Kineto has ProfilerStep#N
-            if self.options.device_timing and step % self.options.device_timing_every == 0:
-                self._record_start_event()
-        except Exception as exc:
-            self._fail("step", exc)
+        if self._every_step or step >= self._next_work:   # else nothing to do (most steps)
+            try:
+                self._step_begin_work(step)
+            except Exception as exc:
+                self._fail("step", exc)
+
+    def _step_begin_work(self, step: int) -> None:
+        """The rare part of a step's start: a new thread (compile config), a profiler window, NVTX, CUDA events."""
+        if self._applier is not None and threading.get_ident() not in self._applied_threads:
+            self._apply_in_thread()
+        if self._windows is not None and step >= self._windows_at:
+            self._windows.on_step_start(step)
+            if self._instrumented and self._windows.recording:
+                self._attach_range_hooks()
+            self._profiled = self._windows.recording
+        if self._ranges.nvtx_on:   # NVTX only: Kineto has ProfilerStep#N
+            self._open_ranges["step"] = self._ranges.push(f"step {step}", kineto=False)
+        if step >= self._timing_at:
+            self._timing_at = step - step % self._timing_every + self._timing_every
+            if self._pending:
+                self._drain_events()      # CUDA times of earlier timed steps that completed
+            self._record_start_event()
 
     def _step_end(self) -> None:
         if self._depth > 1:
@@ -389,49 +418,42 @@ class Collector(contextlib.ContextDecorator):
         self._depth = 0
         step = self._current if self._current is not None else self._next_step
         e1 = self._record_end_event() if self._e0 is not None else None
-        t1 = time.time_ns()
-        try:
-            for name in ("optimizer", "backward", "forward", "step"):
-                token = self._open_ranges.pop(name, None)
-                if token is not None:
-                    self._ranges.pop(*token)
-            profiled = self._windows is not None and self._windows.recording
-            row: dict[str, Any] = {"step": step, "start_ns": self._t0, "end_ns": t1}
-            if self._prev_end is not None:
-                row["data_wait_ns"] = max(0, self._t0 - self._prev_end)
-            row["profiled"] = profiled
-            if self._cut_step:
-                row["interrupted"] = True
-            if e1 is not None:
-                self._pending.append((step, self._e0, e1))
-            self._e0 = None
-            data = orjson.dumps(row) + b"\n"
-            if self._pending:        # device times of earlier steps that completed: same write, own lines
-                data += self._drain_events()
-            self._write(data)
-            if self._windows is not None:
-                self._windows.on_step_end(step)
-                if self._range_hooks and not self._ranges_wanted():
-                    self._detach_range_hooks()
-            if self.compile_config is not None:
-                self._compile_config_step_end(step)
-        except Exception as exc:
-            self._fail("step", exc)
+        t1 = ready = time.time_ns()
+        profiled = self._profiled
+        if e1 is not None or self._every_step or step >= self._next_work or self._open_ranges:
+            try:
+                self._step_end_work(step, e1)
+            except Exception as exc:
+                self._fail("step", exc)
+            ready = time.time_ns()     # the collector's own work (a trace stopped) is not the next data wait
+        if self._steps is not None:    # a record in shared memory; the step writer process makes the line
+            self._steps.record(step, self._t0, t1, ready,
+                               (PROFILED if profiled else 0) | (INTERRUPTED if self._cut_step else 0))
         if self._cut_step:          # it ran in part: numbered and counted, marked in steps.jsonl and run.json
             self._cut_step = False
             self._interrupted_step = step
         self._next_step = step + 1
         self._current = None
-        self._prev_end = time.time_ns()
 
-    def _write(self, data: bytes) -> None:
-        """Append complete JSON lines with one ``write`` (a kill leaves whole lines, at most one cut)."""
-        if self._steps_fd is None or not data:
-            return
-        try:
-            os.write(self._steps_fd, data)
-        except Exception as exc:
-            self._fail("steps", exc)
+    def _step_end_work(self, step: int, e1: Any) -> None:
+        """The rare part of a step's end: ranges, the CUDA end event, a profiler window, the compile config."""
+        if self._open_ranges:
+            for name in ("optimizer", "backward", "forward", "step"):
+                token = self._open_ranges.pop(name, None)
+                if token is not None:
+                    self._ranges.pop(*token)
+        if e1 is not None and self._steps is not None:   # resolved at the next timed step (_drain_events)
+            self._pending.append((step, self._e0, e1))
+        self._e0 = None
+        if self._windows is not None and step >= self._windows_at:
+            self._windows.on_step_end(step)
+            if self._range_hooks and not self._ranges_wanted():
+                self._detach_range_hooks()
+            self._profiled = self._windows.recording
+            self._windows_at = self._windows.next_busy_step(step + 1)
+        if self.compile_config is not None:
+            self._compile_config_step_end(step)
+        self._next_work = min(self._windows_at, self._timing_at)
 
     # ------------------------------------------------------------------ CUDA step time
     def _record_start_event(self) -> None:
@@ -457,26 +479,25 @@ class Collector(contextlib.ContextDecorator):
             self._e0 = None
             return None
 
-    def _drain_events(self, *, wait_s: float = 0.0) -> bytes:
-        """``device_ns`` lines for steps whose end event completed; at close, poll up to ``wait_s`` seconds for
-        the rest (never a blocking synchronize: a hung collective must not hang the job's exit)."""
-        out = b""
+    def _drain_events(self, *, wait_s: float = 0.0) -> None:
+        """Records of the CUDA step times whose end event completed (at a timed step; at close, polling up to
+        ``wait_s`` seconds for the rest: never a blocking synchronize, so a hung collective cannot hang the exit)."""
         deadline = time.monotonic() + wait_s
         try:
             while self._pending:
                 step, e0, e1 = self._pending[0]
                 while not e1.query():
                     if time.monotonic() >= deadline:
-                        return out
+                        return
                     time.sleep(0.001)
                 self._pending.popleft()
-                out += orjson.dumps({"step": step, "device_ns": int(e0.elapsed_time(e1) * 1e6)}) + b"\n"
+                if self._steps is not None:
+                    self._steps.record(step, int(e0.elapsed_time(e1) * 1e6), 0, 0, DEVICE)
                 if len(self._event_pool) < 64:
                     self._event_pool.extend((e0, e1))
         except Exception as exc:
             self._pending.clear()
             self._fail("device_timing", exc)
-        return out
 
     # ------------------------------------------------------------------ forward / backward / optimizer hooks
     def _fwd_pre(self, module: Any, args: Any) -> None:
@@ -535,6 +556,7 @@ class Collector(contextlib.ContextDecorator):
             fp["trace_files"] = [p.name for p in self.trace_files]
             fp["compile_log_records"] = self._compile_handler.records if self._compile_handler else 0
             fp["errors"] = list(self.errors)
+            fp["steps_writer"] = self._steps.mode if self._steps is not None else self._steps_mode
             fp["compile_config_applied"] = self._applier.report() if self._applier is not None else None
             rundir.write_json(self.path / rundir.FINGERPRINT.format(rank=self.rank), fp)
         except Exception as exc:

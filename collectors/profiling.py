@@ -17,6 +17,7 @@ each window (``TEARDOWN_CUPTI=1`` unless set otherwise), so the steps after a wi
 from __future__ import annotations
 
 import gzip
+import math
 import os
 import shutil
 import threading
@@ -54,6 +55,22 @@ class ProfilerWindows:
     @property
     def recording(self) -> bool:
         return self._recording
+
+    def next_busy_step(self, step: int) -> float:
+        """The first step from ``step`` on at whose start or end :meth:`on_step_start` / :meth:`on_step_end` can
+        act (a window's warm-up step, or ``step`` itself while a window is prepared or recording); ``inf``: none.
+        The collector calls them only from that step on."""
+        if self._recording or self._prof is not None:
+            return step
+        o = self.options
+        every = o.profile_every if o.profile_repeat > 1 else 0
+        k = max(0, -(-(step + 1 - o.profile_start) // every) - 1) if every else 0
+        while k < o.profile_repeat:
+            busy = max(o.profile_start + k * every - 1, 0)   # the warm-up step (step 0 for a window at 0)
+            if busy >= step:
+                return busy
+            k += 1
+        return math.inf
 
     # ------------------------------------------------------------------ profiler object
     def _activities(self) -> list[Any]:

@@ -91,3 +91,23 @@ def test_paired_ratio_cancels_a_drift_shared_in_time():
     summary = b.summarize([rnd, rnd], {"collector": comps["collector"]})
     assert summary["collector"]["after_paired"]["median_ratio"] == pytest.approx(1.02, abs=1e-4)
     assert summary["collector"]["after_paired"]["ci95"] == pytest.approx([1.02, 1.02], abs=1e-4)
+
+
+@pytest.mark.slow
+def test_host_costs_smoke(tmp_path):
+    """bench/host_costs.py runs end to end on CPU: every per-call item and the training-loop conditions come out
+    (no timing is asserted)."""
+    out = tmp_path / "costs.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, str(ROOT / "bench/host_costs.py"), "--smoke", "--dirs", str(tmp_path),
+                           "--json", str(out)], capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    per_call = res["per_call"]
+    assert {"time.time_ns", "orjson.dumps(row)"} <= set(per_call)
+    assert any(k.startswith("os.write line") for k in per_call)
+    assert sum(k.startswith("with collector.step()") for k in per_call) == 6
+    assert all(v["median_us"] > 0 and v["p90_us"] >= v["median_us"] for v in per_call.values())
+    loop = res["training_loop"]
+    assert loop["errors"] == {} and {"collector", "sync_write", "no_device_timing"} <= set(loop)
+    assert not list(tmp_path.glob("wb-costs-*"))                 # its scratch folders are removed

@@ -1,0 +1,222 @@
+"""What each thing the collector does on the training thread costs on this machine (not a test).
+
+Two parts, in one process (CUDA initialised when there is a GPU):
+
+1. **Per call** — each operation the collector's step code runs, timed over many calls (median and p90, µs):
+   ``time.time_ns()``, ``orjson.dumps`` of a step row, an appending ``os.write`` of one line into a file in each
+   of ``--dirs`` (default: the temp dir, /dev/shm, the current folder: their file systems are printed), CUDA event
+   ``record`` / ``query`` / ``elapsed_time``, and a whole ``with collector.step(): pass`` for several set-ups.
+2. **In a training loop** (``--steps N``, 0 to skip) — the small eager model of bench/overhead.py; every round runs
+   one step of each condition in a random order: ``bare``; ``collector`` (default options, no profiler window);
+   ``sync_write`` (the same, but ``steps.jsonl`` formatted and written on the training thread at every step, as
+   before the step writer process); ``no_device_timing``. Per condition minus ``bare`` of the same round: the median
+   difference of wall time and of the training thread's CPU time, with a bootstrap 95 % interval (µs).
+
+Where system calls are slow (gVisor on the device machine; NFS or Lustre on clusters) part 1 shows it directly.
+
+    python bench/host_costs.py [--reps 3000] [--steps 1500] [--dirs /tmp,/dev/shm,.] [--json out.json]
+    python bench/host_costs.py --smoke           # CPU, few repetitions; no claims
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import statistics
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import overhead  # noqa: E402  (bench/overhead.py: shapes, the workbench import on the device machine)
+
+
+def _per_call(fn: Callable[[], Any], reps: int) -> dict[str, float]:
+    """Median and p90 of one call of ``fn`` (µs), timed call by call."""
+    for _ in range(min(reps, 200)):
+        fn()
+    times = []
+    clock = time.perf_counter_ns
+    for _ in range(reps):
+        t0 = clock()
+        fn()
+        times.append((clock() - t0) / 1e3)
+    times.sort()
+    return {"median_us": round(times[len(times) // 2], 2), "p90_us": round(times[int(len(times) * 0.9)], 2)}
+
+
+def _fs_type(path: str) -> str:
+    try:
+        out = subprocess.run(["df", "-T", path], capture_output=True, text=True, timeout=10).stdout.split("\n")
+        return out[1].split()[1] if len(out) > 1 and out[1].split() else "?"
+    except Exception:
+        return "?"
+
+
+def per_call_costs(reps: int, dirs: list[str]) -> dict[str, Any]:
+    import orjson
+    import torch
+
+    from workbench.collectors import Collector
+
+    out: dict[str, Any] = {}
+    row = {"step": 123456, "start_ns": time.time_ns(), "end_ns": time.time_ns(), "data_wait_ns": 1234,
+           "profiled": False}
+    out["time.time_ns"] = _per_call(time.time_ns, reps)
+    out["orjson.dumps(row)"] = _per_call(lambda: orjson.dumps(row) + b"\n", reps)
+    line = orjson.dumps(row) + b"\n"
+    for d in dirs:
+        folder = Path(tempfile.mkdtemp(prefix="wb-costs-", dir=d))
+        fd = os.open(folder / "steps.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        out[f"os.write line ({d}, {_fs_type(str(folder))})"] = _per_call(lambda: os.write(fd, line), reps)
+        os.close(fd)
+        shutil.rmtree(folder, ignore_errors=True)
+    if torch.cuda.is_available():
+        torch.cuda.init()
+        x = torch.ones(1 << 16, device="cuda")
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 400)]
+        it = iter(events)
+        out["cuda Event.record"] = _per_call(lambda: next(it).record(), reps)
+        torch.cuda.synchronize()
+        e0, e1 = events[0], events[-1]
+        e1.record()
+        torch.cuda.synchronize()
+        out["cuda Event.query (completed)"] = _per_call(e1.query, reps)
+        out["cuda Event.elapsed_time"] = _per_call(lambda: e0.elapsed_time(e1), reps)
+        out["torch op x.add_(1) (launch)"] = _per_call(lambda: x.add_(1), reps)
+        torch.cuda.synchronize()
+    out["torch.compiler.is_compiling"] = _per_call(torch.compiler.is_compiling, reps)
+    out["torch.autograd._profiler_enabled"] = _per_call(torch.autograd._profiler_enabled, reps)
+    setups = {"default, no window": {"profile_repeat": 0},
+              "steps only": {"profile_repeat": 0, "compile_capture": False, "device_timing": False, "nvtx": False},
+              "default, no window, device timing every step": {"profile_repeat": 0, "device_timing_every": 1}}
+    for name, options in setups.items():
+        for sync in (False, True):
+            c = Collector(tempfile.mkdtemp(prefix="wb-costs-"), **options)
+            c.start()
+            if sync:
+                overhead.write_every_step(c)   # steps.jsonl written on this thread at every step
+            ctx = c.step
+
+            def one() -> None:
+                with ctx():
+                    pass
+
+            key = f"with collector.step(): pass — {name}" + (", sync write" if sync else "")
+            out[key] = _per_call(one, reps)
+            c.close()
+    return out
+
+
+def _ci(values: list[float], rng: random.Random, n: int = 2000) -> list[float]:
+    meds = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(n))
+    return [round(meds[int(n * 0.025)], 1), round(meds[int(n * 0.975)], 1)]
+
+
+def training_loop_costs(steps: int, device_name: str, shape: str) -> dict[str, Any]:
+    """Per round one step of every condition, shuffled; each condition's cost as the median of its difference
+    to ``bare`` in the same round (wall and thread CPU, µs), with a bootstrap interval."""
+    import torch
+
+    from h200_transformer import batch, build, loss_fn
+    from workbench.collectors import Collector
+
+    d_model, layers, seq, batch_n, _ = overhead.SHAPES[shape]
+    device = torch.device(device_name)
+    model = build(d_model, layers, device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
+    x, y = batch(batch_n, seq, device)
+
+    def body() -> None:
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss.item()
+
+    collectors = {
+        "collector": Collector(tempfile.mkdtemp(prefix="wb-loop-"), profile_repeat=0),
+        "sync_write": Collector(tempfile.mkdtemp(prefix="wb-loop-"), profile_repeat=0),
+        "no_device_timing": Collector(tempfile.mkdtemp(prefix="wb-loop-"), profile_repeat=0, device_timing=False),
+    }
+    for c in collectors.values():
+        c.start()
+    overhead.write_every_step(collectors["sync_write"])
+    ctxs: dict[str, Callable[[], Any]] = {"bare": contextlib.nullcontext,
+                                          **{k: c.step for k, c in collectors.items()}}
+    wall: dict[str, list[float]] = {k: [] for k in ctxs}
+    cpu: dict[str, list[float]] = {k: [] for k in ctxs}
+    for _ in range(20):
+        body()
+    rng = random.Random(0)
+    for _ in range(steps):
+        order = list(ctxs)
+        rng.shuffle(order)
+        for name in order:
+            c0 = time.thread_time_ns()
+            t0 = time.perf_counter_ns()
+            with ctxs[name]():
+                body()
+            wall[name].append((time.perf_counter_ns() - t0) / 1e3)
+            cpu[name].append((time.thread_time_ns() - c0) / 1e3)
+    for c in collectors.values():
+        c.close()
+    out: dict[str, Any] = {"shape": shape, "eager": True, "rounds": steps,
+                           "bare_median_us": {"wall": round(statistics.median(wall["bare"]), 1),
+                                              "cpu": round(statistics.median(cpu["bare"]), 1)},
+                           "errors": {k: c.errors for k, c in collectors.items() if c.errors}}
+    for name in collectors:
+        for label, series in (("wall", wall), ("cpu", cpu)):
+            diffs = [a - b for a, b in zip(series[name], series["bare"])]
+            out.setdefault(name, {})[f"{label}_extra_us"] = round(statistics.median(diffs), 1)
+            out[name][f"{label}_extra_ci95_us"] = _ci(diffs, rng)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--reps", type=int, default=3000)
+    p.add_argument("--steps", type=int, default=1500, help="rounds of the training-loop part (0: skip it)")
+    p.add_argument("--shape", default="small", choices=sorted(overhead.SHAPES))
+    p.add_argument("--dirs", default=None, help="comma-separated folders to time os.write in")
+    p.add_argument("--device", default=None)
+    p.add_argument("--json", default=None)
+    p.add_argument("--smoke", action="store_true", help="CPU, few repetitions (a test); no claims")
+    args = p.parse_args(argv)
+    overhead._import_workbench()
+    import torch
+
+    if args.smoke:
+        args.reps, args.steps, args.shape = 50, 3, "tiny"
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dirs = args.dirs.split(",") if args.dirs else [tempfile.gettempdir(), "/dev/shm", os.getcwd()]
+    dirs = [d for d in dirs if os.path.isdir(d) and os.access(d, os.W_OK)]
+    result: dict[str, Any] = {"torch": torch.__version__, "device": device, "python": sys.version.split()[0],
+                              "per_call": per_call_costs(args.reps, dirs)}
+    for name, cost in result["per_call"].items():
+        print(f"{cost['median_us']:10.2f} µs  (p90 {cost['p90_us']:9.2f})  {name}")
+    if args.steps:
+        loop = training_loop_costs(args.steps, device, args.shape)
+        result["training_loop"] = loop
+        print(f"training loop ({loop['shape']}, eager, {loop['rounds']} rounds): bare step "
+              f"{loop['bare_median_us']['wall']:.0f} µs wall, {loop['bare_median_us']['cpu']:.0f} µs CPU")
+        for name in ("collector", "sync_write", "no_device_timing"):
+            r = loop[name]
+            print(f"  {name:18s} +{r['wall_extra_us']:7.1f} µs wall {r['wall_extra_ci95_us']}   "
+                  f"+{r['cpu_extra_us']:7.1f} µs CPU {r['cpu_extra_ci95_us']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,113 @@
+"""The process that writes ``steps.jsonl`` for a training process (standard library only; also imported by it).
+
+The training process puts one fixed-size record per step into a ring in shared memory (:mod:`step_log`); this
+process, started by the collector with ``python -I -S step_writer.py RING STEPS_JSONL PIPE_FD``, reads the ring
+every :data:`POLL_S` and appends the records as JSON lines. It ends when the pipe from the training process reports
+end-of-file — a normal close, or the training process's death, SIGKILL included — after writing every record still in
+the ring, so a killed or aborted rank's finished steps are all on disk. It runs in a session of its own, so a signal
+to the training process's group does not end it before it has written them.
+
+Ring layout (little-endian): a header of 4 × u64 — magic, records written (the training process's count), records
+read (this process's), capacity — then ``capacity`` records of :data:`RECORD` (step, start_ns, end_ns, ready_ns,
+flags). ``flags``: :data:`PROFILED`, :data:`INTERRUPTED`, or :data:`DEVICE` (a CUDA step time: ``start_ns`` holds
+``device_ns``). While the training process runs, only records already counted at the previous poll are read, so a
+record is never read while it is being written (stores become visible in order well within a poll on every CPU).
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import select
+import struct
+import sys
+
+MAGIC = 0x5742_5354_4550_5331          # "WBSTEPS1"
+HEADER = struct.Struct("<4Q")
+RECORD = struct.Struct("<5q")
+COUNT = struct.Struct("<Q")
+WRITTEN_AT, READ_AT = 8, 16             # header offsets of the two counters
+PROFILED, INTERRUPTED, DEVICE = 1, 2, 4
+#: Seconds between two reads of the ring.
+POLL_S = 0.5
+
+
+def format_records(records: list[tuple[int, int, int, int, int]], prev_ready: int | None) -> tuple[bytes, int | None]:
+    """``steps.jsonl`` lines for records, and the ``ready_ns`` of the last step record (the next data wait starts
+    there: the collector's own work after a step is not data loading)."""
+    out = []
+    for step, start, end, ready, flags in records:
+        if flags & DEVICE:
+            out.append(json.dumps({"step": step, "device_ns": start}, separators=(",", ":")))
+            continue
+        row: dict[str, object] = {"step": step, "start_ns": start, "end_ns": end}
+        if prev_ready is not None:
+            row["data_wait_ns"] = max(0, start - prev_ready)
+        row["profiled"] = bool(flags & PROFILED)
+        if flags & INTERRUPTED:
+            row["interrupted"] = True
+        prev_ready = ready
+        out.append(json.dumps(row, separators=(",", ":")))
+    return ("\n".join(out) + "\n").encode() if out else b"", prev_ready
+
+
+class RingReader:
+    """Reads records out of the ring, from the last one read on (by whoever read them)."""
+
+    def __init__(self, ring: mmap.mmap) -> None:
+        self.ring = ring
+        magic, _, _, self.capacity = HEADER.unpack_from(ring, 0)
+        if magic != MAGIC:
+            raise ValueError("not a step ring")
+        self.prev_ready: int | None = None
+
+    def written(self) -> int:
+        return COUNT.unpack_from(self.ring, WRITTEN_AT)[0]
+
+    def read(self) -> int:
+        return COUNT.unpack_from(self.ring, READ_AT)[0]
+
+    def take(self, upto: int) -> bytes:
+        """Lines for the records from the last read one up to ``upto`` (exclusive); marks them read."""
+        start = self.read()
+        start = max(start, upto - self.capacity)          # records overwritten before they were read are lost
+        records = [RECORD.unpack_from(self.ring, HEADER.size + (i % self.capacity) * RECORD.size)
+                   for i in range(start, upto)]
+        data, self.prev_ready = format_records(records, self.prev_ready)
+        COUNT.pack_into(self.ring, READ_AT, max(upto, start))
+        return data
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def main(argv: list[str]) -> int:
+    ring_path, steps_path, pipe_fd = argv[0], argv[1], int(argv[2])
+    with open(ring_path, "r+b") as f:
+        ring = mmap.mmap(f.fileno(), 0)
+    try:
+        os.unlink(ring_path)       # nothing left behind, whoever ends first
+    except OSError:
+        pass
+    reader = RingReader(ring)
+    fd = os.open(steps_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    seen = reader.read()
+    while True:
+        ready, _, _ = select.select([pipe_fd], [], [], POLL_S)
+        final = bool(ready) and not os.read(pipe_fd, 1)  # end of file: closed, or the training process is gone
+        written = reader.written()
+        upto = written if final else min(written, seen)
+        if upto > reader.read():
+            write_all(fd, reader.take(upto))
+        seen = written
+        if final:
+            os.close(fd)
+            return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

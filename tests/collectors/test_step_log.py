@@ -1,0 +1,174 @@
+"""steps.jsonl from a ring in shared memory and a writer process: what is on disk when (a kill included), what a
+failure does, and the collector's rows."""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from collector_helpers import ROOT, read_steps
+
+from workbench.collectors import step_log, step_writer
+from workbench.collectors.step_log import StepLog
+
+
+def lines_of(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def wait_for(predicate, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return predicate()
+
+
+def steps_in(path: Path) -> list[int]:
+    return [json.loads(line)["step"] for line in lines_of(path) if "start_ns" in line]
+
+
+def test_the_writer_process_writes_the_records_while_the_run_goes_on(tmp_path):
+    path = tmp_path / "steps.jsonl"
+    errors: list[BaseException] = []
+    log = StepLog(path, on_error=errors.append)
+    assert log.mode == "process" and log._proc is not None and log._proc.pid != os.getpid()
+    ring_file = log._ring_name
+    for i in range(5):
+        log.record(i, 10 * i, 10 * i + 5, 10 * i + 6, step_writer.PROFILED if i == 2 else 0)
+    log.record(2, 777, 0, 0, step_writer.DEVICE)
+    assert wait_for(lambda: len(lines_of(path)) == 6)          # no close needed: written within POLL_S
+    rows = [json.loads(line) for line in lines_of(path)]
+    assert rows[0] == {"step": 0, "start_ns": 0, "end_ns": 5, "profiled": False}
+    assert rows[1] == {"step": 1, "start_ns": 10, "end_ns": 15, "data_wait_ns": 4, "profiled": False}
+    assert rows[2]["profiled"] is True and rows[5] == {"step": 2, "device_ns": 777}
+    log.record(5, 50, 55, 56, step_writer.INTERRUPTED)
+    log.close()
+    assert json.loads(lines_of(path)[-1])["interrupted"] is True
+    assert log._proc.returncode == 0 and errors == []
+    assert not os.path.exists(ring_file)                        # the shared memory is gone with it
+    assert not (tmp_path / ".steps.jsonl.writer-err").exists()
+
+
+KILLED = textwrap.dedent("""
+    import os, signal, sys
+    sys.path.insert(0, sys.argv[2])
+    from workbench.collectors.step_log import StepLog
+    log = StepLog(sys.argv[1], on_error=print)
+    for i in range(1000):
+        log.record(i, i, i + 1, i + 1, 0)
+    os.kill(os.getpid(), signal.SIGKILL)               # no close, no atexit, no flush
+""")
+
+
+def test_a_killed_process_leaves_every_record_it_made(tmp_path):
+    path = tmp_path / "steps.jsonl"
+    proc = subprocess.run([sys.executable, "-c", KILLED, str(path), str(ROOT)], timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    assert wait_for(lambda: len(steps_in(path)) == 1000, timeout_s=10)
+    assert steps_in(path) == list(range(1000))
+
+
+def test_without_a_writer_process_the_lines_are_written_inline_and_it_says_why(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
+    path = tmp_path / "steps.jsonl"
+    errors: list[BaseException] = []
+    log = StepLog(path, on_error=errors.append)
+    assert log.mode == "inline" and len(errors) == 1 and "no step writer process" in str(errors[0])
+    log.record(0, 1, 2, 3, 0)
+    assert steps_in(path) == [0]                       # written at once, on this thread
+    log.close()
+
+
+def test_a_writer_that_dies_is_replaced_by_inline_writing_and_nothing_is_lost(tmp_path, monkeypatch):
+    monkeypatch.setattr(step_log, "CHECK_EVERY", 8)
+    path = tmp_path / "steps.jsonl"
+    errors: list[BaseException] = []
+    log = StepLog(path, on_error=errors.append)
+    for i in range(4):
+        log.record(i, i, i, i, 0)
+    assert wait_for(lambda: len(steps_in(path)) == 4)
+    log._proc.kill()
+    log._proc.wait()
+    for i in range(4, 20):
+        log.record(i, i, i, i, 0)
+    log.close()
+    assert log.mode == "inline" and len(errors) == 1 and "exited with -9" in str(errors[0])
+    assert sorted(set(steps_in(path))) == list(range(20))
+
+
+def test_a_write_error_is_reported_with_its_cause(tmp_path):
+    path = tmp_path / "steps.jsonl"
+    path.symlink_to("/dev/full")
+    errors: list[BaseException] = []
+    log = StepLog(path, on_error=errors.append)
+    for i in range(10):
+        log.record(i, i, i, i, 0)
+    log.close()
+    assert errors and "No space left" in str(errors[0])
+
+
+def test_records_that_wrapped_the_ring_before_they_were_read_are_skipped_not_garbled():
+    ring = mmap.mmap(-1, step_writer.HEADER.size + 8 * step_writer.RECORD.size)
+    step_writer.HEADER.pack_into(ring, 0, step_writer.MAGIC, 20, 0, 8)
+    for i in range(20):
+        step_writer.RECORD.pack_into(ring, step_writer.HEADER.size + (i % 8) * step_writer.RECORD.size,
+                                     i, i, i, i, 0)
+    reader = step_writer.RingReader(ring)
+    assert [json.loads(x)["step"] for x in reader.take(20).splitlines()] == list(range(12, 20))
+    assert reader.read() == 20
+
+
+torch = pytest.importorskip("torch")
+
+
+def test_a_step_that_hangs_leaves_the_steps_before_it_on_disk(tmp_path):
+    """A rank stuck in a step (a collective that never returns) has its finished steps in steps.jsonl within
+    POLL_S: the hang report's 'last step finished' does not wait for the process to end."""
+    from workbench.collectors import Collector
+
+    c = Collector(tmp_path, profile_repeat=0)
+    with c:
+        for i in range(4):
+            with c.step():
+                torch.ones(2).sum()
+        with c.step():                                 # "hung": the file is read while this step runs
+            assert wait_for(lambda: len(steps_in(tmp_path / "rank0/steps.jsonl")) == 4, timeout_s=5)
+            rows, bad = read_steps(tmp_path / "rank0")
+            assert sorted(rows) == [0, 1, 2, 3] and bad == 0
+    rows, _ = read_steps(tmp_path / "rank0")
+    assert sorted(rows) == [0, 1, 2, 3, 4]
+
+
+def test_collector_rows_keep_their_fields_and_data_wait_excludes_the_collectors_own_work(tmp_path):
+    """The row format is the same as when rows were written on the training thread; the time the collector spends
+    after a step (here a profiler window's stop) is not the next step's data wait."""
+    from workbench.collectors import Collector
+
+    c = Collector(tmp_path, profile_start=2, profile_length=2)
+    with c:
+        for i in range(7):
+            time.sleep(0.02 if i == 5 else 0.0)        # the data wait before step 5
+            with c.step():
+                torch.randn(64, 64) @ torch.randn(64, 64)
+    rows, bad = read_steps(tmp_path / "rank0")
+    assert bad == 0 and sorted(rows) == list(range(7))
+    assert [s for s, r in rows.items() if r["profiled"]] == [2, 3]
+    assert set(rows[0]) == {"step", "start_ns", "end_ns", "profiled"}
+    assert all(set(rows[s]) == {"step", "start_ns", "end_ns", "data_wait_ns", "profiled"} for s in range(1, 7))
+    assert rows[5]["data_wait_ns"] >= 0.018e9
+    assert rows[4]["data_wait_ns"] < 0.01e9           # after step 3 the window's trace was stopped: not data wait
+    assert all(rows[s]["start_ns"] >= rows[s - 1]["end_ns"] for s in range(1, 7))
+    raw = (tmp_path / "rank0/steps.jsonl").read_bytes()
+    assert raw.endswith(b"\n") and all(json.loads(line) for line in raw.splitlines())
+    assert os.path.getsize(tmp_path / "rank0/steps.jsonl") == len(raw)
