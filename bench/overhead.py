@@ -40,6 +40,7 @@ per step (for the Flight Recorder arms). Method and H200 figures: bench/README.m
     python bench/overhead.py --shapes issue --arms bare2,collector --block 1 --pin same --cores-per-proc 4 --mps \
         --steps 400 --probe --rounds 12 --json out.json                                 # on the H200 (f1 method)
     python bench/overhead.py --in-process 400                     # bare/collector steps alternated in one process
+    python bench/overhead.py --toggle 40 --shapes small           # the collector on/off in blocks, one process
     python bench/overhead.py --summarize out.json                 # the summary of a saved run again
     python bench/overhead.py --shapes small --arms bare2,collector,no_window,no_capture --rounds 6
     python bench/overhead.py --smoke --json out.json                                # CPU; no claims
@@ -716,6 +717,66 @@ def in_process(n: int, device_name: str, shape: str = "small", clobber_mb: int =
     return out
 
 
+def toggled(pairs: int, device_name: str, shape: str, backend: str | None, block: int = 60, skip: int = 10,
+            run_root: Path | None = None) -> dict:
+    """The whole default collector switched on and off inside one process (``--toggle PAIRS``): the compiled model
+    of ``shape`` runs blocks of ``block`` steps, alternately bare and inside a fresh ``Collector`` (started before
+    the block, closed after it, so its threads, writer process, handlers and profiler window come and go with it);
+    the first ``skip`` steps of every block are left out (the collector's window is at its steps 5-7). Per pair
+    (a bare block and a collector block, in a random order) the ratio of the block medians; the median over pairs
+    and its bootstrap interval. What stays after a collector is closed (imports, loaded libraries, environment
+    variables) is in both arms and not measured here: the lockstep rounds measure it."""
+    import torch
+
+    from h200_transformer import batch, build, loss_fn
+    from workbench.collectors import Collector
+
+    d_model, layers, seq, batch_n, _ = SHAPES[shape]
+    device = torch.device(device_name)
+    model = build(d_model, layers, device)
+    compiled = torch.compile(model) if backend is None else torch.compile(model, backend=backend)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
+    x, y = batch(batch_n, seq, device)
+
+    def body() -> None:
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            loss = loss_fn(compiled(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss.item()
+
+    for _ in range(3):
+        body()                                       # the compile
+    root = run_root or Path(tempfile.mkdtemp(prefix="wb-toggle-"))
+    rng = random.Random(0)
+    ratios, errors, medians = [], [], {"bare": [], "collector": []}
+    for k in range(pairs):
+        order = ["bare", "collector"]
+        rng.shuffle(order)
+        level = {}
+        for arm in order:
+            collector = Collector(root / f"pair{k}") if arm == "collector" else None
+            ctx = collector if collector is not None else contextlib.nullcontext()
+            step_ctx = collector.step if collector is not None else contextlib.nullcontext
+            times = []
+            with ctx:
+                for _ in range(block):
+                    t0 = time.perf_counter()
+                    with step_ctx():
+                        body()
+                    times.append((time.perf_counter() - t0) * 1e3)
+            if collector is not None:
+                errors.extend(collector.errors)
+            level[arm] = statistics.median(times[skip:])
+            medians[arm].append(round(level[arm], 4))
+        ratios.append(level["collector"] / level["bare"])
+    lo, hi = bootstrap_median(ratios) if len(ratios) > 1 else (ratios[0], ratios[0])
+    return {"shape": shape, "compiled": True, "pairs": pairs, "block": block, "skip": skip,
+            "median_ratio": round(statistics.median(ratios), 4), "ci95": [round(lo, 4), round(hi, 4)],
+            "block_median_ms": medians, "errors": errors}
+
+
 # ---------------------------------------------------------------------------------------------------- driver
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -751,6 +812,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--in-process", type=int, default=None, metavar="N",
                    help="instead of rounds: N bare and N collector steps alternated inside one process, warm and "
                         "after a cache-evicting pass (the collector's own per-step cost)")
+    p.add_argument("--toggle", type=int, default=None, metavar="PAIRS",
+                   help="instead of rounds: in one process, blocks of --steps steps (default 60) alternately bare "
+                        "and inside a fresh default Collector; PAIRS pairs of blocks (--shapes: the first one)")
     p.add_argument("--summarize", default=None, metavar="JSON",
                    help="print the summary of a saved --json file again (with this version's comparisons)")
     p.add_argument("--stat", choices=("median", "trimmed"), default="median",
@@ -768,6 +832,17 @@ def main(argv: list[str] | None = None) -> int:
         _import_workbench()
         res = in_process(args.in_process, "cpu" if args.smoke else args.device, "tiny" if args.smoke else "small")
         print(json.dumps(res, indent=1), flush=True)
+        if args.json:
+            Path(args.json).write_text(json.dumps(res, indent=1))
+        return 0
+    if args.toggle:
+        _import_workbench()
+        smoke = args.smoke
+        res = toggled(args.toggle, "cpu" if smoke else args.device, "tiny" if smoke else args.shapes.split(",")[0],
+                      args.backend or ("aot_eager" if smoke else None), block=args.steps or (12 if smoke else 60),
+                      skip=2 if smoke else 10, run_root=Path(args.keep) if args.keep else None)
+        print(f"toggle {res['shape']}: collector/bare {res['median_ratio']} {res['ci95']} over {res['pairs']} "
+              f"pairs of {res['block']}-step blocks", flush=True)
         if args.json:
             Path(args.json).write_text(json.dumps(res, indent=1))
         return 0

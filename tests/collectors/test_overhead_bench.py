@@ -111,3 +111,22 @@ def test_host_costs_smoke(tmp_path):
     loop = res["training_loop"]
     assert loop["errors"] == {} and {"collector", "sync_write", "no_device_timing"} <= set(loop)
     assert not list(tmp_path.glob("wb-costs-*"))                 # its scratch folders are removed
+
+
+@pytest.mark.slow
+def test_toggle_smoke(tmp_path):
+    """``--toggle``: the collector switched on and off in blocks inside one process, each collector block a run
+    directory of its own with its profiler window (no timing is asserted)."""
+    out = tmp_path / "toggle.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, str(ROOT / "bench/overhead.py"), "--toggle", "2", "--smoke",
+                           "--keep", str(tmp_path / "runs"), "--json", str(out)],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert res["pairs"] == 2 and res["errors"] == [] and len(res["ci95"]) == 2
+    assert all(len(v) == 2 for v in res["block_median_ms"].values())
+    for k in range(2):
+        run = tmp_path / f"runs/pair{k}/rank0"
+        assert len((run / "steps.jsonl").read_text().splitlines()) >= res["block"]
+        assert len(list((run / "trace").glob("*.json.gz"))) == 1
