@@ -19,8 +19,9 @@ Nothing here runs per collective or per step on the training thread. At :meth:`H
 At the exits: an exception leaving a step records the error and the step (:meth:`on_step_error`);
 :meth:`close` (the collector's close: normal end, exception, ``atexit``) dumps the Flight Recorder to
 ``rank<R>/hang/fr_trace_rank_<R>`` (torch's pickle format, via ``torch._C._distributed_c10d._dump_fr_trace``) and
-appends the exit to ``events.jsonl``. A ``SIGKILL`` leaves only what was written before: the heartbeat,
-``steps.jsonl`` and the compile log (both flushed per line).
+appends the exit to ``events.jsonl``. A ``SIGKILL`` leaves only what was written before: the heartbeat, the compile
+log (flushed per record) and ``steps.jsonl`` (the step writer process writes every finished step, also after the
+rank is killed).
 """
 
 from __future__ import annotations
