@@ -113,6 +113,7 @@ def per_call_costs(reps: int, dirs: list[str]) -> dict[str, Any]:
             key = f"with collector.step(): pass — {name}" + (", sync write" if sync else "")
             out[key] = _per_call(one, reps)
             c.close()
+            shutil.rmtree(c.path, ignore_errors=True)
     return out
 
 
@@ -170,6 +171,7 @@ def training_loop_costs(steps: int, device_name: str, shape: str) -> dict[str, A
             cpu[name].append((time.thread_time_ns() - c0) / 1e3)
     for c in collectors.values():
         c.close()
+        shutil.rmtree(c.path, ignore_errors=True)
     out: dict[str, Any] = {"shape": shape, "eager": True, "rounds": steps,
                            "bare_median_us": {"wall": round(statistics.median(wall["bare"]), 1),
                                               "cpu": round(statistics.median(cpu["bare"]), 1)},

@@ -369,6 +369,7 @@ class Collector(contextlib.ContextDecorator):
         """Which steps need more than a timestamp and a queued record (see ``_next_work``)."""
         n, every = self._next_step, self.options.device_timing_every
         self._every_step = self._ranges.nvtx_on or self._applier is not None
+        self._profiled = False
         self._windows_at = self._windows.next_busy_step(n) if self._windows is not None else math.inf
         self._timing_every = every
         self._timing_at = -(-n // every) * every if self.options.device_timing else math.inf

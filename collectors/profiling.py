@@ -66,9 +66,12 @@ class ProfilerWindows:
         every = o.profile_every if o.profile_repeat > 1 else 0
         k = max(0, -(-(step + 1 - o.profile_start) // every) - 1) if every else 0
         while k < o.profile_repeat:
-            busy = max(o.profile_start + k * every - 1, 0)   # the warm-up step (step 0 for a window at 0)
+            first = o.profile_start + k * every
+            busy = max(first - 1, 0)                     # the warm-up step (step 0 for a window at 0)
             if busy >= step:
                 return busy
+            if first >= step:                            # its warm-up is past (failed, or started at first):
+                return step                              # on_step_start(first) prepares and starts it there
             k += 1
         return math.inf
 

@@ -2,16 +2,17 @@
 
 Per step the training thread packs one record into a ring in shared memory (:meth:`StepLog.record`: two
 ``struct.pack_into`` calls, no system call); a small process of its own (:mod:`step_writer`, standard library only,
-started once at ``start()``) turns the records into JSON lines within :data:`~step_writer.POLL_S`. Why: on the H200
-machine a step's ``os.write`` and ``orjson`` cost the training loop +93 µs a step (5.8 ms eager step), 15 times what
-the same code costs alone, because it runs right after the step's own work has evicted the CPU caches; with the ring
-the collector's step cost +12.5 µs (bench/README.md, "Collector overhead"). A thread would not do: a rank that is
-killed or aborts would lose the lines it had not written, and those say where it died.
+started once at ``start()``) turns the records into JSON lines within two :data:`~step_writer.POLL_S`. Why: on
+the H200 machine a step's ``os.write`` and ``orjson`` cost the training loop +93 µs a step (5.8 ms eager step),
+15 times what the same code costs alone, because it runs right after the step's own work has evicted the CPU
+caches; the same hot path (measured with a thread writing) cost +12.5 µs (bench/README.md, "Collector
+overhead"). A thread would not do: a rank that is killed or aborts would lose the lines it had not written, and
+those say where it died.
 
-What is on disk when: a hung step does not stop the writer, so the steps before it are there within ``POLL_S``; a
+What is on disk when: a hung step does not stop the writer, so the steps before it are there within 2 × ``POLL_S``; a
 rank killed with SIGKILL or aborted has all its finished steps there too (the writer sees the pipe close, writes the
-rest of the ring and ends). Only a writer killed along with its rank (a whole job's processes killed at once) loses
-the last ``POLL_S`` of lines.
+rest of the ring and ends; a DataLoader worker forked from the rank holds nothing of it open). Only a writer killed
+along with its rank (a whole job's processes killed at once) loses the last 2 × ``POLL_S`` of lines.
 
 Where no writer process can run (no shared-memory folder, a sandbox without ``fork``/``exec``), or when it dies,
 the lines are written on the training thread at every step as before (``mode == "inline"``), and the reason is
@@ -22,10 +23,14 @@ from __future__ import annotations
 
 import mmap
 import os
+import select
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
+import weakref
 from pathlib import Path
 from typing import Callable
 
@@ -33,11 +38,24 @@ from workbench.collectors import step_writer as sw
 
 #: Records the ring holds (at 40 bytes each); the writer reads them every POLL_S, so it never fills in practice.
 CAPACITY = 1 << 16
-#: Every this many records the training thread checks that the writer process is alive and keeping up.
+#: Every this many records the training thread checks that the writer process is still there.
 CHECK_EVERY = 4096
-#: At close, how long to wait for the writer process to write the rest.
+#: How long to wait for the writer process to say it is ready, and at close for it to write the rest.
+START_WAIT_S = 5.0
 CLOSE_WAIT_S = 10.0
 _RECORDS_AT, _RECORD_SIZE = sw.HEADER.size, sw.RECORD.size
+
+_LIVE: weakref.WeakSet[StepLog] = weakref.WeakSet()
+
+
+def _in_forked_child() -> None:
+    """A child forked from the rank (a DataLoader worker) must neither hold the writer's pipe open nor record."""
+    for log in list(_LIVE):
+        log._forget_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_in_forked_child)
 
 
 def _shm_dir() -> str | None:
@@ -56,94 +74,162 @@ class StepLog:
         self.mode = "inline"
         self._fd: int | None = None            # inline mode: our own descriptor
         self._ring: mmap.mmap | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._pipe: int | None = None
-        self._err_path = self.path.with_name(f".{self.path.name}.writer-err")
+        self._pid: int | None = None
+        self._pipe: int | None = None           # ours -> writer: its end of file ends the writer
+        self._status: int | None = None         # writer -> ours: READY, then DONE after its last write
+        self._err_path = Path(str(self.path) + ".writer-err")
         self._n = 0                             # records put into the ring
         self._prev_ready: int | None = None     # inline mode's data-wait state
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()          # reentrant: close() may run from a signal handler inside a write
+        self._forked = False
         try:
             self._start_writer()
         except Exception as exc:
             self._report(RuntimeError(f"no step writer process ({type(exc).__name__}: {exc}); "
                                       "steps.jsonl is written on the training thread"))
             self._to_inline(drain=False)
+        _LIVE.add(self)
 
     # ------------------------------------------------------------------ set-up
     def _start_writer(self) -> None:
+        if getattr(sys, "frozen", False) or not sys.executable:
+            raise OSError("no Python interpreter to run it with")
         shm = _shm_dir()
         if shm is None:
             raise OSError("no writable shared-memory folder")
         size = sw.HEADER.size + CAPACITY * sw.RECORD.size
-        fd, name = tempfile.mkstemp(prefix="wb-steps-", dir=shm)
+        ring_fd, name = tempfile.mkstemp(prefix="wb-steps-", dir=shm)
+        os.unlink(name)                         # only the two processes' descriptors keep it: nothing to leak
+        pipe_r = pipe_w = status_r = status_w = -1
         try:
-            os.ftruncate(fd, size)
-            ring = mmap.mmap(fd, size)
-        finally:
-            os.close(fd)
-        sw.HEADER.pack_into(ring, 0, sw.MAGIC, 0, 0, CAPACITY)
-        read_end, write_end = os.pipe()
-        try:
-            with open(self._err_path, "wb") as err:
-                self._proc = subprocess.Popen(
-                    [sys.executable, "-I", "-S", sw.__file__, name, str(self.path), str(read_end)],
-                    pass_fds=(read_end,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                    start_new_session=True)
+            os.ftruncate(ring_fd, size)
+            ring = mmap.mmap(ring_fd, size)
+            sw.HEADER.pack_into(ring, 0, sw.MAGIC, 0, 0, CAPACITY)
+            pipe_r, pipe_w = os.pipe()
+            status_r, status_w = os.pipe()
+            script = os.path.abspath(sw.__file__)
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", script, str(ring_fd), str(self.path), str(pipe_r)],
+                pass_fds=(ring_fd, pipe_r), stdin=subprocess.DEVNULL, stdout=status_w,
+                stderr=subprocess.DEVNULL, start_new_session=True)
+            proc.returncode = 0                 # reaped here with waitpid, never by Popen (no lock a signal can hold)
         except Exception:
-            os.close(write_end)
-            ring.close()
-            with_unlink(name)
+            for fd in (pipe_w, status_r):
+                if fd >= 0:
+                    with_close(fd)
             raise
         finally:
-            os.close(read_end)
-        os.set_inheritable(write_end, False)
-        self._ring, self._pipe, self._ring_name = ring, write_end, name
+            for fd in (ring_fd, pipe_r, status_w):
+                if fd >= 0:
+                    with_close(fd)
+        self._pid, self._pipe, self._status = proc.pid, pipe_w, status_r
+        os.set_inheritable(pipe_w, False)
+        if self._read_status(START_WAIT_S) != sw.READY:
+            ring.close()
+            self._stop_writer()
+            raise OSError("it did not start" + self._err_detail())
+        self._ring = ring
         self.mode = "process"
+
+    def _read_status(self, timeout_s: float) -> bytes:
+        """The writer's next status byte, b"" at its end of file or when none came within ``timeout_s``."""
+        if self._status is None:
+            return b""
+        try:
+            ready, _, _ = select.select([self._status], [], [], timeout_s)
+            return os.read(self._status, 1) if ready else b""
+        except OSError:
+            return b""
 
     # ------------------------------------------------------------------ hot path
     def record(self, step: int, start_ns: int, end_ns: int, ready_ns: int, flags: int) -> None:
         """One step (or, with ``flags`` DEVICE, a CUDA step time in ``start_ns``)."""
-        ring = self._ring
-        if ring is None:
-            self._write_inline([(step, start_ns, end_ns, ready_ns, flags)])
-            return
-        n = self._n
-        sw.RECORD.pack_into(ring, _RECORDS_AT + (n % CAPACITY) * _RECORD_SIZE, step, start_ns, end_ns, ready_ns, flags)
-        self._n = n = n + 1
-        sw.COUNT.pack_into(ring, sw.WRITTEN_AT, n)
-        if not n % CHECK_EVERY:
-            self._check()
+        try:
+            ring = self._ring
+            if ring is None:
+                if not self._forked:
+                    self._write_inline([(step, start_ns, end_ns, ready_ns, flags)])
+                return
+            n = self._n
+            sw.RECORD.pack_into(ring, _RECORDS_AT + (n % CAPACITY) * _RECORD_SIZE,
+                                step, start_ns, end_ns, ready_ns, flags)
+            self._n = n = n + 1
+            sw.COUNT.pack_into(ring, sw.WRITTEN_AT, n)
+            if not n % CHECK_EVERY:
+                self._check()
+        except Exception as exc:               # e.g. a close() from a signal handler between two lines
+            self._report(exc)
 
     def _check(self) -> None:
-        """Every CHECK_EVERY records: the writer process is alive and not a ring behind."""
-        assert self._ring is not None and self._proc is not None
-        code = self._proc.poll()
-        behind = self._n - sw.COUNT.unpack_from(self._ring, sw.READ_AT)[0]
-        if code is None and behind < CAPACITY - CHECK_EVERY:
+        """Every CHECK_EVERY records: a writer process that has ended is replaced by inline writing."""
+        if self._pid is None or not self._exited():
             return
-        if code is None:
-            self._proc.kill()
-            self._proc.wait()
-        self._report(RuntimeError(self._writer_failure(code, behind)))
+        self._report(RuntimeError(self._writer_failure("ended early")))
         self._to_inline(drain=True)
 
-    def _writer_failure(self, code: int | None, behind: int) -> str:
-        detail = ""
+    def _exited(self) -> bool:
+        """The writer process has ended (reaped here; where children are reaped elsewhere: its status pipe is
+        closed)."""
+        try:
+            pid, _ = os.waitpid(self._pid, os.WNOHANG)  # type: ignore[arg-type]
+            if pid:
+                self._pid = None
+                return True
+            return False
+        except ChildProcessError:
+            ready, _, _ = select.select([self._status], [], [], 0) if self._status is not None else ([], 0, 0)
+            return bool(ready)
+
+    def _err_detail(self) -> str:
+        """``: <the writer's error line>`` from ``steps.jsonl.writer-err``, or nothing."""
         try:
             lines = self._err_path.read_text(errors="replace").strip().splitlines()
-            detail = f": {lines[-1]}" if lines else ""
+            return f": {lines[-1]}" if lines else ""
         except OSError:
-            pass
-        what = f"exited with {code}" if code is not None else f"fell {behind} records behind and was stopped"
-        return f"the step writer process {what}{detail}; steps.jsonl is written on the training thread from here"
+            return ""
+
+    def _writer_failure(self, what: str) -> str:
+        return (f"the step writer process {what}{self._err_detail()}; steps.jsonl is written on the training "
+                "thread from here")
+
+    def _stop_writer(self, *, kill: bool = True) -> None:
+        """End the writer process for good (killed unless it is ending by itself), and reap it without waiting
+        long."""
+        if self._pipe is not None:
+            with_close(self._pipe)
+            self._pipe = None
+        if self._pid is not None:
+            if kill:
+                try:
+                    os.kill(self._pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            deadline = time.monotonic() + 1.0
+            while time.monotonic() < deadline:
+                try:
+                    if os.waitpid(self._pid, os.WNOHANG)[0]:
+                        break
+                except ChildProcessError:
+                    break
+                time.sleep(0.01)
+            self._pid = None
+        if self._status is not None:
+            with_close(self._status)
+            self._status = None
+
+    def _forget_in_child(self) -> None:
+        for fd in (self._pipe, self._status):
+            if fd is not None:
+                with_close(fd)
+        self._pipe = self._status = self._pid = None
+        self._ring = None
+        self._forked = True
 
     # ------------------------------------------------------------------ inline mode (fallback)
     def _to_inline(self, *, drain: bool) -> None:
         """Write from this process from now on (the rest of the ring first, when the writer is gone)."""
         ring, self._ring = self._ring, None
-        if self._pipe is not None:
-            with_close(self._pipe)
-            self._pipe = None
+        self._stop_writer()
         self.mode = "inline"
         try:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -152,10 +238,23 @@ class StepLog:
         if ring is not None:
             if drain:
                 reader = sw.RingReader(ring)
-                self._write(reader.take(self._n))
+                data, _ = reader.take(self._n)
+                if data and self._ends_cut():
+                    data = b"\n" + data        # a line the writer left cut stays one bad line, not two
+                self._write(data)
                 self._prev_ready = reader.prev_ready
             ring.close()
-        self._cleanup()
+
+    def _ends_cut(self) -> bool:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                if f.tell() == 0:
+                    return False
+                f.seek(-1, os.SEEK_END)
+                return f.read(1) != b"\n"
+        except OSError:
+            return False
 
     def _write_inline(self, records: list[tuple[int, int, int, int, int]]) -> None:
         with self._lock:
@@ -175,11 +274,14 @@ class StepLog:
     # ------------------------------------------------------------------ close
     def close(self) -> None:
         """Everything recorded is on disk when this returns (the writer is told to finish and waited for)."""
-        self._finish_writer()
+        try:
+            self._finish_writer()
+        except Exception as exc:
+            self._report(exc)
         if self._fd is not None:
             with_close(self._fd)
             self._fd = None
-        self._cleanup()
+        _LIVE.discard(self)
 
     def write_inline(self) -> None:
         """From now on write each record on the calling thread (the fallback; the bench's ``sync_write`` arm)."""
@@ -188,34 +290,25 @@ class StepLog:
             self._to_inline(drain=False)
 
     def _finish_writer(self) -> None:
-        """Tell the writer process to write the rest and end, and wait for it (a failed one: drain the ring here)."""
-        proc = self._proc
+        """Tell the writer process to write the rest and end, and wait for its DONE (none: drain the ring here)."""
+        if self._ring is None:
+            return
         if self._pipe is not None:
             with_close(self._pipe)          # end of file: the writer writes the rest and ends
             self._pipe = None
-        if proc is not None and self._ring is not None:
-            try:
-                code = proc.wait(timeout=CLOSE_WAIT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                code = proc.wait()
-            if code != 0:
-                self._report(RuntimeError(self._writer_failure(code, 0)))
-                self._to_inline(drain=True)
-        if self._ring is not None:
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        status = b""
+        while time.monotonic() < deadline:
+            status = self._read_status(max(0.0, deadline - time.monotonic()))
+            if status in (sw.DONE, b""):
+                break
+        if status == sw.DONE:
             self._ring.close()
             self._ring = None
-
-    def _cleanup(self) -> None:
-        name = getattr(self, "_ring_name", None)
-        if name:
-            with_unlink(name)
-            self._ring_name = None
-        try:
-            if self._err_path.exists() and self._err_path.stat().st_size == 0:
-                self._err_path.unlink()
-        except OSError:
-            pass
+            self._stop_writer(kill=False)   # it is ending by itself: reap it
+            return
+        self._report(RuntimeError(self._writer_failure("did not finish")))
+        self._to_inline(drain=True)
 
     def _report(self, exc: BaseException) -> None:
         try:
@@ -229,11 +322,3 @@ def with_close(fd: int) -> None:
         os.close(fd)
     except OSError:
         pass
-
-
-def with_unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-

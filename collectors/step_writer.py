@@ -1,17 +1,21 @@
 """The process that writes ``steps.jsonl`` for a training process (standard library only; also imported by it).
 
 The training process puts one fixed-size record per step into a ring in shared memory (:mod:`step_log`); this
-process, started by the collector with ``python -I -S step_writer.py RING STEPS_JSONL PIPE_FD``, reads the ring
+process, started by the collector with ``python -I -S step_writer.py RING_FD STEPS_JSONL PIPE_FD``, reads the ring
 every :data:`POLL_S` and appends the records as JSON lines. It ends when the pipe from the training process reports
-end-of-file — a normal close, or the training process's death, SIGKILL included — after writing every record still in
-the ring, so a killed or aborted rank's finished steps are all on disk. It runs in a session of its own, so a signal
-to the training process's group does not end it before it has written them.
+end of file (a normal close, or the training process's death, SIGKILL included) after writing every record still
+in the ring, so a killed or aborted rank's finished steps are all on disk. It runs in a session of its own and
+ignores SIGINT, SIGTERM and SIGHUP, so a signal meant for the rank does not end it before it has written them.
+On its stdout it tells the training process :data:`READY` once it has the ring and the file, and :data:`DONE` after
+its last write; on an error it writes the error's line to ``<steps>.writer-err`` beside the file and exits 1.
 
-Ring layout (little-endian): a header of 4 × u64 — magic, records written (the training process's count), records
-read (this process's), capacity — then ``capacity`` records of :data:`RECORD` (step, start_ns, end_ns, ready_ns,
-flags). ``flags``: :data:`PROFILED`, :data:`INTERRUPTED`, or :data:`DEVICE` (a CUDA step time: ``start_ns`` holds
-``device_ns``). While the training process runs, only records already counted at the previous poll are read, so a
-record is never read while it is being written (stores become visible in order well within a poll on every CPU).
+Ring layout (native byte order, aligned 8-byte words): a header of 4 words (magic, records written by the training
+process, records written out by this process, capacity), then ``capacity`` records of :data:`RECORD` (step,
+start_ns, end_ns, ready_ns, flags). ``flags``: :data:`PROFILED`, :data:`INTERRUPTED`, or :data:`DEVICE` (a CUDA step
+time: ``start_ns`` holds ``device_ns``). While the training process runs, only records already counted at the
+previous poll are read, so a record is never read while it is being written; lines therefore reach the file within
+two polls. A loop that records more than ``capacity`` steps in two polls (faster than ~15 µs a step) outruns the
+ring: the records overwritten before they were read are skipped, never garbled.
 """
 
 from __future__ import annotations
@@ -20,20 +24,23 @@ import json
 import mmap
 import os
 import select
+import signal
 import struct
 import sys
 
 MAGIC = 0x5742_5354_4550_5331          # "WBSTEPS1"
-HEADER = struct.Struct("<4Q")
-RECORD = struct.Struct("<5q")
-COUNT = struct.Struct("<Q")
+HEADER = struct.Struct("=4Q")
+RECORD = struct.Struct("=5q")
+COUNT = struct.Struct("Q")              # native: one aligned 8-byte access, never torn
 WRITTEN_AT, READ_AT = 8, 16             # header offsets of the two counters
 PROFILED, INTERRUPTED, DEVICE = 1, 2, 4
+READY, DONE = b"R", b"D"
 #: Seconds between two reads of the ring.
 POLL_S = 0.5
 
 
-def format_records(records: list[tuple[int, int, int, int, int]], prev_ready: int | None) -> tuple[bytes, int | None]:
+def format_records(records: list[tuple[int, int, int, int, int]],
+                   prev_ready: int | None) -> tuple[bytes, int | None]:
     """``steps.jsonl`` lines for records, and the ``ready_ns`` of the last step record (the next data wait starts
     there: the collector's own work after a step is not data loading)."""
     out = []
@@ -53,14 +60,14 @@ def format_records(records: list[tuple[int, int, int, int, int]], prev_ready: in
 
 
 class RingReader:
-    """Reads records out of the ring, from the last one read on (by whoever read them)."""
+    """Reads records out of the ring, from the last one written out (by whoever wrote them)."""
 
-    def __init__(self, ring: mmap.mmap) -> None:
+    def __init__(self, ring: mmap.mmap, prev_ready: int | None = None) -> None:
         self.ring = ring
         magic, _, _, self.capacity = HEADER.unpack_from(ring, 0)
         if magic != MAGIC:
             raise ValueError("not a step ring")
-        self.prev_ready: int | None = None
+        self.prev_ready = prev_ready
 
     def written(self) -> int:
         return COUNT.unpack_from(self.ring, WRITTEN_AT)[0]
@@ -68,15 +75,17 @@ class RingReader:
     def read(self) -> int:
         return COUNT.unpack_from(self.ring, READ_AT)[0]
 
-    def take(self, upto: int) -> bytes:
-        """Lines for the records from the last read one up to ``upto`` (exclusive); marks them read."""
-        start = self.read()
-        start = max(start, upto - self.capacity)          # records overwritten before they were read are lost
+    def take(self, upto: int) -> tuple[bytes, int]:
+        """Lines for the records from the last one written out up to ``upto`` (exclusive), and the count to
+        :meth:`mark` once they are on disk."""
+        start = max(self.read(), upto - self.capacity)   # records overwritten before they were read are skipped
         records = [RECORD.unpack_from(self.ring, HEADER.size + (i % self.capacity) * RECORD.size)
                    for i in range(start, upto)]
         data, self.prev_ready = format_records(records, self.prev_ready)
-        COUNT.pack_into(self.ring, READ_AT, max(upto, start))
-        return data
+        return data, max(upto, start)
+
+    def mark(self, count: int) -> None:
+        COUNT.pack_into(self.ring, READ_AT, count)
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -85,16 +94,12 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def main(argv: list[str]) -> int:
-    ring_path, steps_path, pipe_fd = argv[0], argv[1], int(argv[2])
-    with open(ring_path, "r+b") as f:
-        ring = mmap.mmap(f.fileno(), 0)
-    try:
-        os.unlink(ring_path)       # nothing left behind, whoever ends first
-    except OSError:
-        pass
+def run(ring_fd: int, steps_path: str, pipe_fd: int) -> None:
+    ring = mmap.mmap(ring_fd, 0)
+    os.close(ring_fd)
     reader = RingReader(ring)
     fd = os.open(steps_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.write(1, READY)
     seen = reader.read()
     while True:
         ready, _, _ = select.select([pipe_fd], [], [], POLL_S)
@@ -102,11 +107,29 @@ def main(argv: list[str]) -> int:
         written = reader.written()
         upto = written if final else min(written, seen)
         if upto > reader.read():
-            write_all(fd, reader.take(upto))
+            data, count = reader.take(upto)
+            write_all(fd, data)
+            reader.mark(count)       # only once on disk: a writer killed mid-write loses nothing
         seen = written
         if final:
             os.close(fd)
-            return 0
+            os.write(1, DONE)
+            return
+
+
+def main(argv: list[str]) -> int:
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)           # the pipe's end of file ends this process, nothing else
+    try:
+        run(int(argv[0]), argv[1], int(argv[2]))
+        return 0
+    except BaseException as exc:
+        try:
+            with open(argv[1] + ".writer-err", "w") as err:
+                err.write(f"{type(exc).__name__}: {exc}\n")
+        except Exception:
+            pass
+        return 1
 
 
 if __name__ == "__main__":
