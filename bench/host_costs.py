@@ -125,25 +125,9 @@ def _ci(values: list[float], rng: random.Random, n: int = 2000) -> list[float]:
 def training_loop_costs(steps: int, device_name: str, shape: str) -> dict[str, Any]:
     """Per round one step of every condition, shuffled; each condition's cost as the median of its difference
     to ``bare`` in the same round (wall and thread CPU, µs), with a bootstrap interval."""
-    import torch
-
-    from h200_transformer import batch, build, loss_fn
     from workbench.collectors import Collector
 
-    d_model, layers, seq, batch_n, _ = overhead.SHAPES[shape]
-    device = torch.device(device_name)
-    model = build(d_model, layers, device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
-    x, y = batch(batch_n, seq, device)
-
-    def body() -> None:
-        with torch.autocast(device.type, dtype=torch.bfloat16):
-            loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        loss.item()
-
+    body = overhead.training_step(shape, device_name)
     collectors = {
         "collector": Collector(tempfile.mkdtemp(prefix="wb-loop-"), profile_repeat=0),
         "sync_write": Collector(tempfile.mkdtemp(prefix="wb-loop-"), profile_repeat=0),

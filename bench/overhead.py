@@ -659,31 +659,44 @@ def print_summary(shape: str, summary: dict, *, show_pairs: bool = True) -> None
 
 
 # ---------------------------------------------------------------------------------------------------- in process
+def training_step(shape: str, device_name: str, compile_backend: str | None = "eager") -> Any:
+    """One training step of ``shape`` as a function (bf16 autocast, fused AdamW on CUDA, ``loss.item()``), for the
+    one-process methods. ``compile_backend``: ``"eager"`` (no ``torch.compile``), None (torch's default) or a
+    backend name."""
+    import torch
+
+    from h200_transformer import batch, build, loss_fn
+
+    d_model, layers, seq, batch_n, _ = SHAPES[shape]
+    device = torch.device(device_name)
+    model = build(d_model, layers, device)
+    if compile_backend == "eager":
+        fn = model
+    else:
+        fn = torch.compile(model) if compile_backend is None else torch.compile(model, backend=compile_backend)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
+    x, y = batch(batch_n, seq, device)
+
+    def body() -> None:
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            loss = loss_fn(fn(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss.item()
+
+    return body
+
+
 def in_process(n: int, device_name: str, shape: str = "small", clobber_mb: int = 64) -> dict:
     """The collector's per-step cost inside one process (``--in-process N``): N times, in a shuffled order, a bare
     step and a collector step, each either right after another step (``warm``) or after a pass over ``clobber_mb``
     MB that evicts the CPU caches (``cold``, as when other processes ran on the CPUs in between). The model runs
     eagerly (the collector's hooks do not depend on compiling); the collector has no profiler window. Returns the
     median step time per condition and the collector's extra time, warm and cold (us)."""
-    import torch
-
-    from h200_transformer import batch, build, loss_fn
     from workbench.collectors import Collector
 
-    d_model, layers, seq, batch_n, _ = SHAPES[shape]
-    device = torch.device(device_name)
-    model = build(d_model, layers, device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
-    x, y = batch(batch_n, seq, device)
-
-    def body() -> None:
-        with torch.autocast(device.type, dtype=torch.bfloat16):
-            loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        loss.item()
-
+    body = training_step(shape, device_name)
     collector = Collector(Path(tempfile.mkdtemp(prefix="wb-inproc-")), profile_repeat=0)
     ctxs = {"bare": contextlib.nullcontext, "collector": collector.step}
     junk = bytearray(os.urandom(1 << 16)) * (clobber_mb * 16)
@@ -726,26 +739,9 @@ def toggled(pairs: int, device_name: str, shape: str, backend: str | None, block
     (a bare block and a collector block, in a random order) the ratio of the block medians; the median over pairs
     and its bootstrap interval. What stays after a collector is closed (imports, loaded libraries, environment
     variables) is in both arms and not measured here: the lockstep rounds measure it."""
-    import torch
-
-    from h200_transformer import batch, build, loss_fn
     from workbench.collectors import Collector
 
-    d_model, layers, seq, batch_n, _ = SHAPES[shape]
-    device = torch.device(device_name)
-    model = build(d_model, layers, device)
-    compiled = torch.compile(model) if backend is None else torch.compile(model, backend=backend)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
-    x, y = batch(batch_n, seq, device)
-
-    def body() -> None:
-        with torch.autocast(device.type, dtype=torch.bfloat16):
-            loss = loss_fn(compiled(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        loss.item()
-
+    body = training_step(shape, device_name, backend)
     for _ in range(3):
         body()                                       # the compile
     root = run_root or Path(tempfile.mkdtemp(prefix="wb-toggle-"))

@@ -33,13 +33,13 @@ from typing import Any, Callable, TypeVar
 
 from workbench import rundir
 from workbench.collectors import compile_capture, hang_capture, source_sites
-from workbench.collectors.step_log import StepLog
-from workbench.collectors.step_writer import DEVICE, INTERRUPTED, PROFILED
 from workbench.collectors.apply import ConfigApplier
 from workbench.collectors.fingerprint import fingerprint
 from workbench.collectors.options import CollectorOptions
 from workbench.collectors.profiling import ProfilerWindows
 from workbench.collectors.ranges import Ranges
+from workbench.collectors.step_log import StepLog
+from workbench.collectors.step_writer import DEVICE, INTERRUPTED, PROFILED
 
 log = logging.getLogger("workbench.collectors")
 
@@ -155,7 +155,6 @@ class Collector(contextlib.ContextDecorator):
         self._every_step = False
         self._windows_at: float = math.inf
         self._timing_at: float = math.inf
-        self._timing_every = 1
         self._next_work: float = math.inf
         self._windows: ProfilerWindows | None = None
         self._compile_handler: compile_capture.TraceFileHandler | None = None
@@ -371,7 +370,6 @@ class Collector(contextlib.ContextDecorator):
         self._every_step = self._ranges.nvtx_on or self._applier is not None
         self._profiled = False
         self._windows_at = self._windows.next_busy_step(n) if self._windows is not None else math.inf
-        self._timing_every = every
         self._timing_at = -(-n // every) * every if self.options.device_timing else math.inf
         self._next_work = min(self._windows_at, self._timing_at)
 
@@ -405,7 +403,8 @@ class Collector(contextlib.ContextDecorator):
         if self._ranges.nvtx_on:   # NVTX only: Kineto has ProfilerStep#N
             self._open_ranges["step"] = self._ranges.push(f"step {step}", kineto=False)
         if step >= self._timing_at:
-            self._timing_at = step - step % self._timing_every + self._timing_every
+            every = self.options.device_timing_every
+            self._timing_at = step - step % every + every
             if self._pending:
                 self._drain_events()      # CUDA times of earlier timed steps that completed
             self._record_start_event()
