@@ -40,7 +40,7 @@ per step (for the Flight Recorder arms). Method and H200 figures: bench/README.m
     python bench/overhead.py --shapes issue --arms bare2,collector --block 1 --pin same --cores-per-proc 4 --mps \
         --steps 400 --probe --rounds 12 --json out.json                                 # on the H200 (f1 method)
     python bench/overhead.py --in-process 400                     # bare/collector steps alternated in one process
-    python bench/overhead.py --toggle 40 --shapes small           # the collector on/off in blocks, one process
+    python bench/overhead.py --toggle 40 --shapes small --arms bare2,collector,no_window   # on/off in one process
     python bench/overhead.py --summarize out.json                 # the summary of a saved run again
     python bench/overhead.py --shapes small --arms bare2,collector,no_window,no_capture --rounds 6
     python bench/overhead.py --smoke --json out.json                                # CPU; no claims
@@ -65,7 +65,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,7 +82,7 @@ SEGMENTS: dict[str, tuple[int, int | None]] = {"before": (1, 3), "prep": (4, 4),
 
 @dataclass(frozen=True)
 class Arm:
-    kind: str                                            # bare | collector | profiler
+    kind: str                                            # bare | collector | late_start | residue | profiler
     options: dict[str, Any] = field(default_factory=dict)  # Collector keywords (kind collector)
     env: dict[str, str] = field(default_factory=dict)      # set in the process before anything runs
     what: str = ""
@@ -95,6 +95,8 @@ ARMS: dict[str, Arm] = {
     "bare2": Arm("bare", what="no collector again: the A/A control"),
     "collector": Arm("collector", what="Collector(path), default options"),
     "profiler": Arm("profiler", what="bare torch.profiler, schedule(wait=4, warmup=1, active=3), .json.gz export"),
+    "late_start": Arm("late_start", what="Collector(path) made after the model is built, started by `with collector:`"),
+    "residue": Arm("residue", what="a collector started and closed before the model is built; the loop runs bare"),
     "no_window": Arm("collector", {"profile_repeat": 0}, what="collector, profiler off"),
     "no_capture": Arm("collector", {"compile_capture": False}, what="collector, compile capture off"),
     "no_device_timing": Arm("collector", {"device_timing": False}, what="collector, CUDA events off"),
@@ -113,17 +115,22 @@ ARMS: dict[str, Arm] = {
 }
 
 
-def _patch(name: str) -> None:
-    """Ablations of collector parts that have no option (bench only; applied in the arm's process)."""
+def _patch(name: str) -> Callable[[], None]:
+    """Ablations of collector parts that have no option (bench only; applied in the arm's process). Returns what
+    undoes it (``--toggle`` switches arms inside one process)."""
     from workbench.collectors import collector as cmod
-    from workbench.collectors import hang_capture
+    from workbench.collectors import hang_capture, step_log
+
+    saved: list[tuple[Any, str, Any]] = []
+
+    def put(owner: Any, attr: str, value: Any) -> None:
+        saved.append((owner, attr, getattr(owner, attr)))
+        setattr(owner, attr, value)
 
     if name == "no_hang":
-        hang_capture.start = lambda *a, **k: None          # type: ignore[assignment]
+        put(hang_capture, "start", lambda *a, **k: None)
     elif name == "no_write":
-        from workbench.collectors import step_log
-
-        step_log.StepLog.record = lambda self, *record: None  # type: ignore[method-assign]
+        put(step_log.StepLog, "record", lambda self, *record: None)
     elif name == "sync_write":
         start = cmod.Collector.start
 
@@ -132,12 +139,18 @@ def _patch(name: str) -> None:
             write_every_step(self)
             return self
 
-        cmod.Collector.start = start_writing_every_step     # type: ignore[method-assign]
+        put(cmod.Collector, "start", start_writing_every_step)
     elif name == "no_step_hooks":
-        cmod.Collector._step_begin = lambda self: None      # type: ignore[method-assign]
-        cmod.Collector._step_end = lambda self: None        # type: ignore[method-assign]
+        put(cmod.Collector, "_step_begin", lambda self: None)
+        put(cmod.Collector, "_step_end", lambda self: None)
     elif name:
         raise ValueError(f"unknown patch {name!r}")
+
+    def undo() -> None:
+        for owner, attr, value in reversed(saved):
+            setattr(owner, attr, value)
+
+    return undo
 
 
 def write_every_step(collector: Any) -> None:
@@ -296,11 +309,14 @@ def run_arm(arm: Arm, shape: str, device_name: str, backend: str | None, run_dir
         device = torch.device("cuda", torch.cuda.current_device())
     out: dict[str, Any] = {"pid": os.getpid()}
     collector = None
-    if arm.kind == "collector":
+    if arm.kind in ("collector", "residue"):
         from workbench.collectors import Collector
 
         collector = Collector(run_dir, **arm.options)
         collector.start()                      # before the process group, as docs/hangs.md asks
+        if arm.kind == "residue":              # what a started collector leaves behind, without it
+            collector.close()
+            collector = None
     comm = None
     if shape.endswith("_pg"):                  # one-rank NCCL group, one all-reduce per step (Flight Recorder arms)
         import torch.distributed as dist
@@ -313,6 +329,10 @@ def run_arm(arm: Arm, shape: str, device_name: str, backend: str | None, run_dir
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     x, y = batch(n, seq, device)
     dtype = torch.bfloat16
+    if arm.kind == "late_start":
+        from workbench.collectors import Collector
+
+        collector = Collector(run_dir, **arm.options)   # started by ``with collector:`` below
 
     def body() -> float:
         with torch.autocast(device.type, dtype=dtype):
@@ -426,6 +446,13 @@ def _fork(arm_name: str, shape: str, args: argparse.Namespace, run_dir: Path, re
         os._exit(code)
 
 
+def no_result(wait_status: int) -> str:
+    """Why a measured process left no result file: how it ended (a signal, or an exit code)."""
+    code = os.waitstatus_to_exitcode(wait_status)
+    how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+    return f"no result (the process died: {how})"
+
+
 def steps_of(shape: str, args: argparse.Namespace) -> int:
     """Steps per process: ``--steps``, else the shape's."""
     return args.steps or SHAPES[shape.removesuffix("_pg")][4]
@@ -437,8 +464,8 @@ def warmup_process(shape: str, args: argparse.Namespace, tmp: Path) -> dict:
     result = tmp / f"warmup-{shape}.json"
     pid = _fork("bare", shape, args, tmp / f"warmup-{shape}", result, True, None, [],
                 placements(1, args.pin, 4 * args.cores_per_proc, 0)[0][0])
-    os.waitpid(pid, 0)
-    res = json.loads(result.read_text()) if result.exists() else {"error": "no result"}
+    _, status = os.waitpid(pid, 0)
+    res = json.loads(result.read_text()) if result.exists() else {"error": no_result(status)}
     res["process_s"] = round(time.perf_counter() - t0, 2)
     return res
 
@@ -511,12 +538,12 @@ def run_round(arm_names: list[str], shape: str, args: argparse.Namespace, tmp: P
     out = {}
     for label, p in procs.items():
         os.close(p["tok"])
-        os.waitpid(p["pid"], 0)
+        _, status = os.waitpid(p["pid"], 0)
         os.close(p["done"])
         try:
             res = json.loads(p["result"].read_text())
         except (OSError, ValueError):
-            res = {"error": "no result (process died)"}
+            res = {"error": no_result(status)}
         res.update(arm=p["arm"], shape=shape)
         out[label] = res
         if not args.keep:
@@ -730,55 +757,114 @@ def in_process(n: int, device_name: str, shape: str = "small", clobber_mb: int =
     return out
 
 
-def toggled(pairs: int, device_name: str, shape: str, backend: str | None, block: int = 60, skip: int = 10,
-            run_root: Path | None = None) -> dict:
-    """The whole default collector switched on and off inside one process (``--toggle PAIRS``): the compiled model
-    of ``shape`` runs blocks of ``block`` steps, alternately bare and inside a fresh ``Collector`` (started before
-    the block, closed after it, so its threads, writer process, handlers and profiler window come and go with it);
-    the first ``skip`` steps of every block are left out (the collector's window is at its steps 5-7). Per pair
-    (a bare block and a collector block, in a random order) the ratio of the block medians; the median over pairs
-    and its bootstrap interval. What stays after a collector is closed (imports, loaded libraries, environment
-    variables) is in both arms and not measured here: the lockstep rounds measure it."""
-    from workbench.collectors import Collector
+#: ``--toggle``: the first step of a block's ``late`` segment (after the window's background export).
+TOGGLE_LATE = 30
 
+
+@contextlib.contextmanager
+def arm_switched_on(arm: Arm, run_dir: Path):
+    """Inside one process: ``arm``'s environment and patch applied and, for a collector arm, a fresh ``Collector``
+    started; yields the step context (``collector.step`` or a no-op) and the collector; all undone on exit."""
+    if arm.kind not in ("bare", "collector"):
+        raise ValueError(f"--toggle takes bare and collector arms, not {arm.kind!r} ones")
+    saved_env = {k: os.environ.get(k) for k in arm.env}
+    os.environ.update(arm.env)
+    undo = _patch(arm.patch) if arm.patch else (lambda: None)
+    try:
+        if arm.kind == "collector":
+            from workbench.collectors import Collector
+
+            with Collector(run_dir, **arm.options) as collector:
+                yield collector.step, collector
+        else:
+            yield contextlib.nullcontext, None
+    finally:
+        undo()
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def toggled(rounds: int, device_name: str, shape: str, backend: str | None, arms: list[str] | None = None,
+            block: int = 60, skip: int = 10, run_root: Path | None = None, budget_s: float | None = None) -> dict:
+    """Collector arms switched on and off inside one process (``--toggle ROUNDS``): the compiled model of ``shape``
+    runs blocks of ``block`` steps; every round runs one block bare and one per arm of ``arms`` (default:
+    ``collector``; ``bare2`` is the A/A control), in a new random order, each collector arm inside a fresh
+    ``Collector`` (started before its block, closed after it: threads, writer process, handlers, profiler window
+    come and go with it) with its patch and environment applied. Per round and arm, the ratio of the block's median
+    step to the bare block's, over steps ``skip``+ (``after``: the window is at steps 5-7) and over steps 30+
+    (``late``: after its background export); the median over rounds and its bootstrap interval. What stays after a
+    collector is closed (imports, loaded libraries, environment variables) is in every arm alike and not measured
+    here: the lockstep rounds measure it. ``budget_s``: no new round after that many seconds (at least two run)."""
+    arms = arms or ["collector"]
     body = training_step(shape, device_name, backend)
     for _ in range(3):
         body()                                       # the compile
     root = run_root or Path(tempfile.mkdtemp(prefix="wb-toggle-"))
     rng = random.Random(0)
-    ratios, errors, medians = [], [], {"bare": [], "collector": []}
-    for k in range(pairs):
-        order = ["bare", "collector"]
+    names = ["bare", *arms]
+    step_ms: list[dict[str, list[float]]] = []
+    errors: dict[str, list[str]] = {}
+    t_begin = time.monotonic()
+    for k in range(rounds):
+        if budget_s is not None and k >= 2 and time.monotonic() - t_begin > budget_s:
+            break
+        order = names[:]
         rng.shuffle(order)
-        level = {}
-        for arm in order:
-            collector = Collector(root / f"pair{k}") if arm == "collector" else None
-            ctx = collector if collector is not None else contextlib.nullcontext()
-            step_ctx = collector.step if collector is not None else contextlib.nullcontext
-            times = []
-            with ctx:
+        rnd: dict[str, list[float]] = {}
+        for name in order:
+            with arm_switched_on(ARMS[name], root / f"r{k}-{name}") as (step_ctx, collector):
+                times = []
                 for _ in range(block):
                     t0 = time.perf_counter()
                     with step_ctx():
                         body()
-                    times.append((time.perf_counter() - t0) * 1e3)
-            if collector is not None:
-                errors.extend(collector.errors)
-            level[arm] = statistics.median(times[skip:])
-            medians[arm].append(round(level[arm], 4))
-        ratios.append(level["collector"] / level["bare"])
-    lo, hi = bootstrap_median(ratios) if len(ratios) > 1 else (ratios[0], ratios[0])
-    return {"shape": shape, "compiled": True, "pairs": pairs, "block": block, "skip": skip,
-            "median_ratio": round(statistics.median(ratios), 4), "ci95": [round(lo, 4), round(hi, 4)],
-            "block_median_ms": medians, "errors": errors}
+                    times.append(round((time.perf_counter() - t0) * 1e3, 4))
+            if collector is not None and collector.errors:
+                errors.setdefault(name, []).extend(collector.errors)
+            rnd[name] = times
+        step_ms.append(rnd)
+    out: dict[str, Any] = {"shape": shape, "compiled": True, "rounds": len(step_ms), "block": block, "skip": skip,
+                           "late": TOGGLE_LATE, "arms": {}, "errors": errors}
+    out["bare_ms"] = round(statistics.median(statistics.median(r["bare"][skip:]) for r in step_ms), 4)
+    for name in arms:
+        entry: dict[str, Any] = {"what": ARMS[name].what}
+        for seg, first in (("after", skip), ("late", TOGGLE_LATE)):
+            if first >= block:
+                continue
+            ratios = [statistics.median(r[name][first:]) / statistics.median(r["bare"][first:]) for r in step_ms]
+            lo, hi = bootstrap_median(ratios) if len(ratios) > 1 else (ratios[0], ratios[0])
+            entry[seg] = {"median_ratio": round(statistics.median(ratios), 4), "ci95": [round(lo, 4), round(hi, 4)],
+                          "ratios": [round(x, 4) for x in ratios]}
+        out["arms"][name] = entry
+    out["step_ms"] = step_ms
+    if run_root is None:
+        shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def print_toggled(res: dict) -> None:
+    print(f"toggle {res['shape']}: {res['rounds']} rounds of {res['block']}-step blocks, bare "
+          f"{res['bare_ms']:.3f} ms (median of block medians); arm/bare, median over rounds [95% interval]:",
+          flush=True)
+    for name, entry in res["arms"].items():
+        cells = [f"{seg} (steps {res['skip' if seg == 'after' else 'late']}+) {entry[seg]['median_ratio']:.4f} "
+                 f"[{entry[seg]['ci95'][0]:.4f}, {entry[seg]['ci95'][1]:.4f}]" for seg in ("after", "late")
+                 if seg in entry]
+        print(f"  {name:16} " + "; ".join(cells) + f"   ({entry['what']})", flush=True)
+    for name, errs in res["errors"].items():
+        print(f"  {name}: {len(errs)} collector errors, first: {errs[0]}", flush=True)
 
 
 # ---------------------------------------------------------------------------------------------------- driver
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--shapes", default="issue,small")
-    p.add_argument("--arms", default="bare2,collector,profiler",
-                   help=f"arms besides bare, comma-separated; known: {', '.join(ARMS)}")
+    p.add_argument("--arms", default=None,
+                   help=f"arms besides bare, comma-separated (default bare2,collector,profiler; --toggle: collector);"
+                        f" known: {', '.join(ARMS)}")
     p.add_argument("--rounds", type=int, default=6, help="rounds (pairs per arm) per shape, at least")
     p.add_argument("--max-rounds", type=int, default=None, help="keep going up to this many while time is left")
     p.add_argument("--budget-s", type=float, default=None, help="stop starting rounds after this many seconds")
@@ -808,9 +894,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--in-process", type=int, default=None, metavar="N",
                    help="instead of rounds: N bare and N collector steps alternated inside one process, warm and "
                         "after a cache-evicting pass (the collector's own per-step cost)")
-    p.add_argument("--toggle", type=int, default=None, metavar="PAIRS",
-                   help="instead of rounds: in one process, blocks of --steps steps (default 60) alternately bare "
-                        "and inside a fresh default Collector; PAIRS pairs of blocks (--shapes: the first one)")
+    p.add_argument("--toggle", type=int, default=None, metavar="ROUNDS",
+                   help="instead of rounds: in one process, ROUNDS rounds of blocks of --steps steps (default 60): one "
+                        "bare, one per --arms arm (default collector; bare and collector arms), in a random order, "
+                        "each collector arm inside a fresh Collector (--shapes: the first one)")
     p.add_argument("--summarize", default=None, metavar="JSON",
                    help="print the summary of a saved --json file again (with this version's comparisons)")
     p.add_argument("--stat", choices=("median", "trimmed"), default="median",
@@ -834,19 +921,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.toggle:
         _import_workbench()
         smoke = args.smoke
+        arms = [a for a in (args.arms or "collector").split(",") if a and a != "bare"]
+        bad = [a for a in arms if a not in ARMS or ARMS[a].kind not in ("bare", "collector")]
+        if bad:
+            p.error(f"--toggle takes bare and collector arms; not {bad}")
         res = toggled(args.toggle, "cpu" if smoke else args.device, "tiny" if smoke else args.shapes.split(",")[0],
-                      args.backend or ("aot_eager" if smoke else None), block=args.steps or (12 if smoke else 60),
-                      skip=2 if smoke else 10, run_root=Path(args.keep) if args.keep else None)
-        print(f"toggle {res['shape']}: collector/bare {res['median_ratio']} {res['ci95']} over {res['pairs']} "
-              f"pairs of {res['block']}-step blocks", flush=True)
+                      args.backend or ("aot_eager" if smoke else None), arms, block=args.steps or (12 if smoke else 60),
+                      skip=2 if smoke else 10, run_root=Path(args.keep) if args.keep else None,
+                      budget_s=args.budget_s)
+        print_toggled(res)
         if args.json:
-            Path(args.json).write_text(json.dumps(res, indent=1))
+            Path(args.json).write_text(json.dumps(res))
         return 0
     if args.smoke:
         args.device, args.backend, args.shapes = "cpu", args.backend or "aot_eager", "tiny"
         args.rounds = min(args.rounds, 1)
         args.pin = "none"
-    arms = [a for a in args.arms.split(",") if a and a != "bare"]
+    arms = [a for a in (args.arms or "bare2,collector,profiler").split(",") if a and a != "bare"]
     unknown = [a for a in arms if a not in ARMS]
     if unknown:
         p.error(f"unknown arms {unknown}; known: {', '.join(ARMS)}")

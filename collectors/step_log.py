@@ -5,7 +5,7 @@ Per step the training thread packs one record into a ring in shared memory (:met
 started once at ``start()``) turns the records into JSON lines within two :data:`~step_writer.POLL_S`. Why: on
 the H200 machine a step's ``os.write`` and ``orjson`` cost the training loop +93 µs a step (5.8 ms eager step),
 15 times what the same code costs alone, because it runs right after the step's own work has evicted the CPU
-caches; the same hot path (measured with a thread writing) cost +12.5 µs (bench/README.md, "Collector
+caches; with the ring the collector's step costs +28 µs of CPU time there (bench/README.md, "Collector
 overhead"). A thread would not do: a rank that is killed or aborts would lose the lines it had not written, and
 those say where it died.
 

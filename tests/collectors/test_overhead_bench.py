@@ -115,18 +115,28 @@ def test_host_costs_smoke(tmp_path):
 
 @pytest.mark.slow
 def test_toggle_smoke(tmp_path):
-    """``--toggle``: the collector switched on and off in blocks inside one process, each collector block a run
-    directory of its own with its profiler window (no timing is asserted)."""
+    """``--toggle``: arms switched on and off in blocks inside one process; each collector block a run directory of
+    its own (with its profiler window unless the arm turns it off); patches are undone after their block (no
+    timing is asserted)."""
     out = tmp_path / "toggle.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, str(ROOT / "bench/overhead.py"), "--toggle", "2", "--smoke",
-                           "--keep", str(tmp_path / "runs"), "--json", str(out)],
-                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+                           "--arms", "bare2,collector,no_window,no_write", "--keep", str(tmp_path / "runs"),
+                           "--json", str(out)], capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     res = json.loads(out.read_text())
-    assert res["pairs"] == 2 and res["errors"] == [] and len(res["ci95"]) == 2
-    assert all(len(v) == 2 for v in res["block_median_ms"].values())
+    assert res["rounds"] == 2 and res["errors"] == {}
+    assert set(res["arms"]) == {"bare2", "collector", "no_window", "no_write"}
+    assert all(len(e["after"]["ratios"]) == 2 and len(e["after"]["ci95"]) == 2 for e in res["arms"].values())
+    assert all(set(r) == {"bare", "bare2", "collector", "no_window", "no_write"} for r in res["step_ms"])
+    assert all(len(v) == res["block"] for r in res["step_ms"] for v in r.values())
     for k in range(2):
-        run = tmp_path / f"runs/pair{k}/rank0"
+        run = tmp_path / f"runs/r{k}-collector/rank0"
         assert len((run / "steps.jsonl").read_text().splitlines()) >= res["block"]
         assert len(list((run / "trace").glob("*.json.gz"))) == 1
+        assert not list((tmp_path / f"runs/r{k}-no_window/rank0").glob("trace/*.json.gz"))
+        # no_write's patch held only in its own block: the collector blocks after it still wrote their steps
+        assert (tmp_path / f"runs/r{k}-no_write/rank0/steps.jsonl").read_text() == ""
+    refused = subprocess.run([sys.executable, str(ROOT / "bench/overhead.py"), "--toggle", "1", "--smoke",
+                              "--arms", "profiler"], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert refused.returncode == 2 and "--toggle takes bare and collector arms" in refused.stderr
