@@ -12,7 +12,9 @@ those say where it died.
 What is on disk when: a hung step does not stop the writer, so the steps before it are there within 2 × ``POLL_S``; a
 rank killed with SIGKILL or aborted has all its finished steps there too (the writer sees the pipe close, writes the
 rest of the ring and ends; a DataLoader worker forked from the rank holds nothing of it open). Only a writer killed
-along with its rank (a whole job's processes killed at once) loses the last 2 × ``POLL_S`` of lines.
+along with its rank (a whole job's processes killed at once) loses the last 2 × ``POLL_S`` of lines. A writer more
+than the ring behind (a loop faster than ~15 µs a step, a hung file system) loses the oldest records it had not read:
+``steps.jsonl`` gets one ``lost_records`` line where they were, and ``on_error`` hears of it once.
 
 Where no writer process can run (no shared-memory folder, a sandbox without ``fork``/``exec``), or when it dies,
 the lines are written on the training thread at every step as before (``mode == "inline"``), and the reason is
@@ -36,7 +38,8 @@ from typing import Callable
 
 from workbench.collectors import step_writer as sw
 
-#: Records the ring holds (at 40 bytes each); the writer reads them every POLL_S, so it never fills in practice.
+#: Records the ring holds (at 40 bytes each); the writer reads them every POLL_S, so it rarely fills: records it
+#: could not read in time are lost, said once through ``on_error`` and by a ``lost_records`` line in steps.jsonl.
 CAPACITY = 1 << 16
 #: Every this many records the training thread checks that the writer process is still there.
 CHECK_EVERY = 4096
@@ -82,6 +85,7 @@ class StepLog:
         self._prev_ready: int | None = None     # inline mode's data-wait state
         self._lock = threading.RLock()          # reentrant: close() may run from a signal handler inside a write
         self._forked = False
+        self._behind_said = False               # the writer fell a ring behind: said once
         try:
             self._start_writer()
         except Exception as exc:
@@ -104,7 +108,7 @@ class StepLog:
         try:
             os.ftruncate(ring_fd, size)
             ring = mmap.mmap(ring_fd, size)
-            sw.HEADER.pack_into(ring, 0, sw.MAGIC, 0, 0, CAPACITY)
+            sw.HEADER.pack_into(ring, 0, sw.MAGIC, 0, 0, CAPACITY, sw.NO_STEP)
             pipe_r, pipe_w = os.pipe()
             status_r, status_w = os.pipe()
             script = os.path.abspath(sw.__file__)
@@ -161,11 +165,21 @@ class StepLog:
             self._report(exc)
 
     def _check(self) -> None:
-        """Every CHECK_EVERY records: a writer process that has ended is replaced by inline writing."""
-        if self._pid is None or not self._exited():
+        """Every CHECK_EVERY records: a writer process that has ended is replaced by inline writing; one that is
+        more than the ring behind is said once (and left running: writing inline would put a slow disk on the
+        training thread)."""
+        if self._pid is not None and self._exited():
+            self._report(RuntimeError(self._writer_failure("ended early")))
+            self._to_inline(drain=True)
             return
-        self._report(RuntimeError(self._writer_failure("ended early")))
-        self._to_inline(drain=True)
+        if self._behind_said or self._ring is None:
+            return
+        behind = self._n - sw.COUNT.unpack_from(self._ring, sw.READ_AT)[0]
+        if behind > CAPACITY:
+            self._behind_said = True
+            self._report(RuntimeError(
+                f"the step writer process is {behind} step records behind the training loop, more than its ring "
+                f"holds ({CAPACITY}): records were lost; steps.jsonl has a lost_records line where"))
 
     def _exited(self) -> bool:
         """The writer process has ended (reaped here; where children are reaped elsewhere: its status pipe is

@@ -9,13 +9,16 @@ ignores SIGINT, SIGTERM and SIGHUP, so a signal meant for the rank does not end 
 On its stdout it tells the training process :data:`READY` once it has the ring and the file, and :data:`DONE` after
 its last write; on an error it writes the error's line to ``<steps>.writer-err`` beside the file and exits 1.
 
-Ring layout (native byte order, aligned 8-byte words): a header of 4 words (magic, records written by the training
-process, records written out by this process, capacity), then ``capacity`` records of :data:`RECORD` (step,
-start_ns, end_ns, ready_ns, flags). ``flags``: :data:`PROFILED`, :data:`INTERRUPTED`, or :data:`DEVICE` (a CUDA step
-time: ``start_ns`` holds ``device_ns``). While the training process runs, only records already counted at the
-previous poll are read, so a record is never read while it is being written; lines therefore reach the file within
-two polls. A loop that records more than ``capacity`` steps in two polls (faster than ~15 µs a step) outruns the
-ring: the records overwritten before they were read are skipped, never garbled.
+Ring layout (native byte order, aligned 8-byte words): a header of 5 words (magic, records written by the training
+process, records written out, capacity, the step of the last step record written out or :data:`NO_STEP`), then
+``capacity`` records of :data:`RECORD` (step, start_ns, end_ns, ready_ns, flags). ``flags``: :data:`PROFILED`,
+:data:`INTERRUPTED`, or :data:`DEVICE` (a CUDA step time: ``start_ns`` holds ``device_ns``). While the training
+process runs, only records already counted at the previous poll are read, so a record is never read while it is
+being written; lines therefore reach the file within two polls. A loop that records more than ``capacity`` steps in
+two polls (faster than ~15 µs a step), or a writer stalled that long (a hung file system), outruns the ring: the
+records overwritten before they were read (or while they were read) are not written, and one line in their place
+says how many, ``{"lost_records": N, "lost_after_step": S}`` (no ``step`` key; ``lost_after_step``: the last step
+written out before the gap, absent when none was).
 """
 
 from __future__ import annotations
@@ -28,11 +31,14 @@ import signal
 import struct
 import sys
 
-MAGIC = 0x5742_5354_4550_5331          # "WBSTEPS1"
-HEADER = struct.Struct("=4Q")
+MAGIC = 0x5742_5354_4550_5332          # "WBSTEPS2"
+HEADER = struct.Struct("=4Qq")
 RECORD = struct.Struct("=5q")
 COUNT = struct.Struct("Q")              # native: one aligned 8-byte access, never torn
-WRITTEN_AT, READ_AT = 8, 16             # header offsets of the two counters
+STEP = struct.Struct("q")
+WRITTEN_AT, READ_AT, LAST_STEP_AT = 8, 16, 32   # header offsets of the two counters and the last step written out
+#: ``LAST_STEP_AT`` before any step record is written out.
+NO_STEP = -(1 << 63)
 PROFILED, INTERRUPTED, DEVICE = 1, 2, 4
 READY, DONE = b"R", b"D"
 #: Seconds between two reads of the ring.
@@ -64,10 +70,11 @@ class RingReader:
 
     def __init__(self, ring: mmap.mmap, prev_ready: int | None = None) -> None:
         self.ring = ring
-        magic, _, _, self.capacity = HEADER.unpack_from(ring, 0)
+        magic, _, _, self.capacity, last = HEADER.unpack_from(ring, 0)
         if magic != MAGIC:
             raise ValueError("not a step ring")
         self.prev_ready = prev_ready
+        self.last_step = None if last == NO_STEP else last   # of the records taken so far
 
     def written(self) -> int:
         return COUNT.unpack_from(self.ring, WRITTEN_AT)[0]
@@ -76,15 +83,36 @@ class RingReader:
         return COUNT.unpack_from(self.ring, READ_AT)[0]
 
     def take(self, upto: int) -> tuple[bytes, int]:
-        """Lines for the records from the last one written out up to ``upto`` (exclusive), and the count to
+        """Lines for the records from the last one written out up to ``upto`` (exclusive), led by a
+        ``lost_records`` line where records were overwritten before they could be read, and the count to
         :meth:`mark` once they are on disk."""
-        start = max(self.read(), upto - self.capacity)   # records overwritten before they were read are skipped
+        done = self.read()
+        start = max(done, upto - self.capacity)
         records = [RECORD.unpack_from(self.ring, HEADER.size + (i % self.capacity) * RECORD.size)
                    for i in range(start, upto)]
+        # Record i shares its slot with record i + capacity, which the training process starts writing once it has
+        # counted i + capacity records: a record read while that count was reached may be torn.
+        first = min(upto, max(start, self.written() - self.capacity + 1))
+        records = records[first - start:]
+        lost = first - done
+        head = b""
+        if lost > 0:
+            gap: dict[str, int] = {"lost_records": lost}
+            if self.last_step is not None:
+                gap["lost_after_step"] = self.last_step
+            head = (json.dumps(gap, separators=(",", ":")) + "\n").encode()
+            self.prev_ready = None              # the first step after the gap has no known data wait
         data, self.prev_ready = format_records(records, self.prev_ready)
-        return data, max(upto, start)
+        for step, _, _, _, flags in reversed(records):
+            if not flags & DEVICE:
+                self.last_step = step
+                break
+        return head + data, max(upto, done)
 
     def mark(self, count: int) -> None:
+        """Records up to ``count`` are on disk (the last step first: a kill between the two repeats lines, never
+        misplaces a gap)."""
+        STEP.pack_into(self.ring, LAST_STEP_AT, NO_STEP if self.last_step is None else self.last_step)
         COUNT.pack_into(self.ring, READ_AT, count)
 
 

@@ -436,17 +436,31 @@ def _read_compiles(sources: Sources, on_error: OnError, problems: list[str]) -> 
     return classify_compiles(_concat(frames, schema.COMPILES)), _concat(skipped, schema.SKIPPED)
 
 
+#: The ``skipped`` reason for the records a rank's step writer lost (its ``lost_records`` lines, summed per file).
+STEP_RECORDS_LOST = "step records lost: the step writer process fell behind the training loop (steps.jsonl)"
+
+
 def _read_steps_files(files: dict[int, Path]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """``steps.jsonl`` of every rank; lines of one step are merged, later keys winning."""
+    """``steps.jsonl`` of every rank; lines of one step are merged, later keys winning; ``lost_records`` lines (the
+    step writer fell behind) become one ``skipped`` row per file with their sum."""
     rows: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
     for rank, path in files.items():
         lines, bad = rundir.read_jsonl(path)
         merged: dict[int, dict[str, Any]] = {}
+        lost = 0
         for line in lines:
             step = line.get("step")
             if isinstance(step, int):
                 merged.setdefault(step, {}).update(line)
+            elif "lost_records" in line:
+                n = line["lost_records"]
+                if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+                    lost += n
+                else:
+                    bad += 1
+        if lost:
+            skipped.append({"rank": rank, "file": str(path), "reason": STEP_RECORDS_LOST, "count": lost})
         for step, d in sorted(merged.items()):
             start, end = d.get("start_ns"), d.get("end_ns")
             if start is None or end is None:

@@ -173,18 +173,104 @@ def test_a_write_error_is_reported_with_its_cause(tmp_path):
     assert errors and "No space left" in str(errors[0])
 
 
-def test_records_that_wrapped_the_ring_before_they_were_read_are_skipped_not_garbled():
-    ring = mmap.mmap(-1, step_writer.HEADER.size + 8 * step_writer.RECORD.size)
-    step_writer.HEADER.pack_into(ring, 0, step_writer.MAGIC, 20, 0, 8)
-    for i in range(20):
-        step_writer.RECORD.pack_into(ring, step_writer.HEADER.size + (i % 8) * step_writer.RECORD.size,
+def _ring(capacity: int, written: int) -> mmap.mmap:
+    """A ring of ``capacity`` records after ``written`` records of steps 0, 1, ... (none written out yet)."""
+    ring = mmap.mmap(-1, step_writer.HEADER.size + capacity * step_writer.RECORD.size)
+    step_writer.HEADER.pack_into(ring, 0, step_writer.MAGIC, 0, 0, capacity, step_writer.NO_STEP)
+    _put(ring, range(written))
+    return ring
+
+
+def _put(ring: mmap.mmap, steps: range) -> None:
+    capacity = step_writer.HEADER.unpack_from(ring, 0)[3]
+    for i in steps:
+        step_writer.RECORD.pack_into(ring, step_writer.HEADER.size + (i % capacity) * step_writer.RECORD.size,
                                      i, i, i, i, 0)
+        step_writer.COUNT.pack_into(ring, step_writer.WRITTEN_AT, i + 1)
+
+
+def test_records_that_wrapped_the_ring_before_they_were_read_are_said_lost_not_garbled():
+    ring = _ring(8, 20)
     reader = step_writer.RingReader(ring)
     data, count = reader.take(20)
-    assert [json.loads(x)["step"] for x in data.splitlines()] == list(range(12, 20)) and count == 20
-    assert reader.read() == 0                              # marked only once written out
+    lines = [json.loads(x) for x in data.splitlines()]
+    # 12..19 are in the ring, but record 20 (which would be in progress now) takes 12's slot: 13 lost.
+    assert lines[0] == {"lost_records": 13} and count == 20          # no step written out before the gap
+    assert [x["step"] for x in lines[1:]] == list(range(13, 20))
+    assert "data_wait_ns" not in lines[1]                            # no wait across a gap
+    assert reader.read() == 0                                        # marked only once written out
     reader.mark(count)
-    assert reader.read() == 20
+    assert reader.read() == 20 and step_writer.RingReader(ring).last_step == 19   # the next reader knows it
+    _put(ring, range(20, 30))       # counted 24 at the previous poll; meanwhile the loop went on to record 30
+    data, count = step_writer.RingReader(ring).take(24)
+    lines = [json.loads(x) for x in data.splitlines()]
+    assert lines == [{"lost_records": 3, "lost_after_step": 19}, {"step": 23, "start_ns": 23, "end_ns": 23,
+                                                                   "profiled": False}] and count == 24
+
+
+def _recorded(path: Path) -> tuple[list[dict], list[int]]:
+    rows = [json.loads(line) for line in lines_of(path)]
+    return [r for r in rows if "lost_records" in r], [r["step"] for r in rows if "step" in r]
+
+
+def test_a_loop_that_outruns_the_ring_gets_a_lost_line_and_a_skipped_row(tmp_path, monkeypatch):
+    """The real writer process, a ring of 64 records and 3000 records with no pause: every record is either a line
+    or counted in a lost_records line at its place, the training side hears of it once, ingestion says it."""
+    import polars as pl
+
+    import workbench
+    from workbench.run import STEP_RECORDS_LOST
+
+    monkeypatch.setattr(step_log, "CAPACITY", 64)
+    monkeypatch.setattr(step_log, "CHECK_EVERY", 32)
+    path = tmp_path / "rank0" / "steps.jsonl"
+    path.parent.mkdir()
+    errors: list[BaseException] = []
+    log = StepLog(path, on_error=errors.append)
+    assert log.mode == "process"
+    for i in range(3000):
+        log.record(i, 10 * i, 10 * i + 5, 10 * i + 6, 0)
+    log.close()
+    assert len(errors) == 1 and "behind the training loop" in str(errors[0]) and log.mode == "process"
+    lost, steps = _recorded(path)
+    assert lost and sum(x["lost_records"] for x in lost) + len(steps) == 3000
+    assert steps == sorted(steps) and steps[-63:] == list(range(2937, 3000))    # the rest of the ring, at close
+    rows = [json.loads(line) for line in lines_of(path)]
+    for k, row in enumerate(rows):                                   # each gap is exactly where it says it is
+        if "lost_records" in row:
+            before = rows[k - 1]["step"] if k else -1
+            assert row.get("lost_after_step", -1) == before
+            assert rows[k + 1]["step"] == before + row["lost_records"] + 1
+        else:
+            i = row["step"]
+            assert (row["start_ns"], row["end_ns"]) == (10 * i, 10 * i + 5)
+    run = workbench.open(tmp_path)
+    assert sorted(run.steps.filter(pl.col("source") == "collector").get_column("step").to_list()) == steps
+    skipped = run.skipped.filter(pl.col("reason") == STEP_RECORDS_LOST).rows(named=True)
+    assert skipped == [{"rank": 0, "file": str(path), "reason": STEP_RECORDS_LOST, "count": 3000 - len(steps)}]
+
+
+def test_a_stalled_writer_is_drained_at_close_with_the_gap_after_its_last_step(tmp_path, monkeypatch):
+    """A writer stuck (a hung file system: here SIGSTOP) while the loop laps the ring: training is not blocked, and
+    at close the ring is drained here with the gap placed after the last step the writer had written."""
+    monkeypatch.setattr(step_log, "CAPACITY", 64)
+    monkeypatch.setattr(step_log, "CHECK_EVERY", 32)
+    monkeypatch.setattr(step_log, "CLOSE_WAIT_S", 0.2)
+    path = tmp_path / "steps.jsonl"
+    errors: list[BaseException] = []
+    log = StepLog(path, on_error=errors.append)
+    for i in range(10):
+        log.record(i, i, i, i, 0)
+    assert wait_for(lambda: len(steps_in(path)) == 10)
+    os.kill(log._pid, signal.SIGSTOP)
+    for i in range(10, 1010):
+        log.record(i, i, i, i, 0)
+    assert log.mode == "process" and len(errors) == 1 and "behind" in str(errors[0])    # not killed for it
+    log.close()
+    assert len(errors) == 2 and "did not finish" in str(errors[1])
+    lost, steps = _recorded(path)
+    assert lost == [{"lost_records": 1010 - 10 - 63, "lost_after_step": 9}]
+    assert steps == list(range(10)) + list(range(1010 - 63, 1010))              # the last 63: see the test above
 
 
 torch = pytest.importorskip("torch")
