@@ -62,3 +62,21 @@ def test_atomic_write_leaves_no_temp_files(tmp_path: Path) -> None:
     rundir.write_json(target, {"x": 2})
     assert json.loads(target.read_text()) == {"x": 2}
     assert [p.name for p in target.parent.iterdir()] == ["b.json"]
+
+
+def test_lost_step_records_become_one_skipped_row_and_the_steps_around_them_stay(tmp_path: Path) -> None:
+    """The step writer's ``lost_records`` lines (it fell behind the loop) are said per file, summed, in
+    ``workbench info``'s "not kept"; a bad one counts as an unreadable line; every step row is kept."""
+    from workbench.run import STEP_RECORDS_LOST
+
+    steps = tmp_path / rundir.STEPS_JSONL.format(rank=1)
+    steps.parent.mkdir()
+    for line in ({"step": 0, "start_ns": 0, "end_ns": 5}, {"lost_records": 40, "lost_after_step": 0},
+                 {"step": 41, "start_ns": 410, "end_ns": 415}, {"lost_records": 2, "lost_after_step": 41},
+                 {"step": 44, "start_ns": 440, "end_ns": 445}, {"lost_records": "many"}):
+        rundir.append_jsonl(steps, line)
+    run = workbench.open(tmp_path)
+    assert run.steps.filter(pl.col("source") == "collector").get_column("step").to_list() == [0, 41, 44]
+    assert sorted(run.skipped.rows()) == [(1, str(steps), STEP_RECORDS_LOST, 42),
+                                          (1, str(steps), "steps.jsonl line incomplete or unreadable", 1)]
+    assert run.info()["skipped"][STEP_RECORDS_LOST] == 42
