@@ -43,6 +43,8 @@ from workbench.collectors import step_writer as sw
 CAPACITY = 1 << 16
 #: Every this many records the training thread checks that the writer process is still there.
 CHECK_EVERY = 4096
+#: Seconds between the writer process's reads of the ring (tests shorten it).
+POLL_S = sw.POLL_S
 #: How long to wait for the writer process to say it is ready, and at close for it to write the rest.
 START_WAIT_S = 5.0
 CLOSE_WAIT_S = 10.0
@@ -113,7 +115,7 @@ class StepLog:
             status_r, status_w = os.pipe()
             script = os.path.abspath(sw.__file__)
             proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", script, str(ring_fd), str(self.path), str(pipe_r)],
+                [sys.executable, "-I", "-S", script, str(ring_fd), str(self.path), str(pipe_r), repr(float(POLL_S))],
                 pass_fds=(ring_fd, pipe_r), stdin=subprocess.DEVNULL, stdout=status_w,
                 stderr=subprocess.DEVNULL, start_new_session=True)
             proc.returncode = 0                 # reaped here with waitpid, never by Popen (no lock a signal can hold)

@@ -1,11 +1,11 @@
 """The process that writes ``steps.jsonl`` for a training process (standard library only; also imported by it).
 
 The training process puts one fixed-size record per step into a ring in shared memory (:mod:`step_log`); this
-process, started by the collector with ``python -I -S step_writer.py RING_FD STEPS_JSONL PIPE_FD``, reads the ring
-every :data:`POLL_S` and appends the records as JSON lines. It ends when the pipe from the training process reports
-end of file (a normal close, or the training process's death, SIGKILL included) after writing every record still
-in the ring, so a killed or aborted rank's finished steps are all on disk. It runs in a session of its own and
-ignores SIGINT, SIGTERM and SIGHUP, so a signal meant for the rank does not end it before it has written them.
+process, started by the collector with ``python -I -S step_writer.py RING_FD STEPS_JSONL PIPE_FD [POLL_S]``, reads the
+ring every :data:`POLL_S` seconds and appends the records as JSON lines. It ends when the pipe from the training
+process reports end of file (a normal close, or the training process's death, SIGKILL included) after writing every
+record still in the ring, so a killed or aborted rank's finished steps are all on disk. It runs in a session of its
+own and ignores SIGINT, SIGTERM and SIGHUP, so a signal meant for the rank does not end it before it has written them.
 On its stdout it tells the training process :data:`READY` once it has the ring and the file, and :data:`DONE` after
 its last write; on an error it writes the error's line to ``<steps>.writer-err`` beside the file and exits 1.
 
@@ -122,7 +122,7 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def run(ring_fd: int, steps_path: str, pipe_fd: int) -> None:
+def run(ring_fd: int, steps_path: str, pipe_fd: int, poll_s: float = POLL_S) -> None:
     ring = mmap.mmap(ring_fd, 0)
     os.close(ring_fd)
     reader = RingReader(ring)
@@ -130,7 +130,7 @@ def run(ring_fd: int, steps_path: str, pipe_fd: int) -> None:
     os.write(1, READY)
     seen = reader.read()
     while True:
-        ready, _, _ = select.select([pipe_fd], [], [], POLL_S)
+        ready, _, _ = select.select([pipe_fd], [], [], poll_s)
         final = bool(ready) and not os.read(pipe_fd, 1)  # end of file: closed, or the training process is gone
         written = reader.written()
         upto = written if final else min(written, seen)
@@ -149,7 +149,7 @@ def main(argv: list[str]) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)           # the pipe's end of file ends this process, nothing else
     try:
-        run(int(argv[0]), argv[1], int(argv[2]))
+        run(int(argv[0]), argv[1], int(argv[2]), float(argv[3]) if len(argv) > 3 else POLL_S)
         return 0
     except BaseException as exc:
         try:

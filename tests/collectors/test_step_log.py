@@ -38,7 +38,13 @@ def steps_in(path: Path) -> list[int]:
     return [json.loads(line)["step"] for line in lines_of(path) if "start_ns" in line]
 
 
-def test_the_writer_process_writes_the_records_while_the_run_goes_on(tmp_path):
+@pytest.fixture
+def fast_poll(monkeypatch):
+    """The writer process reads the ring every 50 ms, not POLL_S: the tests that wait for it wait less."""
+    monkeypatch.setattr(step_log, "POLL_S", 0.05)
+
+
+def test_the_writer_process_writes_the_records_while_the_run_goes_on(tmp_path, fast_poll):
     path = tmp_path / "steps.jsonl"
     errors: list[BaseException] = []
     log = StepLog(path, on_error=errors.append)
@@ -92,7 +98,7 @@ def test_without_a_writer_process_the_lines_are_written_inline_and_it_says_why(t
     log.close()
 
 
-def test_a_writer_that_dies_is_replaced_by_inline_writing_and_nothing_is_lost(tmp_path, monkeypatch):
+def test_a_writer_that_dies_is_replaced_by_inline_writing_and_nothing_is_lost(tmp_path, monkeypatch, fast_poll):
     monkeypatch.setattr(step_log, "CHECK_EVERY", 8)
     path = tmp_path / "steps.jsonl"
     errors: list[BaseException] = []
@@ -235,22 +241,22 @@ def test_a_loop_that_outruns_the_ring_gets_a_lost_line_and_a_skipped_row(tmp_pat
     lost, steps = _recorded(path)
     assert lost and sum(x["lost_records"] for x in lost) + len(steps) == 3000
     assert steps == sorted(steps) and steps[-63:] == list(range(2937, 3000))    # the rest of the ring, at close
-    rows = [json.loads(line) for line in lines_of(path)]
-    for k, row in enumerate(rows):                                   # each gap is exactly where it says it is
+    last, gap = -1, 0
+    for row in (json.loads(line) for line in lines_of(path)):       # each gap is exactly where it says it is
         if "lost_records" in row:
-            before = rows[k - 1]["step"] if k else -1
-            assert row.get("lost_after_step", -1) == before
-            assert rows[k + 1]["step"] == before + row["lost_records"] + 1
+            assert row.get("lost_after_step", -1) == last
+            gap += row["lost_records"]
         else:
             i = row["step"]
-            assert (row["start_ns"], row["end_ns"]) == (10 * i, 10 * i + 5)
+            assert i == last + gap + 1 and (row["start_ns"], row["end_ns"]) == (10 * i, 10 * i + 5)
+            last, gap = i, 0
     run = workbench.open(tmp_path)
     assert sorted(run.steps.filter(pl.col("source") == "collector").get_column("step").to_list()) == steps
     skipped = run.skipped.filter(pl.col("reason") == STEP_RECORDS_LOST).rows(named=True)
     assert skipped == [{"rank": 0, "file": str(path), "reason": STEP_RECORDS_LOST, "count": 3000 - len(steps)}]
 
 
-def test_a_stalled_writer_is_drained_at_close_with_the_gap_after_its_last_step(tmp_path, monkeypatch):
+def test_a_stalled_writer_is_drained_at_close_with_the_gap_after_its_last_step(tmp_path, monkeypatch, fast_poll):
     """A writer stuck (a hung file system: here SIGSTOP) while the loop laps the ring: training is not blocked, and
     at close the ring is drained here with the gap placed after the last step the writer had written."""
     monkeypatch.setattr(step_log, "CAPACITY", 64)
@@ -276,7 +282,7 @@ def test_a_stalled_writer_is_drained_at_close_with_the_gap_after_its_last_step(t
 torch = pytest.importorskip("torch")
 
 
-def test_a_step_that_hangs_leaves_the_steps_before_it_on_disk(tmp_path):
+def test_a_step_that_hangs_leaves_the_steps_before_it_on_disk(tmp_path, fast_poll):
     """A rank stuck in a step (a collective that never returns) has its finished steps in steps.jsonl within
     POLL_S: the hang report's 'last step finished' does not wait for the process to end."""
     from workbench.collectors import Collector
