@@ -48,7 +48,7 @@ POLL_S = sw.POLL_S
 #: How long to wait for the writer process to say it is ready, and at close for it to write the rest.
 START_WAIT_S = 5.0
 CLOSE_WAIT_S = 10.0
-_RECORDS_AT, _RECORD_SIZE = sw.HEADER.size, sw.RECORD.size
+_RECORDS_AT, _RECORD_SIZE, _WRITTEN = sw.HEADER.size, sw.RECORD.size, sw.WRITTEN
 
 _LIVE: weakref.WeakSet[StepLog] = weakref.WeakSet()
 
@@ -79,6 +79,7 @@ class StepLog:
         self.mode = "inline"
         self._fd: int | None = None            # inline mode: our own descriptor
         self._ring: mmap.mmap | None = None
+        self._words: memoryview | None = None  # the ring's header as words (sw.words): counters stored whole
         self._pid: int | None = None
         self._pipe: int | None = None           # ours -> writer: its end of file ends the writer
         self._status: int | None = None         # writer -> ours: READY, then DONE after its last write
@@ -134,7 +135,7 @@ class StepLog:
             ring.close()
             self._stop_writer()
             raise OSError("it did not start" + self._err_detail())
-        self._ring = ring
+        self._ring, self._words = ring, sw.words(ring)
         self.mode = "process"
 
     def _read_status(self, timeout_s: float) -> bytes:
@@ -160,7 +161,7 @@ class StepLog:
             sw.RECORD.pack_into(ring, _RECORDS_AT + (n % CAPACITY) * _RECORD_SIZE,
                                 step, start_ns, end_ns, ready_ns, flags)
             self._n = n = n + 1
-            sw.COUNT.pack_into(ring, sw.WRITTEN_AT, n)
+            self._words[_WRITTEN] = n  # type: ignore[index]   # None only once closed (then caught below)
             if not n % CHECK_EVERY:
                 self._check()
         except Exception as exc:               # e.g. a close() from a signal handler between two lines
@@ -176,7 +177,7 @@ class StepLog:
             return
         if self._behind_said or self._ring is None:
             return
-        behind = self._n - sw.COUNT.unpack_from(self._ring, sw.READ_AT)[0]
+        behind = self._n - self._words[sw.READ]  # type: ignore[index]
         if behind > CAPACITY:
             self._behind_said = True
             self._report(RuntimeError(
@@ -238,13 +239,21 @@ class StepLog:
             if fd is not None:
                 with_close(fd)
         self._pipe = self._status = self._pid = None
-        self._ring = None
+        self._ring = self._words = None
         self._forked = True
+
+    def _let_go_of_ring(self) -> mmap.mmap | None:
+        """The ring, no longer recorded into and with its header view released (so it can be closed)."""
+        ring, self._ring = self._ring, None
+        if self._words is not None:
+            self._words.release()
+            self._words = None
+        return ring
 
     # ------------------------------------------------------------------ inline mode (fallback)
     def _to_inline(self, *, drain: bool) -> None:
         """Write from this process from now on (the rest of the ring first, when the writer is gone)."""
-        ring, self._ring = self._ring, None
+        ring = self._let_go_of_ring()
         self._stop_writer()
         self.mode = "inline"
         try:
@@ -254,7 +263,10 @@ class StepLog:
         if ring is not None:
             if drain:
                 reader = sw.RingReader(ring)
-                data, _ = reader.take(self._n)
+                try:
+                    data, _ = reader.take(self._n)
+                finally:
+                    reader.close()
                 if data and self._ends_cut():
                     data = b"\n" + data        # a line the writer left cut stays one bad line, not two
                 self._write(data)
@@ -319,8 +331,7 @@ class StepLog:
             if status in (sw.DONE, b""):
                 break
         if status == sw.DONE:
-            self._ring.close()
-            self._ring = None
+            self._let_go_of_ring().close()  # type: ignore[union-attr]
             self._stop_writer(kill=False)   # it is ending by itself: reap it
             return
         self._report(RuntimeError(self._writer_failure("did not finish")))

@@ -14,7 +14,8 @@ process, records written out, capacity, the step of the last step record written
 ``capacity`` records of :data:`RECORD` (step, start_ns, end_ns, ready_ns, flags). ``flags``: :data:`PROFILED`,
 :data:`INTERRUPTED`, or :data:`DEVICE` (a CUDA step time: ``start_ns`` holds ``device_ns``). While the training
 process runs, only records already counted at the previous poll are read, so a record is never read while it is
-being written; lines therefore reach the file within two polls. A loop that records more than ``capacity`` steps in
+being written; lines therefore reach the file within two polls. The counters change by one 8-byte store each
+(:func:`words`), so neither process ever reads one half-written. A loop that records more than ``capacity`` steps in
 two polls (faster than ~15 µs a step), or a writer stalled that long (a hung file system), outruns the ring: the
 records overwritten before they were read (or while they were read) are not written, and one line in their place
 says how many, ``{"lost_records": N, "lost_after_step": S}`` (no ``step`` key; ``lost_after_step``: the last step
@@ -34,15 +35,22 @@ import sys
 MAGIC = 0x5742_5354_4550_5332          # "WBSTEPS2"
 HEADER = struct.Struct("=4Qq")
 RECORD = struct.Struct("=5q")
-COUNT = struct.Struct("Q")              # native: one aligned 8-byte access, never torn
-STEP = struct.Struct("q")
+COUNT = struct.Struct("Q")              # for reads only: struct's pack_into clears the bytes before it writes them
 WRITTEN_AT, READ_AT, LAST_STEP_AT = 8, 16, 32   # header offsets of the two counters and the last step written out
+WRITTEN, READ, LAST_STEP = WRITTEN_AT // 8, READ_AT // 8, LAST_STEP_AT // 8   # their indexes in words()
 #: ``LAST_STEP_AT`` before any step record is written out.
 NO_STEP = -(1 << 63)
 PROFILED, INTERRUPTED, DEVICE = 1, 2, 4
 READY, DONE = b"R", b"D"
 #: Seconds between two reads of the ring.
 POLL_S = 0.5
+
+
+def words(ring: mmap.mmap) -> memoryview:
+    """The ring's header as 8-byte words, to store a counter that another process reads while it changes: one
+    aligned 8-byte store (``struct.pack_into`` zeroes the bytes first, and a reader in between sees 0). Release it
+    before the ring is closed."""
+    return memoryview(ring)[:HEADER.size].cast("q")
 
 
 def format_records(records: list[tuple[int, int, int, int, int]],
@@ -75,12 +83,17 @@ class RingReader:
             raise ValueError("not a step ring")
         self.prev_ready = prev_ready
         self.last_step = None if last == NO_STEP else last   # of the records taken so far
+        self._words = words(ring)
+
+    def close(self) -> None:
+        """Let go of the ring (it can be closed then)."""
+        self._words.release()
 
     def written(self) -> int:
-        return COUNT.unpack_from(self.ring, WRITTEN_AT)[0]
+        return self._words[WRITTEN]
 
     def read(self) -> int:
-        return COUNT.unpack_from(self.ring, READ_AT)[0]
+        return self._words[READ]
 
     def take(self, upto: int) -> tuple[bytes, int]:
         """Lines for the records from the last one written out up to ``upto`` (exclusive), led by a
@@ -112,8 +125,8 @@ class RingReader:
     def mark(self, count: int) -> None:
         """Records up to ``count`` are on disk (the last step first: a kill between the two repeats lines, never
         misplaces a gap)."""
-        STEP.pack_into(self.ring, LAST_STEP_AT, NO_STEP if self.last_step is None else self.last_step)
-        COUNT.pack_into(self.ring, READ_AT, count)
+        self._words[LAST_STEP] = NO_STEP if self.last_step is None else self.last_step
+        self._words[READ] = count
 
 
 def write_all(fd: int, data: bytes) -> None:

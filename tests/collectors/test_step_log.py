@@ -7,6 +7,7 @@ import json
 import mmap
 import os
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
@@ -151,19 +152,18 @@ def test_close_from_a_signal_handler_inside_record_does_not_raise_or_hang(tmp_pa
     """SIGTERM arrives while record() runs (the collector's handler closes): nothing escapes into training."""
     errors: list[BaseException] = []
     log = StepLog(tmp_path / "steps.jsonl", on_error=errors.append)
-    real = step_writer.COUNT
+    real = step_writer.RECORD
 
-    class ClosingCount:
-        @staticmethod
-        def pack_into(buf, offset, value):
+    class ClosingRecord(struct.Struct):
+        def pack_into(self, buf, offset, *values):
             log.close()                                    # what the SIGTERM handler does, between two lines
-            real.pack_into(buf, offset, value)
+            super().pack_into(buf, offset, *values)
 
-    step_log.sw.COUNT = ClosingCount
+    step_log.sw.RECORD = ClosingRecord(real.format)
     try:
         log.record(0, 0, 1, 1, 0)                          # must not raise
     finally:
-        step_log.sw.COUNT = real
+        step_log.sw.RECORD = real
     log.record(1, 2, 3, 3, 0)                              # after close: written inline or dropped, no raise
     assert errors and all(isinstance(e, Exception) for e in errors)
 
@@ -254,6 +254,30 @@ def test_a_loop_that_outruns_the_ring_gets_a_lost_line_and_a_skipped_row(tmp_pat
     assert sorted(run.steps.filter(pl.col("source") == "collector").get_column("step").to_list()) == steps
     skipped = run.skipped.filter(pl.col("reason") == STEP_RECORDS_LOST).rows(named=True)
     assert skipped == [{"rank": 0, "file": str(path), "reason": STEP_RECORDS_LOST, "count": 3000 - len(steps)}]
+
+
+def test_a_writer_reading_while_the_loop_laps_the_ring_writes_no_torn_or_misplaced_record(tmp_path, monkeypatch):
+    """The writer reads every millisecond while the loop overwrites the ring under it: each line it writes holds
+    the record of its own index, whole, and the lost counts add up exactly (with counters stored by
+    ``struct.pack_into`` a reader sometimes saw 0 and let torn or stale records through)."""
+    monkeypatch.setattr(step_log, "CAPACITY", 1024)
+    monkeypatch.setattr(step_log, "POLL_S", 0.001)
+    path = tmp_path / "steps.jsonl"
+    log = StepLog(path, on_error=lambda exc: None)
+    for i in range(100_000):
+        log.record(i, 10 * i, 10 * i + 5, 10 * i + 6, 0)
+    log.close()
+    last, gap, lines = -1, 0, 0
+    for row in (json.loads(line) for line in lines_of(path)):
+        if "lost_records" in row:
+            assert row.get("lost_after_step", -1) == last
+            gap += row["lost_records"]
+            continue
+        i = row["step"]
+        assert i == last + gap + 1 and row == {"step": i, "start_ns": 10 * i, "end_ns": 10 * i + 5,
+                                               "profiled": False, **({"data_wait_ns": 4} if i and not gap else {})}
+        last, gap, lines = i, 0, lines + 1
+    assert last == 99_999 and lines >= 1023
 
 
 def test_a_stalled_writer_is_drained_at_close_with_the_gap_after_its_last_step(tmp_path, monkeypatch, fast_poll):
