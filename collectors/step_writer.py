@@ -35,7 +35,6 @@ import sys
 MAGIC = 0x5742_5354_4550_5332          # "WBSTEPS2"
 HEADER = struct.Struct("=4Qq")
 RECORD = struct.Struct("=5q")
-COUNT = struct.Struct("Q")              # for reads only: struct's pack_into clears the bytes before it writes them
 WRITTEN_AT, READ_AT, LAST_STEP_AT = 8, 16, 32   # header offsets of the two counters and the last step written out
 WRITTEN, READ, LAST_STEP = WRITTEN_AT // 8, READ_AT // 8, LAST_STEP_AT // 8   # their indexes in words()
 #: ``LAST_STEP_AT`` before any step record is written out.

@@ -188,11 +188,12 @@ def _ring(capacity: int, written: int) -> mmap.mmap:
 
 
 def _put(ring: mmap.mmap, steps: range) -> None:
-    capacity = step_writer.HEADER.unpack_from(ring, 0)[3]
+    words = step_writer.words(ring)
     for i in steps:
-        step_writer.RECORD.pack_into(ring, step_writer.HEADER.size + (i % capacity) * step_writer.RECORD.size,
+        step_writer.RECORD.pack_into(ring, step_writer.HEADER.size + (i % words[3]) * step_writer.RECORD.size,
                                      i, i, i, i, 0)
-        step_writer.COUNT.pack_into(ring, step_writer.WRITTEN_AT, i + 1)
+        words[step_writer.WRITTEN] = i + 1
+    words.release()
 
 
 def test_records_that_wrapped_the_ring_before_they_were_read_are_said_lost_not_garbled():
