@@ -182,7 +182,7 @@ class StepLog:
             self._behind_said = True
             self._report(RuntimeError(
                 f"the step writer process is {behind} step records behind the training loop, more than its ring "
-                f"holds ({CAPACITY}): records were lost; steps.jsonl has a lost_records line where"))
+                f"holds ({CAPACITY}): the oldest are lost (steps.jsonl has a lost_records line in their place)"))
 
     def _exited(self) -> bool:
         """The writer process has ended (reaped here; where children are reaped elsewhere: its status pipe is
