@@ -446,10 +446,20 @@ def _fork(arm_name: str, shape: str, args: argparse.Namespace, run_dir: Path, re
         os._exit(code)
 
 
-def no_result(wait_status: int) -> str:
-    """Why a measured process left no result file: how it ended (a signal, or an exit code)."""
+def no_result(wait_status: int, timed_out: bool = False) -> str:
+    """Why a measured process left no readable result file: how it ended (a signal, or an exit code)."""
+    if timed_out:
+        return "no result (killed by the driver: no step finished within --timeout)"
     code = os.waitstatus_to_exitcode(wait_status)
-    how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+    if code == 0:
+        return "no result (the process ended normally but its result file is missing or unreadable)"
+    if code < 0:
+        try:
+            how = f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            how = f"killed by signal {-code}"
+    else:
+        how = f"exit code {code}"
     return f"no result (the process died: {how})"
 
 
@@ -513,6 +523,7 @@ def run_round(arm_names: list[str], shape: str, args: argparse.Namespace, tmp: P
         if not ready or not os.read(p["done"], 1):
             p["alive"] = False
             if not ready:
+                p["timed_out"] = True
                 os.kill(p["pid"], signal.SIGKILL)
 
     order = list(procs)
@@ -543,7 +554,7 @@ def run_round(arm_names: list[str], shape: str, args: argparse.Namespace, tmp: P
         try:
             res = json.loads(p["result"].read_text())
         except (OSError, ValueError):
-            res = {"error": no_result(status)}
+            res = {"error": no_result(status, p.get("timed_out", False))}
         res.update(arm=p["arm"], shape=shape)
         out[label] = res
         if not args.keep:
@@ -761,16 +772,23 @@ def in_process(n: int, device_name: str, shape: str = "small", clobber_mb: int =
 TOGGLE_LATE = 30
 
 
+def toggleable(arm: Arm) -> bool:
+    """Whether ``--toggle`` can switch ``arm`` on and off inside one process: a bare or collector arm whose
+    environment settings (read by torch once, at its start or at a process group's) it does not need."""
+    return arm.kind in ("bare", "collector") and not arm.env
+
+
 @contextlib.contextmanager
 def arm_switched_on(arm: Arm, run_dir: Path):
     """Inside one process: ``arm``'s environment and patch applied and, for a collector arm, a fresh ``Collector``
     started; yields the step context (``collector.step`` or a no-op) and the collector; all undone on exit."""
-    if arm.kind not in ("bare", "collector"):
-        raise ValueError(f"--toggle takes bare and collector arms, not {arm.kind!r} ones")
+    if not toggleable(arm):
+        raise ValueError(f"--toggle takes bare and collector arms without environment settings, not {arm.what!r}")
     saved_env = {k: os.environ.get(k) for k in arm.env}
-    os.environ.update(arm.env)
-    undo = _patch(arm.patch) if arm.patch else (lambda: None)
+    undo: Callable[[], None] = lambda: None  # noqa: E731
     try:
+        os.environ.update(arm.env)
+        undo = _patch(arm.patch) if arm.patch else undo
         if arm.kind == "collector":
             from workbench.collectors import Collector
 
@@ -797,7 +815,8 @@ def toggled(rounds: int, device_name: str, shape: str, backend: str | None, arms
     step to the bare block's, over steps ``skip``+ (``after``: the window is at steps 5-7) and over steps 30+
     (``late``: after its background export); the median over rounds and its bootstrap interval. What stays after a
     collector is closed (imports, loaded libraries, environment variables) is in every arm alike and not measured
-    here: the lockstep rounds measure it. ``budget_s``: no new round after that many seconds (at least two run)."""
+    here: the lockstep rounds measure it. ``budget_s``: no new round after that many seconds from the end of the
+    compile (at least two rounds run)."""
     arms = arms or ["collector"]
     body = training_step(shape, device_name, backend)
     for _ in range(3):
@@ -826,7 +845,11 @@ def toggled(rounds: int, device_name: str, shape: str, backend: str | None, arms
                 errors.setdefault(name, []).extend(collector.errors)
             rnd[name] = times
         step_ms.append(rnd)
-    out: dict[str, Any] = {"shape": shape, "compiled": True, "rounds": len(step_ms), "block": block, "skip": skip,
+    import torch
+
+    out: dict[str, Any] = {"argv": sys.argv[1:], "torch": torch.__version__, "python": sys.version.split()[0],
+                           "device": (torch.cuda.get_device_name() if device_name.startswith("cuda") else "cpu"),
+                           "shape": shape, "compiled": True, "rounds": len(step_ms), "block": block, "skip": skip,
                            "late": TOGGLE_LATE, "arms": {}, "errors": errors}
     out["bare_ms"] = round(statistics.median(statistics.median(r["bare"][skip:]) for r in step_ms), 4)
     for name in arms:
@@ -911,20 +934,20 @@ def main(argv: list[str] | None = None) -> int:
             print_summary(shape, summarize(entry["rounds"], comparisons([a for a in saved["arms"] if a != "bare"])),
                           show_pairs=False)
         return 0
-    if args.in_process:
+    if args.in_process is not None:
         _import_workbench()
         res = in_process(args.in_process, "cpu" if args.smoke else args.device, "tiny" if args.smoke else "small")
         print(json.dumps(res, indent=1), flush=True)
         if args.json:
             Path(args.json).write_text(json.dumps(res, indent=1))
         return 0
-    if args.toggle:
+    if args.toggle is not None:
         _import_workbench()
         smoke = args.smoke
         arms = [a for a in (args.arms or "collector").split(",") if a and a != "bare"]
-        bad = [a for a in arms if a not in ARMS or ARMS[a].kind not in ("bare", "collector")]
+        bad = [a for a in arms if a not in ARMS or not toggleable(ARMS[a])]
         if bad:
-            p.error(f"--toggle takes bare and collector arms; not {bad}")
+            p.error(f"--toggle takes bare and collector arms without environment settings; not {bad}")
         res = toggled(args.toggle, "cpu" if smoke else args.device, "tiny" if smoke else args.shapes.split(",")[0],
                       args.backend or ("aot_eager" if smoke else None), arms, block=args.steps or (12 if smoke else 60),
                       skip=2 if smoke else 10, run_root=Path(args.keep) if args.keep else None,

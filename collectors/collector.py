@@ -38,7 +38,7 @@ from workbench.collectors.fingerprint import fingerprint
 from workbench.collectors.options import CollectorOptions
 from workbench.collectors.profiling import ProfilerWindows
 from workbench.collectors.ranges import Ranges
-from workbench.collectors.step_log import StepLog
+from workbench.collectors.step_log import StepLog, StepRecordsLost
 from workbench.collectors.step_writer import DEVICE, INTERRUPTED, PROFILED
 
 log = logging.getLogger("workbench.collectors")
@@ -299,7 +299,7 @@ class Collector(contextlib.ContextDecorator):
         self._apply_in_thread()
         try:
             steps = self.path / rundir.STEPS_JSONL.format(rank=self.rank)
-            self._steps = StepLog(steps, lambda exc: self._fail("steps", exc))
+            self._steps = StepLog(steps, self._steps_report)
         except Exception as exc:
             self._fail("steps", exc)
         self._hang = hang_capture.start(self.rank_dir, self.rank, lambda: (self._current, self._next_step),
@@ -633,15 +633,22 @@ class Collector(contextlib.ContextDecorator):
             os.kill(os.getpid(), signal.SIGTERM)
 
     # ------------------------------------------------------------------ errors
-    def _fail(self, component: str, exc: BaseException) -> None:
+    def _steps_report(self, exc: BaseException) -> None:
+        """The step log's reports: lost records (steps go on being written) apart from its failures."""
+        if isinstance(exc, StepRecordsLost):
+            self._fail("steps_lost", exc, consequence="steps.jsonl marks the gap")
+        else:
+            self._fail("steps", exc)
+
+    def _fail(self, component: str, exc: BaseException, *,
+              consequence: str = "training continues without it") -> None:
         """Log a collector error once per component and remember it; never raises."""
         message = f"{component}: {type(exc).__name__}: {exc}"
         if component not in self._failed:
             self._failed.add(component)
             self.errors.append(message)
             try:
-                log.warning("workbench collector (rank %s): %s; training continues without it",
-                            self.rank, message)
+                log.warning("workbench collector (rank %s): %s; %s", self.rank, message, consequence)
             except Exception:
                 pass
 

@@ -70,6 +70,10 @@ def _shm_dir() -> str | None:
     return None
 
 
+class StepRecordsLost(RuntimeError):
+    """The writer process fell more than the ring behind: the oldest unread records are lost (steps go on)."""
+
+
 class StepLog:
     """The writer of one rank's ``steps.jsonl``. Never raises after construction; errors go to ``on_error``."""
 
@@ -180,7 +184,7 @@ class StepLog:
         behind = self._n - self._words[sw.READ]  # type: ignore[index]
         if behind > CAPACITY:
             self._behind_said = True
-            self._report(RuntimeError(
+            self._report(StepRecordsLost(
                 f"the step writer process is {behind} step records behind the training loop, more than its ring "
                 f"holds ({CAPACITY}): the oldest are lost (steps.jsonl has a lost_records line in their place)"))
 

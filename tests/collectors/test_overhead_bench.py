@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -17,16 +18,21 @@ pytest.importorskip("torch")
 def test_overhead_bench_smoke(tmp_path):
     out = tmp_path / "overhead.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, str(ROOT / "bench/overhead.py"), "--smoke", "--arms", "collector",
-                           "--json", str(out)], capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    proc = subprocess.run([sys.executable, str(ROOT / "bench/overhead.py"), "--smoke", "--arms",
+                           "collector,residue,late_start", "--keep", str(tmp_path / "runs"), "--json", str(out)],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     res = json.loads(out.read_text())
     tiny = res["shapes"]["tiny"]
     (rnd,) = tiny["rounds"]
-    assert set(rnd) == {"bare", "collector"}
+    assert set(rnd) == {"bare", "collector", "residue", "late_start"}
     for arm in rnd.values():
         assert "error" not in arm and len(arm["step_ms"]) == tiny["steps"]
     assert rnd["collector"]["errors"] == [] and len(rnd["collector"]["trace_files"]) == 1   # window 5-7 saved
+    assert rnd["late_start"]["errors"] == [] and len(rnd["late_start"]["trace_files"]) == 1
+    assert "trace_files" not in rnd["residue"]                 # its collector was closed before the loop:
+    residue_steps = tmp_path / "runs/tiny-r0-residue/rank0/steps.jsonl"
+    assert residue_steps.exists() and residue_steps.read_text() == ""    # it started, and recorded no step
     segs = tiny["summary"]["collector"]
     assert set(segs) == {"before", "prep", "window", "after"}
     for seg in segs.values():
@@ -140,3 +146,37 @@ def test_toggle_smoke(tmp_path):
     refused = subprocess.run([sys.executable, str(ROOT / "bench/overhead.py"), "--toggle", "1", "--smoke",
                               "--arms", "profiler"], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert refused.returncode == 2 and "--toggle takes bare and collector arms" in refused.stderr
+
+
+def test_no_result_says_how_the_process_ended():
+    b = _bench()
+
+    def ended(how):
+        pid = os.fork()
+        if pid == 0:
+            how()
+        return os.waitpid(pid, 0)[1]
+
+    assert "killed by SIGTERM" in b.no_result(ended(lambda: os.kill(os.getpid(), signal.SIGTERM)))
+    assert "exit code 3" in b.no_result(ended(lambda: os._exit(3)))
+    assert "ended normally" in b.no_result(ended(lambda: os._exit(0)))
+    assert "--timeout" in b.no_result(ended(lambda: os.kill(os.getpid(), signal.SIGKILL)), timed_out=True)
+
+
+def test_toggle_undoes_an_arm_whose_block_raised(tmp_path):
+    """``--toggle`` switches arms inside one process: a patch is undone even when its block raises, and arms
+    whose environment torch reads only at start are refused before anything is changed."""
+    b = _bench()
+    from workbench.collectors import step_log
+
+    record = step_log.StepLog.record
+    with pytest.raises(RuntimeError, match="block failed"):
+        with b.arm_switched_on(b.ARMS["no_write"], tmp_path / "run") as (step_ctx, collector):
+            assert step_log.StepLog.record is not record and collector is not None
+            raise RuntimeError("block failed")
+    assert step_log.StepLog.record is record and collector._closed
+    before = dict(os.environ)
+    with pytest.raises(ValueError, match="without environment settings"):
+        with b.arm_switched_on(b.ARMS["keep_cupti"], tmp_path / "run2"):
+            pass
+    assert dict(os.environ) == before

@@ -347,3 +347,26 @@ def test_collector_rows_keep_their_fields_and_data_wait_excludes_the_collectors_
     raw = (tmp_path / "rank0/steps.jsonl").read_bytes()
     assert raw.endswith(b"\n") and all(json.loads(line) for line in raw.splitlines())
     assert os.path.getsize(tmp_path / "rank0/steps.jsonl") == len(raw)
+
+
+def test_a_collector_whose_writer_falls_a_ring_behind_says_so_once_and_goes_on(tmp_path, monkeypatch):
+    """A real Collector with a 64-record ring and a writer that does not read during the loop: ``collector.errors``
+    says once that records were lost (not that steps stopped), the loop goes on, and at close the writer writes the
+    rest with the lost_records line where the gap is."""
+    from workbench.collectors import Collector
+
+    monkeypatch.setattr(step_log, "CAPACITY", 64)
+    monkeypatch.setattr(step_log, "CHECK_EVERY", 128)
+    monkeypatch.setattr(step_log, "POLL_S", 60.0)         # the writer reads only when the pipe closes
+    c = Collector(tmp_path, profile_repeat=0, compile_capture=False, device_timing=False)
+    with c:
+        for _ in range(400):
+            with c.step():
+                pass
+        lost = [e for e in c.errors if e.startswith("steps_lost:")]
+        assert len(lost) == 1 and "behind" in lost[0]
+    assert c.steps_done == 400 and not [e for e in c.errors if e.startswith("steps:")]
+    rows = [json.loads(line) for line in (tmp_path / "rank0/steps.jsonl").read_text().splitlines()]
+    gaps = [r["lost_records"] for r in rows if "lost_records" in r]
+    steps = [r["step"] for r in rows if "step" in r]
+    assert sum(gaps) + len(steps) == 400 and steps == list(range(400 - len(steps), 400)) and len(steps) >= 60
