@@ -14,13 +14,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def read_steps(rank_dir: Path) -> tuple[dict[int, dict[str, Any]], int]:
-    """steps.jsonl merged by step (later keys win) and the number of unreadable lines."""
+    """steps.jsonl merged by step (later keys win) and the number of unreadable lines; lines without a step (a
+    ``lost_records`` mark) are left out."""
     from workbench.rundir import read_jsonl
 
     rows, bad = read_jsonl(rank_dir / "steps.jsonl")
     merged: dict[int, dict[str, Any]] = {}
     for row in rows:
-        merged.setdefault(row["step"], {}).update(row)
+        if "step" in row:
+            merged.setdefault(row["step"], {}).update(row)
     return merged, bad
 
 
