@@ -292,6 +292,8 @@ class StepLog:
         with self._lock:
             data, self._prev_ready = sw.format_records(records, self._prev_ready)
             self._write(data)
+            if any(not flags & sw.DEVICE for *_, flags in records):
+                self._prev_ready = time.time_ns()   # writing the line is the collector's work, not data loading
 
     def _write(self, data: bytes) -> None:
         if self._fd is None or not data:

@@ -370,3 +370,17 @@ def test_a_collector_whose_writer_falls_a_ring_behind_says_so_once_and_goes_on(t
     gaps = [r["lost_records"] for r in rows if "lost_records" in r]
     steps = [r["step"] for r in rows if "step" in r]
     assert sum(gaps) + len(steps) == 400 and steps == list(range(400 - len(steps), 400)) and len(steps) >= 60
+
+
+def test_inline_writing_is_not_counted_as_the_next_steps_data_wait(tmp_path):
+    """Written on the training thread, a step's line is the collector's own work: the next step's data wait starts
+    after it, not at the step's ``ready`` time."""
+    log = StepLog(tmp_path / "steps.jsonl", on_error=lambda exc: None)
+    log.write_inline()
+    log.record(0, 100, 200, 300, 0)            # ready at 300 ns: long before the line is written
+    written = time.time_ns()
+    log.record(1, written, written + 1, written + 2, 0)
+    log.close()
+    rows = [json.loads(line) for line in (tmp_path / "steps.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1] and "data_wait_ns" not in rows[0]
+    assert 0 <= rows[1]["data_wait_ns"] < written - 300
