@@ -1,8 +1,8 @@
 """``steps.jsonl`` without a system call on the training thread: one record per step into shared memory.
 
-Per step the training thread packs one record into a ring in shared memory (:meth:`StepLog.record`: two
-``struct.pack_into`` calls, no system call); a small process of its own (:mod:`step_writer`, standard library only,
-started once at ``start()``) turns the records into JSON lines within two :data:`~step_writer.POLL_S`. Why: on
+Per step the training thread packs one record into a ring in shared memory (:meth:`StepLog.record`: one
+``struct.pack_into`` of the record and one 8-byte store of the count, no system call); a small process of its own
+(:mod:`step_writer`, standard library only, started once at ``start()``) turns the records into JSON lines within two :data:`~step_writer.POLL_S`. Why: on
 the H200 machine a step's ``os.write`` and ``orjson`` cost the training loop +93 µs a step (5.8 ms eager step),
 15 times what the same code costs alone, because it runs right after the step's own work has evicted the CPU
 caches; with the ring the collector's step costs +28 µs of CPU time there (bench/README.md, "Collector
@@ -14,7 +14,8 @@ rank killed with SIGKILL or aborted has all its finished steps there too (the wr
 rest of the ring and ends; a DataLoader worker forked from the rank holds nothing of it open). Only a writer killed
 along with its rank (a whole job's processes killed at once) loses the last 2 × ``POLL_S`` of lines. A writer more
 than the ring behind (a loop faster than ~15 µs a step, a hung file system) loses the oldest records it had not read:
-``steps.jsonl`` gets one ``lost_records`` line where they were, and ``on_error`` hears of it once.
+``steps.jsonl`` gets a ``lost_records`` line where each gap is, and ``on_error`` hears once how many were lost
+(the count on disk, read from the ring's header at the liveness checks and at close).
 
 Where no writer process can run (no shared-memory folder, a sandbox without ``fork``/``exec``), or when it dies,
 the lines are written on the training thread at every step as before (``mode == "inline"``), and the reason is
@@ -92,7 +93,7 @@ class StepLog:
         self._prev_ready: int | None = None     # inline mode's data-wait state
         self._lock = threading.RLock()          # reentrant: close() may run from a signal handler inside a write
         self._forked = False
-        self._behind_said = False               # the writer fell a ring behind: said once
+        self._lost_said = 0                     # records lost (the ring's LOST word) already said
         try:
             self._start_writer()
         except Exception as exc:
@@ -115,7 +116,7 @@ class StepLog:
         try:
             os.ftruncate(ring_fd, size)
             ring = mmap.mmap(ring_fd, size)
-            sw.HEADER.pack_into(ring, 0, sw.MAGIC, 0, 0, CAPACITY, sw.NO_STEP)
+            sw.HEADER.pack_into(ring, 0, sw.MAGIC, 0, 0, CAPACITY, sw.NO_STEP, 0)
             pipe_r, pipe_w = os.pipe()
             status_r, status_w = os.pipe()
             script = os.path.abspath(sw.__file__)
@@ -172,21 +173,23 @@ class StepLog:
             self._report(exc)
 
     def _check(self) -> None:
-        """Every CHECK_EVERY records: a writer process that has ended is replaced by inline writing; one that is
-        more than the ring behind is said once (and left running: writing inline would put a slow disk on the
-        training thread)."""
+        """Every CHECK_EVERY records: a writer process that has ended is replaced by inline writing; records the
+        writer has lost (it fell a ring behind) are said (and it is left running: writing inline would put a slow
+        disk on the training thread)."""
         if self._pid is not None and self._exited():
             self._report(RuntimeError(self._writer_failure("ended early")))
             self._to_inline(drain=True)
             return
-        if self._behind_said or self._ring is None:
-            return
-        behind = self._n - self._words[sw.READ]  # type: ignore[index]
-        if behind > CAPACITY:
-            self._behind_said = True
+        if self._words is not None:
+            self._say_lost(self._words[sw.LOST])
+
+    def _say_lost(self, lost: int) -> None:
+        """Say, the first time, that ``lost`` records (the total so far, as on disk) were lost."""
+        if lost > 0 and not self._lost_said:
+            self._lost_said = lost
             self._report(StepRecordsLost(
-                f"the step writer process is {behind} step records behind the training loop, more than its ring "
-                f"holds ({CAPACITY}): the oldest are lost (steps.jsonl has a lost_records line in their place)"))
+                f"{lost} records lost so far: the step writer process fell more than its ring ({CAPACITY} records) "
+                "behind the training loop; steps.jsonl has a lost_records line where each gap is"))
 
     def _exited(self) -> bool:
         """The writer process has ended (reaped here; where children are reaped elsewhere: its status pipe is
@@ -274,7 +277,9 @@ class StepLog:
                 if data and self._ends_cut():
                     data = b"\n" + data        # a line the writer left cut stays one bad line, not two
                 self._write(data)
-                self._prev_ready = reader.prev_ready
+                # the drain is the collector's work: the next data wait starts after it
+                self._prev_ready = time.time_ns() if reader.prev_ready is not None else None
+                self._say_lost(reader.lost)
             ring.close()
 
     def _ends_cut(self) -> bool:
@@ -337,6 +342,7 @@ class StepLog:
             if status in (sw.DONE, b""):
                 break
         if status == sw.DONE:
+            self._say_lost(self._words[sw.LOST] if self._words is not None else 0)
             self._let_go_of_ring().close()  # type: ignore[union-attr]
             self._stop_writer(kill=False)   # it is ending by itself: reap it
             return

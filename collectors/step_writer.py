@@ -9,17 +9,21 @@ own and ignores SIGINT, SIGTERM and SIGHUP, so a signal meant for the rank does 
 On its stdout it tells the training process :data:`READY` once it has the ring and the file, and :data:`DONE` after
 its last write; on an error it writes the error's line to ``<steps>.writer-err`` beside the file and exits 1.
 
-Ring layout (native byte order, aligned 8-byte words): a header of 5 words (magic, records written by the training
-process, records written out, capacity, the step of the last step record written out or :data:`NO_STEP`), then
+Ring layout (native byte order, aligned 8-byte words): a header of 6 words (magic, records written by the training
+process, records written out, capacity, the step of the last step record written out or :data:`NO_STEP`, records
+lost so far and said so on disk), then
 ``capacity`` records of :data:`RECORD` (step, start_ns, end_ns, ready_ns, flags). ``flags``: :data:`PROFILED`,
 :data:`INTERRUPTED`, or :data:`DEVICE` (a CUDA step time: ``start_ns`` holds ``device_ns``). While the training
 process runs, only records already counted at the previous poll are read, so a record is never read while it is
 being written; lines therefore reach the file within two polls. The counters change by one 8-byte store each
-(:func:`words`), so neither process ever reads one half-written. A loop that records more than ``capacity`` steps in
+(:func:`words`), so neither process ever reads one half-written (one aligned 8-byte store, as CPython copies it, and
+x86-64's store order: a record is stored before the count that covers it; other architectures are not checked).
+A loop that records more than ``capacity`` steps in
 two polls (faster than ~15 µs a step), or a writer stalled that long (a hung file system), outruns the ring: the
 records overwritten before they were read (or while they were read) are not written, and one line in their place
 says how many, ``{"lost_records": N, "lost_after_step": S}`` (no ``step`` key; ``lost_after_step``: the last step
-written out before the gap, absent when none was).
+written out before the gap, absent when none was); ``N`` counts records, of steps and of CUDA step times. The
+training process reads the lost total from the header and says it once (``collector.errors``).
 """
 
 from __future__ import annotations
@@ -32,11 +36,12 @@ import signal
 import struct
 import sys
 
-MAGIC = 0x5742_5354_4550_5332          # "WBSTEPS2"
-HEADER = struct.Struct("=4Qq")
+MAGIC = 0x5742_5354_4550_5333          # "WBSTEPS3"
+HEADER = struct.Struct("=4Qqq")
 RECORD = struct.Struct("=5q")
-WRITTEN_AT, READ_AT, LAST_STEP_AT = 8, 16, 32   # header offsets of the two counters and the last step written out
-WRITTEN, READ, LAST_STEP = WRITTEN_AT // 8, READ_AT // 8, LAST_STEP_AT // 8   # their indexes in words()
+#: Header offsets of the two counters, the last step written out and the records lost so far (on disk).
+WRITTEN_AT, READ_AT, LAST_STEP_AT, LOST_AT = 8, 16, 32, 40
+WRITTEN, READ, LAST_STEP, LOST = WRITTEN_AT // 8, READ_AT // 8, LAST_STEP_AT // 8, LOST_AT // 8  # indexes in words()
 #: ``LAST_STEP_AT`` before any step record is written out.
 NO_STEP = -(1 << 63)
 PROFILED, INTERRUPTED, DEVICE = 1, 2, 4
@@ -77,11 +82,12 @@ class RingReader:
 
     def __init__(self, ring: mmap.mmap, prev_ready: int | None = None) -> None:
         self.ring = ring
-        magic, _, _, self.capacity, last = HEADER.unpack_from(ring, 0)
+        magic, _, _, self.capacity, last, lost = HEADER.unpack_from(ring, 0)
         if magic != MAGIC:
             raise ValueError("not a step ring")
         self.prev_ready = prev_ready
         self.last_step = None if last == NO_STEP else last   # of the records taken so far
+        self.lost = lost                                     # records lost so far, of those taken
         self._words = words(ring)
 
     def close(self) -> None:
@@ -109,6 +115,7 @@ class RingReader:
         lost = first - done
         head = b""
         if lost > 0:
+            self.lost += lost
             gap: dict[str, int] = {"lost_records": lost}
             if self.last_step is not None:
                 gap["lost_after_step"] = self.last_step
@@ -122,9 +129,10 @@ class RingReader:
         return head + data, max(upto, done)
 
     def mark(self, count: int) -> None:
-        """Records up to ``count`` are on disk (the last step first: a kill between the two repeats lines, never
-        misplaces a gap)."""
+        """Records up to ``count`` are on disk (the last step and the lost total first: a kill between the stores
+        repeats lines, and then may count a lost gap twice, but never misplaces one)."""
         self._words[LAST_STEP] = NO_STEP if self.last_step is None else self.last_step
+        self._words[LOST] = self.lost
         self._words[READ] = count
 
 

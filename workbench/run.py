@@ -437,7 +437,8 @@ def _read_compiles(sources: Sources, on_error: OnError, problems: list[str]) -> 
 
 
 #: The ``skipped`` reason for the records a rank's step writer lost (its ``lost_records`` lines, summed per file).
-STEP_RECORDS_LOST = "step records lost: the step writer process fell behind the training loop (steps.jsonl)"
+STEP_RECORDS_LOST = ("records of steps (and CUDA step times) lost: the step writer process fell behind the training "
+                     "loop (steps.jsonl)")
 
 
 def _read_steps_files(files: dict[int, Path]) -> tuple[pl.DataFrame, pl.DataFrame]:
