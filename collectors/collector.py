@@ -147,8 +147,8 @@ class Collector(contextlib.ContextDecorator):
         self._current: int | None = None
         self._depth = 0
         self._t0 = 0
-        self._steps: StepLog | None = None     # steps.jsonl: a record per step, written by another process
-        self._steps_mode: str | None = None    # fingerprint.json "steps_writer": "process" or "inline"
+        self._steps: StepLog | None = None     # steps.jsonl: a record per step, written by another process (kept
+        #                                        after close: its mode goes into fingerprint.json "steps_writer")
         self._profiled = False                 # the step running now is recorded by a profiler window
         # A step at or past _next_work (or any step while _every_step) runs _step_*_work: the next step of a
         # profiler window's (_windows_at) or of CUDA timing's (_timing_at); every step with NVTX or a compile config.
@@ -354,8 +354,6 @@ class Collector(contextlib.ContextDecorator):
                 compile_capture.uninstall(self._compile_handler)
         if self._steps is not None:
             self._steps.close()       # every step's line is on disk from here
-            self._steps_mode = self._steps.mode
-            self._steps = None
         if self._hang is not None:  # Flight Recorder dump and exit record (docs/hangs.md)
             self._hang.close()
             self._hang = None
@@ -556,7 +554,7 @@ class Collector(contextlib.ContextDecorator):
             fp["trace_files"] = [p.name for p in self.trace_files]
             fp["compile_log_records"] = self._compile_handler.records if self._compile_handler else 0
             fp["errors"] = list(self.errors)
-            fp["steps_writer"] = self._steps.mode if self._steps is not None else self._steps_mode
+            fp["steps_writer"] = self._steps.mode if self._steps is not None else None
             fp["compile_config_applied"] = self._applier.report() if self._applier is not None else None
             rundir.write_json(self.path / rundir.FINGERPRINT.format(rank=self.rank), fp)
         except Exception as exc:

@@ -90,10 +90,11 @@ class StepLog:
         self._status: int | None = None         # writer -> ours: READY, then DONE after its last write
         self._err_path = Path(str(self.path) + ".writer-err")
         self._n = 0                             # records put into the ring
+        self._capacity = CAPACITY               # records the ring holds (also in its header)
         self._prev_ready: int | None = None     # inline mode's data-wait state
         self._lock = threading.RLock()          # reentrant: close() may run from a signal handler inside a write
         self._forked = False
-        self._lost_said = 0                     # records lost (the ring's LOST word) already said
+        self._lost_said = False                 # records lost (the ring's LOST word) said once
         try:
             self._start_writer()
         except Exception as exc:
@@ -109,14 +110,14 @@ class StepLog:
         shm = _shm_dir()
         if shm is None:
             raise OSError("no writable shared-memory folder")
-        size = sw.HEADER.size + CAPACITY * sw.RECORD.size
+        size = sw.HEADER.size + self._capacity * sw.RECORD.size
         ring_fd, name = tempfile.mkstemp(prefix="wb-steps-", dir=shm)
         os.unlink(name)                         # only the two processes' descriptors keep it: nothing to leak
         pipe_r = pipe_w = status_r = status_w = -1
         try:
             os.ftruncate(ring_fd, size)
             ring = mmap.mmap(ring_fd, size)
-            sw.HEADER.pack_into(ring, 0, sw.MAGIC, 0, 0, CAPACITY, sw.NO_STEP, 0)
+            sw.HEADER.pack_into(ring, 0, sw.MAGIC, 0, 0, self._capacity, sw.NO_STEP, 0)
             pipe_r, pipe_w = os.pipe()
             status_r, status_w = os.pipe()
             script = os.path.abspath(sw.__file__)
@@ -163,7 +164,7 @@ class StepLog:
                     self._write_inline([(step, start_ns, end_ns, ready_ns, flags)])
                 return
             n = self._n
-            sw.RECORD.pack_into(ring, _RECORDS_AT + (n % CAPACITY) * _RECORD_SIZE,
+            sw.RECORD.pack_into(ring, _RECORDS_AT + (n % self._capacity) * _RECORD_SIZE,
                                 step, start_ns, end_ns, ready_ns, flags)
             self._n = n = n + 1
             self._words[_WRITTEN] = n  # type: ignore[index]   # None only once closed (then caught below)
@@ -186,9 +187,9 @@ class StepLog:
     def _say_lost(self, lost: int) -> None:
         """Say, the first time, that ``lost`` records (the total so far, as on disk) were lost."""
         if lost > 0 and not self._lost_said:
-            self._lost_said = lost
+            self._lost_said = True
             self._report(StepRecordsLost(
-                f"{lost} records lost so far: the step writer process fell more than its ring ({CAPACITY} records) "
+                f"{lost} records lost so far: the step writer process fell more than its ring ({self._capacity} records) "
                 "behind the training loop; steps.jsonl has a lost_records line where each gap is"))
 
     def _exited(self) -> bool:

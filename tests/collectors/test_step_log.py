@@ -39,6 +39,17 @@ def steps_in(path: Path) -> list[int]:
     return [json.loads(line)["step"] for line in lines_of(path) if "start_ns" in line]
 
 
+def _written_out(path: Path, n: int) -> tuple[StepLog, list[BaseException]]:
+    """A StepLog with records 0..n-1 (step i at i ns) that its writer process has written out and marked so, and
+    the list its errors go to."""
+    errors: list[BaseException] = []
+    log = StepLog(path, on_error=errors.append)
+    for i in range(n):
+        log.record(i, i, i, i, 0)
+    assert wait_for(lambda: log._words[step_writer.READ] == n)
+    return log, errors
+
+
 @pytest.fixture
 def fast_poll(monkeypatch):
     """The writer process reads the ring every 50 ms, not POLL_S: the tests that wait for it wait less."""
@@ -102,12 +113,8 @@ def test_without_a_writer_process_the_lines_are_written_inline_and_it_says_why(t
 def test_a_writer_that_dies_is_replaced_by_inline_writing_and_nothing_is_lost(tmp_path, monkeypatch, fast_poll):
     monkeypatch.setattr(step_log, "CHECK_EVERY", 8)
     path = tmp_path / "steps.jsonl"
-    errors: list[BaseException] = []
-    log = StepLog(path, on_error=errors.append)
-    for i in range(4):
-        log.record(i, i, i, i, 0)
-    assert wait_for(lambda: log._words[step_writer.READ] == 4)    # on disk and marked so (a kill in between
-    os.kill(log._pid, signal.SIGKILL)                              # would repeat them, as it should)
+    log, errors = _written_out(path, 4)    # on disk and marked so (a kill in between would repeat them, as it should)
+    os.kill(log._pid, signal.SIGKILL)
     time.sleep(0.2)
     for i in range(4, 20):
         log.record(i, i, i, i, 0)
@@ -292,11 +299,7 @@ def test_a_stalled_writer_is_drained_at_close_with_the_gap_after_its_last_step(t
     monkeypatch.setattr(step_log, "CHECK_EVERY", 32)
     monkeypatch.setattr(step_log, "CLOSE_WAIT_S", 0.2)
     path = tmp_path / "steps.jsonl"
-    errors: list[BaseException] = []
-    log = StepLog(path, on_error=errors.append)
-    for i in range(10):
-        log.record(i, i, i, i, 0)
-    assert wait_for(lambda: log._words[step_writer.READ] == 10)   # written out and marked so
+    log, errors = _written_out(path, 10)
     os.kill(log._pid, signal.SIGSTOP)
     for i in range(10, 1010):
         log.record(i, i, i, i, 0)
