@@ -5,7 +5,9 @@ Two parts, in one process (CUDA initialised when there is a GPU):
 1. **Per call** — each operation the collector's step code runs, timed over many calls (median and p90, µs):
    ``time.time_ns()``, ``orjson.dumps`` of a step row, an appending ``os.write`` of one line into a file in each
    of ``--dirs`` (default: the temp dir, /dev/shm, the current folder: their file systems are printed), CUDA event
-   ``record`` / ``query`` / ``elapsed_time``, and a whole ``with collector.step(): pass`` for several set-ups.
+   ``record`` / ``query`` / ``elapsed_time``, and a whole ``with collector.step(): pass`` for several set-ups;
+   then (``--cold N``) the step's parts each right after a pass that evicts the CPU caches, as after a training
+   step, where each Python call and C function costs microseconds.
 2. **In a training loop** (``--steps N``, 0 to skip) — the small eager model of bench/overhead.py; every round runs
    one step of each condition in a random order: ``bare``; ``collector`` (default options, no profiler window);
    ``sync_write`` (the same, but ``steps.jsonl`` formatted and written on the training thread at every step, as
@@ -14,7 +16,7 @@ Two parts, in one process (CUDA initialised when there is a GPU):
 
 Where system calls are slow (gVisor on the device machine; NFS or Lustre on clusters) part 1 shows it directly.
 
-    python bench/host_costs.py [--reps 3000] [--steps 1500] [--dirs /tmp,/dev/shm,.] [--json out.json]
+    python bench/host_costs.py [--reps 3000] [--cold 500] [--steps 1500] [--dirs /tmp,/dev/shm,.] [--json out.json]
     python bench/host_costs.py --smoke           # CPU, few repetitions; no claims
 """
 
@@ -117,6 +119,59 @@ def per_call_costs(reps: int, dirs: list[str]) -> dict[str, Any]:
     return out
 
 
+def cold_call_costs(reps: int, evict_mb: int = 32) -> dict[str, Any]:
+    """Per call right after a pass over ``evict_mb`` MB that evicts the CPU caches (as a training step does):
+    the calls in a random order every round, each timed alone; median µs, and the median minus that of an empty
+    Python call (``empty call``), which is what the call adds."""
+    import contextlib
+
+    from workbench.collectors import Collector
+
+    junk = bytearray(os.urandom(1 << 16)) * (evict_mb * 16)
+    table = bytes(range(1, 256)) + b"\0"
+    c = Collector(tempfile.mkdtemp(prefix="wb-costs-"), profile_repeat=0).start()
+    steps = c._steps
+    ctx = c.step()
+
+    def empty() -> None:
+        pass
+
+    def null() -> None:
+        with contextlib.nullcontext():
+            pass
+
+    def two_time_ns() -> None:
+        time.time_ns()
+        time.time_ns()
+
+    def ring_record() -> None:
+        steps.record(1, 2, 3, 3, 0)   # type: ignore[union-attr]
+
+    def step() -> None:
+        with ctx:
+            pass
+
+    calls: dict[str, Callable[[], Any]] = {"empty call": empty, "with nullcontext(): pass": null, "time.time_ns() x2": two_time_ns,
+             "StepLog.record (the step ring)": ring_record, "with collector.step(): pass — default, no window": step}
+    times: dict[str, list[float]] = {k: [] for k in calls}
+    rng = random.Random(0)
+    clock = time.perf_counter_ns
+    for _ in range(reps):
+        order = list(calls)
+        rng.shuffle(order)
+        for name in order:
+            junk.translate(table)          # reads and writes evict_mb MB
+            fn = calls[name]
+            t0 = clock()
+            fn()
+            times[name].append((clock() - t0) / 1e3)
+    c.close()
+    shutil.rmtree(c.path, ignore_errors=True)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"evict_mb": evict_mb, "reps": reps,
+            "calls": {k: {"median_us": round(v, 2), "extra_us": round(v - med["empty call"], 2)} for k, v in med.items()}}
+
+
 def _ci(values: list[float], rng: random.Random, n: int = 2000) -> list[float]:
     meds = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(n))
     return [round(meds[int(n * 0.025)], 1), round(meds[int(n * 0.975)], 1)]
@@ -174,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=1500, help="rounds of the training-loop part (0: skip it)")
     p.add_argument("--shape", default="small", choices=sorted(overhead.SHAPES))
     p.add_argument("--dirs", default=None, help="comma-separated folders to time os.write in")
+    p.add_argument("--cold", type=int, default=500, help="rounds of the per-call part with the caches evicted (0: skip)")
     p.add_argument("--device", default=None)
     p.add_argument("--json", default=None)
     p.add_argument("--smoke", action="store_true", help="CPU, few repetitions (a test); no claims")
@@ -182,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     if args.smoke:
-        args.reps, args.steps, args.shape = 50, 3, "tiny"
+        args.reps, args.steps, args.shape, args.cold = 50, 3, "tiny", min(args.cold, 5)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dirs = args.dirs.split(",") if args.dirs else [tempfile.gettempdir(), "/dev/shm", os.getcwd()]
     dirs = [d for d in dirs if os.path.isdir(d) and os.access(d, os.W_OK)]
@@ -190,6 +246,12 @@ def main(argv: list[str] | None = None) -> int:
                               "per_call": per_call_costs(args.reps, dirs)}
     for name, cost in result["per_call"].items():
         print(f"{cost['median_us']:10.2f} µs  (p90 {cost['p90_us']:9.2f})  {name}")
+    if args.cold:
+        cold = cold_call_costs(args.cold)
+        result["cold"] = cold
+        print(f"after a {cold['evict_mb']} MB pass that evicts the caches ({cold['reps']} rounds):")
+        for name, cost in cold["calls"].items():
+            print(f"{cost['median_us']:10.2f} µs  (+{cost['extra_us']:6.2f} over an empty call)  {name}")
     if args.steps:
         loop = training_loop_costs(args.steps, device, args.shape)
         result["training_loop"] = loop

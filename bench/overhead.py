@@ -593,9 +593,10 @@ def members(rnd: dict[str, dict], arm: str) -> list[dict]:
             and any(k == n or k.startswith(n + "#") for n in names)]
 
 
-def arm_level(rnd: dict[str, dict], arm: str, seg: str) -> float | None:
-    """An arm's segment time in one round: the geometric mean over its processes (:func:`members`)."""
-    vals = [segment_ms(v["step_ms"], seg, skip=v.get("turn_starts", ())) for v in members(rnd, arm)]
+def arm_level(rnd: dict[str, dict], arm: str, seg: str, key: str = "step_ms") -> float | None:
+    """An arm's segment time in one round: the geometric mean over its processes (:func:`members`); ``key``
+    ``cpu_ms``: the training thread's CPU time per step (``--probe``)."""
+    vals = [segment_ms(v[key], seg, skip=v.get("turn_starts", ())) for v in members(rnd, arm) if key in v]
     vals = [v for v in vals if v]
     return statistics.geometric_mean(vals) if vals else None
 
@@ -668,6 +669,12 @@ def summarize(rounds: list[dict[str, dict]], comps: dict[str, tuple[str, str]]) 
                          "median_ratio": round(statistics.median(ratios), 4), "ci95": [round(lo, 4), round(hi, 4)],
                          "baseline_ms": round(statistics.median(p[0] for p in pairs), 4),
                          "arm_ms": round(statistics.median(p[1] for p in pairs), 4)}
+        cpu = [(a - b) * 1e3 for a, b in ((arm_level(rnd, arm, "after", "cpu_ms"), arm_level(rnd, base, "after", "cpu_ms"))
+                                          for rnd in rounds) if a is not None and b is not None]
+        if len(cpu) > 1:   # --probe: the training thread's extra CPU time per step, arm minus baseline
+            lo, hi = bootstrap_median(cpu)
+            segs["after_cpu_us"] = {"baseline": base, "median_us": round(statistics.median(cpu), 1),
+                                    "ci95": [round(lo, 1), round(hi, 1)]}
         paired = [r for r in (paired_ratio(rnd, arm, base) for rnd in rounds) if r]
         if paired:
             lo, hi = bootstrap_median(paired) if len(paired) > 1 else (paired[0], paired[0])
@@ -676,6 +683,22 @@ def summarize(rounds: list[dict[str, dict]], comps: dict[str, tuple[str, str]]) 
                                     "ci95": [round(lo, 4), round(hi, 4)]}
         out[label] = segs
     return out
+
+
+def pooled_rounds(files: list[Path]) -> tuple[list[str], dict[str, list[dict]]]:
+    """The arms and, per shape, the rounds of saved ``--json`` files taken together (raises ValueError, naming the
+    file, where the arms differ: rounds are pooled only where every file measured the same arms)."""
+    arms: list[str] | None = None
+    pooled: dict[str, list[dict]] = {}
+    for f in files:
+        saved = json.loads(f.read_text())
+        these = list(saved["arms"])
+        if arms is not None and these != arms:
+            raise ValueError(f"{f}: arms {these} differ from {arms} in the files before it; not pooled")
+        arms = these
+        for shape, entry in saved["shapes"].items():
+            pooled.setdefault(shape, []).extend(entry["rounds"])
+    return arms or [], pooled
 
 
 def print_summary(shape: str, summary: dict, *, show_pairs: bool = True) -> None:
@@ -687,6 +710,9 @@ def print_summary(shape: str, summary: dict, *, show_pairs: bool = True) -> None
                       f"{arm} {a:.3f} ms, ratio {r:.4f}")
         cells = []
         for seg, s in segs.items():
+            if seg == "after_cpu_us":
+                cells.append(f"after CPU time {s['median_us']:+.1f} us [{s['ci95'][0]:+.1f}, {s['ci95'][1]:+.1f}]")
+                continue
             if seg == "after_paired":
                 cells.append(f"after paired in {s['block']}-step blocks {s['median_ratio']:.4f} "
                              f"[{s['ci95'][0]:.4f}, {s['ci95'][1]:.4f}]")
@@ -921,18 +947,21 @@ def main(argv: list[str] | None = None) -> int:
                    help="instead of rounds: in one process, ROUNDS rounds of blocks of --steps steps (default 60): one "
                         "bare, one per --arms arm (default collector; bare and collector arms), in a random order, "
                         "each collector arm inside a fresh Collector (--shapes: the first one)")
-    p.add_argument("--summarize", default=None, metavar="JSON",
-                   help="print the summary of a saved --json file again (with this version's comparisons)")
+    p.add_argument("--summarize", default=None, metavar="JSON[,JSON...]",
+                   help="print the summary of saved --json files again (with this version's comparisons); several "
+                        "files: the rounds of each shape pooled (the same arms in all of them)")
     p.add_argument("--stat", choices=("median", "trimmed"), default="median",
                    help="per-process statistic of a segment: median or 10-90 %% trimmed mean")
     args = p.parse_args(argv)
     global STAT
     STAT = args.stat
     if args.summarize:
-        saved = json.loads(Path(args.summarize).read_text())
-        for shape, entry in saved["shapes"].items():
-            print_summary(shape, summarize(entry["rounds"], comparisons([a for a in saved["arms"] if a != "bare"])),
-                          show_pairs=False)
+        try:
+            arms, pooled = pooled_rounds([Path(f) for f in args.summarize.split(",") if f])
+        except ValueError as exc:
+            p.error(str(exc))
+        for shape, rounds in pooled.items():
+            print_summary(shape, summarize(rounds, comparisons([a for a in arms if a != "bare"])), show_pairs=False)
         return 0
     if args.in_process is not None:
         _import_workbench()
@@ -970,6 +999,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch  # noqa: F401  (in the parent, so every forked process starts with it imported; no CUDA here)
 
     tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="wb-overhead-"))
+    tmp.mkdir(parents=True, exist_ok=True)   # the warm-up process writes its result here before any run directory
     t_begin = time.monotonic()
     results: dict[str, Any] = {"method": __doc__.split("\n\n")[1].strip(), "argv": sys.argv[1:], "arms": {
         a: ARMS[a].what for a in order}, "segments": SEGMENTS, "stat": STAT, "gpu_cpus": gpu_cpus(), "shapes": {}}

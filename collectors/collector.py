@@ -65,8 +65,15 @@ def _dist_info() -> tuple[int, int, int, str]:
     return 0, local_rank, 1, "default"
 
 
+_now = time.time_ns
+
+
 class _StepContext:
-    """The reusable context manager behind ``collector.step()`` (no allocation per step)."""
+    """The reusable context manager behind ``collector.step()`` (no allocation per step).
+
+    A step with nothing to do but its timestamps and its record (most steps) is handled here, without another
+    call: right after a training step the CPU's caches hold the step's data, not the collector's, and each Python
+    call and C function the collector runs then costs microseconds (bench/README.md, "Collector overhead")."""
 
     __slots__ = ("_c",)
 
@@ -74,10 +81,28 @@ class _StepContext:
         self._c = collector
 
     def __enter__(self) -> _StepContext:
-        self._c._step_begin()
+        c = self._c
+        if c._depth or not c._started or c._every_step or c._next_step >= c._next_work:
+            c._step_begin()      # nested, the first step, or one with work (Collector._step_begin)
+            return self
+        t0 = _now()
+        c._depth = 1
+        c._current = c._next_step
+        c._t0 = t0
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        c = self._c
+        step = c._current
+        if (exc_type is None and c._depth == 1 and step is not None and step < c._next_work and c._e0 is None
+                and not (c._every_step or c._open_ranges or c._cut_step or c._profiled)):
+            t1 = _now()          # a step without work (Collector._step_end does the same, and the rest)
+            c._depth = 0
+            if c._steps is not None:
+                c._steps.record(step, c._t0, t1, t1, 0)
+            c._next_step = step + 1
+            c._current = None
+            return
         if exc_type is not None and self._c._hang is not None:  # hang capture: the step an error left
             self._c._hang.on_step_error(exc)  # type: ignore[arg-type]
         if exc_type is not None and self._c._depth == 1:
@@ -376,7 +401,7 @@ class Collector(contextlib.ContextDecorator):
         if self._depth:
             self._depth += 1
             return
-        t0 = time.time_ns()
+        t0 = _now()
         if not self._started:
             self.start()
         self._depth = 1
@@ -416,14 +441,14 @@ class Collector(contextlib.ContextDecorator):
         self._depth = 0
         step = self._current if self._current is not None else self._next_step
         e1 = self._record_end_event() if self._e0 is not None else None
-        t1 = ready = time.time_ns()
+        t1 = ready = _now()
         profiled = self._profiled
         if e1 is not None or self._every_step or step >= self._next_work or self._open_ranges:
             try:
                 self._step_end_work(step, e1)
             except Exception as exc:
                 self._fail("step", exc)
-            ready = time.time_ns()     # the collector's own work (a trace stopped) is not the next data wait
+            ready = _now()     # the collector's own work (a trace stopped) is not the next data wait
         if self._steps is not None:    # a record in shared memory; the step writer process makes the line
             self._steps.record(step, self._t0, t1, ready,
                                (PROFILED if profiled else 0) | (INTERRUPTED if self._cut_step else 0))

@@ -49,7 +49,7 @@ POLL_S = sw.POLL_S
 #: How long to wait for the writer process to say it is ready, and at close for it to write the rest.
 START_WAIT_S = 5.0
 CLOSE_WAIT_S = 10.0
-_RECORDS_AT, _RECORD_SIZE, _WRITTEN = sw.HEADER.size, sw.RECORD.size, sw.WRITTEN
+_FIRST_WORD, _RECORD_WORDS, _WRITTEN = sw.FIRST_WORD, sw.RECORD_WORDS, sw.WRITTEN
 
 _LIVE: weakref.WeakSet[StepLog] = weakref.WeakSet()
 
@@ -158,16 +158,20 @@ class StepLog:
     def record(self, step: int, start_ns: int, end_ns: int, ready_ns: int, flags: int) -> None:
         """One step (or, with ``flags`` DEVICE, a CUDA step time in ``start_ns``)."""
         try:
-            ring = self._ring
-            if ring is None:
+            w = self._words
+            if w is None:
                 if not self._forked:
                     self._write_inline([(step, start_ns, end_ns, ready_ns, flags)])
                 return
             n = self._n
-            sw.RECORD.pack_into(ring, _RECORDS_AT + (n % self._capacity) * _RECORD_SIZE,
-                                step, start_ns, end_ns, ready_ns, flags)
+            i = _FIRST_WORD + (n % self._capacity) * _RECORD_WORDS   # five word stores: see step_writer.words
+            w[i] = step
+            w[i + 1] = start_ns
+            w[i + 2] = end_ns
+            w[i + 3] = ready_ns
+            w[i + 4] = flags
             self._n = n = n + 1
-            self._words[_WRITTEN] = n  # type: ignore[index]   # None only once closed (then caught below)
+            w[_WRITTEN] = n           # after the record it counts (see step_writer: store order)
             if not n % CHECK_EVERY:
                 self._check()
         except Exception as exc:               # e.g. a close() from a signal handler between two lines
@@ -252,10 +256,10 @@ class StepLog:
 
     def _let_go_of_ring(self) -> mmap.mmap | None:
         """The ring, no longer recorded into and with its header view released (so it can be closed)."""
+        words, self._words = self._words, None   # first: record() writes inline from here
         ring, self._ring = self._ring, None
-        if self._words is not None:
-            self._words.release()
-            self._words = None
+        if words is not None:
+            words.release()
         return ring
 
     # ------------------------------------------------------------------ inline mode (fallback)

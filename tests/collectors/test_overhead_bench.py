@@ -114,6 +114,9 @@ def test_host_costs_smoke(tmp_path):
     assert any(k.startswith("os.write line") for k in per_call)
     assert sum(k.startswith("with collector.step()") for k in per_call) == 6
     assert all(v["median_us"] > 0 and v["p90_us"] >= v["median_us"] for v in per_call.values())
+    cold = res["cold"]["calls"]                                   # each part of a step after the caches are evicted
+    assert {"empty call", "StepLog.record (the step ring)"} <= set(cold) and cold["empty call"]["extra_us"] == 0
+    assert all(v["median_us"] > 0 for v in cold.values())
     loop = res["training_loop"]
     assert loop["errors"] == {} and {"collector", "sync_write", "no_device_timing"} <= set(loop)
     assert not list(tmp_path.glob("wb-costs-*"))                 # its scratch folders are removed
@@ -180,3 +183,25 @@ def test_toggle_undoes_an_arm_whose_block_raised(tmp_path):
         with b.arm_switched_on(b.ARMS["keep_cupti"], tmp_path / "run2"):
             pass
     assert dict(os.environ) == before
+
+
+def test_saved_series_are_pooled_only_with_the_same_arms(tmp_path):
+    """``--summarize a.json,b.json``: the rounds of each shape taken together; files with other arms are refused,
+    named; the training thread's CPU time per step (``--probe``) is summarised as arm minus baseline."""
+    b = _bench()
+
+    def rnd(extra_cpu: float) -> dict:
+        return {"bare": {"step_ms": [5.0] * 40, "cpu_ms": [3.0] * 40},
+                "collector": {"step_ms": [5.05] * 40, "cpu_ms": [3.0 + extra_cpu] * 40}}
+
+    first, second, other = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
+    first.write_text(json.dumps({"arms": {"bare": "", "collector": ""}, "shapes": {"small": {"rounds": [rnd(0.02)]}}}))
+    second.write_text(json.dumps({"arms": {"bare": "", "collector": ""}, "shapes": {"small": {"rounds": [rnd(0.04)]}}}))
+    other.write_text(json.dumps({"arms": {"bare": "", "bare2": ""}, "shapes": {"small": {"rounds": [rnd(0.0)]}}}))
+    arms, pooled = b.pooled_rounds([first, second])
+    assert arms == ["bare", "collector"] and len(pooled["small"]) == 2
+    summary = b.summarize(pooled["small"], b.comparisons(["collector"]))["collector"]
+    assert summary["after"]["median_ratio"] == pytest.approx(1.01)
+    assert summary["after_cpu_us"]["median_us"] == pytest.approx(30.0) and summary["after_cpu_us"]["baseline"] == "bare"
+    with pytest.raises(ValueError, match="c.json: arms"):
+        b.pooled_rounds([first, other])
