@@ -151,8 +151,9 @@ def cold_call_costs(reps: int, evict_mb: int = 32) -> dict[str, Any]:
         with ctx:
             pass
 
-    calls: dict[str, Callable[[], Any]] = {"empty call": empty, "with nullcontext(): pass": null, "time.time_ns() x2": two_time_ns,
-             "StepLog.record (the step ring)": ring_record, "with collector.step(): pass — default, no window": step}
+    calls: dict[str, Callable[[], Any]] = {
+        "empty call": empty, "with nullcontext(): pass": null, "time.time_ns() x2": two_time_ns,
+        "StepLog.record (the step ring)": ring_record, "with collector.step(): pass — default, no window": step}
     times: dict[str, list[float]] = {k: [] for k in calls}
     rng = random.Random(0)
     clock = time.perf_counter_ns
@@ -169,7 +170,8 @@ def cold_call_costs(reps: int, evict_mb: int = 32) -> dict[str, Any]:
     shutil.rmtree(c.path, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in times.items()}
     return {"evict_mb": evict_mb, "reps": reps,
-            "calls": {k: {"median_us": round(v, 2), "extra_us": round(v - med["empty call"], 2)} for k, v in med.items()}}
+            "calls": {k: {"median_us": round(v, 2), "extra_us": round(v - med["empty call"], 2)}
+                      for k, v in med.items()}}
 
 
 def _ci(values: list[float], rng: random.Random, n: int = 2000) -> list[float]:
@@ -229,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=1500, help="rounds of the training-loop part (0: skip it)")
     p.add_argument("--shape", default="small", choices=sorted(overhead.SHAPES))
     p.add_argument("--dirs", default=None, help="comma-separated folders to time os.write in")
-    p.add_argument("--cold", type=int, default=500, help="rounds of the per-call part with the caches evicted (0: skip)")
+    p.add_argument("--cold", type=int, default=500,
+                   help="rounds of the per-call part with the caches evicted (0: skip)")
     p.add_argument("--device", default=None)
     p.add_argument("--json", default=None)
     p.add_argument("--smoke", action="store_true", help="CPU, few repetitions (a test); no claims")

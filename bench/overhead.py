@@ -669,8 +669,8 @@ def summarize(rounds: list[dict[str, dict]], comps: dict[str, tuple[str, str]]) 
                          "median_ratio": round(statistics.median(ratios), 4), "ci95": [round(lo, 4), round(hi, 4)],
                          "baseline_ms": round(statistics.median(p[0] for p in pairs), 4),
                          "arm_ms": round(statistics.median(p[1] for p in pairs), 4)}
-        cpu = [(a - b) * 1e3 for a, b in ((arm_level(rnd, arm, "after", "cpu_ms"), arm_level(rnd, base, "after", "cpu_ms"))
-                                          for rnd in rounds) if a is not None and b is not None]
+        levels = ((arm_level(rnd, arm, "after", "cpu_ms"), arm_level(rnd, base, "after", "cpu_ms")) for rnd in rounds)
+        cpu = [(a - b) * 1e3 for a, b in levels if a is not None and b is not None]
         if len(cpu) > 1:   # --probe: the training thread's extra CPU time per step, arm minus baseline
             lo, hi = bootstrap_median(cpu)
             segs["after_cpu_us"] = {"baseline": base, "median_us": round(statistics.median(cpu), 1),
