@@ -123,8 +123,6 @@ def cold_call_costs(reps: int, evict_mb: int = 32) -> dict[str, Any]:
     """Per call right after a pass over ``evict_mb`` MB that evicts the CPU caches (as a training step does):
     the calls in a random order every round, each timed alone; median µs, and the median minus that of an empty
     Python call (``empty call``), which is what the call adds."""
-    import contextlib
-
     from workbench.collectors import Collector
 
     junk = bytearray(os.urandom(1 << 16)) * (evict_mb * 16)
@@ -193,8 +191,7 @@ def training_loop_costs(steps: int, device_name: str, shape: str) -> dict[str, A
     for c in collectors.values():
         c.start()
     overhead.write_every_step(collectors["sync_write"])
-    ctxs: dict[str, Callable[[], Any]] = {"bare": contextlib.nullcontext,
-                                          **{k: c.step for k, c in collectors.items()}}
+    ctxs: dict[str, Callable[[], Any] | None] = {"bare": None, **{k: c.step for k, c in collectors.items()}}
     wall: dict[str, list[float]] = {k: [] for k in ctxs}
     cpu: dict[str, list[float]] = {k: [] for k in ctxs}
     for _ in range(20):
@@ -204,10 +201,14 @@ def training_loop_costs(steps: int, device_name: str, shape: str) -> dict[str, A
         order = list(ctxs)
         rng.shuffle(order)
         for name in order:
+            step = ctxs[name]
             c0 = time.thread_time_ns()
             t0 = time.perf_counter_ns()
-            with ctxs[name]():
-                body()
+            if step is None:
+                body()        # bare: no context manager around the step, as in a user's loop
+            else:
+                with step():
+                    body()
             wall[name].append((time.perf_counter_ns() - t0) / 1e3)
             cpu[name].append((time.thread_time_ns() - c0) / 1e3)
     for c in collectors.values():

@@ -361,7 +361,6 @@ def run_arm(arm: Arm, shape: str, device_name: str, backend: str | None, run_dir
     if probe:
         import resource
     ctx = collector if collector is not None else (prof if prof is not None else contextlib.nullcontext())
-    step_ctx = collector.step if collector is not None else contextlib.nullcontext
     t_start = time.perf_counter()
     starts = set(turn_starts(steps, block))
     ends = {s - 1 for s in starts} | {steps - 1}
@@ -376,8 +375,11 @@ def run_arm(arm: Arm, shape: str, device_name: str, backend: str | None, run_dir
                     e0 = torch.cuda.Event(enable_timing=True)
                     e0.record()
             t0 = time.perf_counter()
-            with step_ctx():
-                body()
+            if collector is not None:
+                with collector.step():
+                    body()
+            else:
+                body()        # no context manager around a bare step: a user's loop has none
             if prof is not None:
                 prof.step()
             times.append(time.perf_counter() - t0)
