@@ -687,17 +687,28 @@ def summarize(rounds: list[dict[str, dict]], comps: dict[str, tuple[str, str]]) 
     return out
 
 
+#: How the bare arms run a step (kept in the saved JSON as ``bare_step``): with nothing around it, as a user's loop.
+BARE_STEP = "plain"
+#: Series saved before ``bare_step`` was kept ran it inside ``with contextlib.nullcontext():``.
+BARE_STEP_BEFORE = "inside with nullcontext()"
+
+
 def pooled_rounds(files: list[Path]) -> tuple[list[str], dict[str, list[dict]]]:
     """The arms and, per shape, the rounds of saved ``--json`` files taken together (raises ValueError, naming the
-    file, where the arms differ: rounds are pooled only where every file measured the same arms)."""
+    file, where the arms or the bare arms' step differ: rounds are pooled only where every file measured the same
+    arms the same way)."""
     arms: list[str] | None = None
+    bare_step: str | None = None
     pooled: dict[str, list[dict]] = {}
     for f in files:
         saved = json.loads(f.read_text())
         these = list(saved["arms"])
-        if arms is not None and these != arms:
+        bare = saved.get("bare_step", BARE_STEP_BEFORE)
+        if arms is not None and sorted(these) != sorted(arms):
             raise ValueError(f"{f}: arms {these} differ from {arms} in the files before it; not pooled")
-        arms = these
+        if bare_step is not None and bare != bare_step:
+            raise ValueError(f"{f}: its bare arms ran the step {bare}, those before it {bare_step}; not pooled")
+        arms, bare_step = arms or these, bare
         for shape, entry in saved["shapes"].items():
             pooled.setdefault(shape, []).extend(entry["rounds"])
     return arms or [], pooled
@@ -764,7 +775,7 @@ def in_process(n: int, device_name: str, shape: str = "small", clobber_mb: int =
 
     body = training_step(shape, device_name)
     collector = Collector(Path(tempfile.mkdtemp(prefix="wb-inproc-")), profile_repeat=0)
-    ctxs = {"bare": contextlib.nullcontext, "collector": collector.step}
+    ctxs = {"bare": None, "collector": collector.step}      # bare: nothing around the step
     junk = bytearray(os.urandom(1 << 16)) * (clobber_mb * 16)
     table = bytes(range(1, 256)) + b"\0"
     times: dict[str, list[float]] = {f"{t}/{a}": [] for t in ("warm", "cold") for a in ctxs}
@@ -779,9 +790,13 @@ def in_process(n: int, device_name: str, shape: str = "small", clobber_mb: int =
                 temp, arm = cond.split("/")
                 if temp == "cold":
                     junk.translate(table)            # reads and writes clobber_mb MB: evicts the caches
+                step = ctxs[arm]
                 t0 = time.perf_counter()
-                with ctxs[arm]():
+                if step is None:
                     body()
+                else:
+                    with step():
+                        body()
                 times[cond].append((time.perf_counter() - t0) * 1e6)
     med = {k: statistics.median(v) for k, v in times.items()}
     out = {"steps_per_condition": n, "clobber_mb": clobber_mb, "shape": shape, "eager": True,
@@ -823,7 +838,7 @@ def arm_switched_on(arm: Arm, run_dir: Path):
             with Collector(run_dir, **arm.options) as collector:
                 yield collector.step, collector
         else:
-            yield contextlib.nullcontext, None
+            yield None, None          # bare: nothing around the step
     finally:
         undo()
         for k, v in saved_env.items():
@@ -866,8 +881,11 @@ def toggled(rounds: int, device_name: str, shape: str, backend: str | None, arms
                 times = []
                 for _ in range(block):
                     t0 = time.perf_counter()
-                    with step_ctx():
+                    if step_ctx is None:
                         body()
+                    else:
+                        with step_ctx():
+                            body()
                     times.append(round((time.perf_counter() - t0) * 1e3, 4))
             if collector is not None and collector.errors:
                 errors.setdefault(name, []).extend(collector.errors)
@@ -1004,7 +1022,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp.mkdir(parents=True, exist_ok=True)   # the warm-up process writes its result here before any run directory
     t_begin = time.monotonic()
     results: dict[str, Any] = {"method": __doc__.split("\n\n")[1].strip(), "argv": sys.argv[1:], "arms": {
-        a: ARMS[a].what for a in order}, "segments": SEGMENTS, "stat": STAT, "gpu_cpus": gpu_cpus(), "shapes": {}}
+        a: ARMS[a].what for a in order}, "segments": SEGMENTS, "stat": STAT, "gpu_cpus": gpu_cpus(), "bare_step": BARE_STEP, "shapes": {}}
 
     def save() -> None:
         if args.json:

@@ -96,8 +96,8 @@ class _StepContext:
         step = c._current
         if (exc_type is None and c._depth == 1 and step is not None and step < c._next_work and c._e0 is None
                 and not (c._every_step or c._open_ranges or c._cut_step or c._profiled)):
-            t1 = _now()          # a step without work (Collector._step_end does the same, and the rest)
-            c._depth = 0
+            c._depth = 0         # first, as in Collector._step_end: a close() from a signal handler from here on
+            t1 = _now()          # finds no step open (a step without work: _step_end does the same, and the rest)
             if c._steps is not None:
                 c._steps.record(step, c._t0, t1, t1, 0)
             c._next_step = step + 1

@@ -129,6 +129,42 @@ def test_exception_inside_a_step_is_marked(tmp_path):
     assert names == {"ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"}
 
 
+def _recorded_loop(run_dir: Path) -> tuple[list[dict], tuple]:
+    """steps.jsonl without its times, and run.json's step count, of a loop with a window (steps 5-7), nested steps
+    and an exception in every third step."""
+    c = Collector(run_dir, profile_length=3)
+    with c:
+        for i in range(25):
+            try:
+                with c.step():
+                    with c.step():
+                        if i % 3 == 1:
+                            raise ValueError(i)
+            except ValueError:
+                pass
+    lines = [json.loads(line) for line in (run_dir / "rank0/steps.jsonl").read_text().splitlines()]
+    for line in lines:
+        for key in ("start_ns", "end_ns", "data_wait_ns", "device_ns"):
+            line.pop(key, None)
+    run = json.loads((run_dir / "run.json").read_text())
+    return lines, (run["steps"], run["interrupted_step"], list(c.errors))
+
+
+def test_the_step_contexts_fast_path_records_what_the_full_path_does(tmp_path, monkeypatch):
+    """Steps without work are handled in the step context itself; forcing every step through
+    ``Collector._step_begin`` / ``_step_end`` gives the same lines and counts."""
+    fast = _recorded_loop(tmp_path / "fast")
+    schedule = Collector._schedule_step_work
+
+    def every_step_the_full_path(self: Collector) -> None:
+        schedule(self)
+        self._every_step = True
+
+    monkeypatch.setattr(Collector, "_schedule_step_work", every_step_the_full_path)
+    assert _recorded_loop(tmp_path / "full") == fast
+    assert sum(1 for line in fast[0] if line.get("interrupted")) == 8 and fast[1][0] == 25
+
+
 def _endless_run(tmp_path, profile_length: int, size: int, sleep_s: float, min_steps: int,
                  timeout_s: float) -> subprocess.Popen:
     """A process training forever under a collector (window from step 2), returned once ``min_steps`` are written."""

@@ -205,3 +205,8 @@ def test_saved_series_are_pooled_only_with_the_same_arms(tmp_path):
     assert summary["after_cpu_us"]["median_us"] == pytest.approx(30.0) and summary["after_cpu_us"]["baseline"] == "bare"
     with pytest.raises(ValueError, match="c.json: arms"):
         b.pooled_rounds([first, other])
+    plain = tmp_path / "d.json"       # a newer series: its bare arms ran the step with nothing around it
+    plain.write_text(json.dumps({"arms": {"bare": "", "collector": ""}, "bare_step": b.BARE_STEP,
+                                 "shapes": {"small": {"rounds": [rnd(0.0)]}}}))
+    with pytest.raises(ValueError, match="d.json: its bare arms ran the step plain"):
+        b.pooled_rounds([first, plain])
