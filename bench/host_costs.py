@@ -125,8 +125,7 @@ def cold_call_costs(reps: int, evict_mb: int = 32) -> dict[str, Any]:
     Python call (``empty call``), which is what the call adds."""
     from workbench.collectors import Collector
 
-    junk = bytearray(os.urandom(1 << 16)) * (evict_mb * 16)
-    table = bytes(range(1, 256)) + b"\0"
+    evict = overhead.cache_evictor(evict_mb)
     c = Collector(tempfile.mkdtemp(prefix="wb-costs-"), profile_repeat=0).start()
     steps = c._steps
     ctx = c.step()
@@ -160,7 +159,7 @@ def cold_call_costs(reps: int, evict_mb: int = 32) -> dict[str, Any]:
         order = list(calls)
         rng.shuffle(order)
         for name in order:
-            junk.translate(table)          # reads and writes evict_mb MB
+            evict()
             fn = calls[name]
             t0 = clock()
             fn()

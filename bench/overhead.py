@@ -765,6 +765,13 @@ def training_step(shape: str, device_name: str, compile_backend: str | None = "e
     return body
 
 
+def cache_evictor(mb: int) -> Callable[[], None]:
+    """A call that reads and writes ``mb`` MB, evicting the CPU caches as a training step's own work does."""
+    junk = bytearray(os.urandom(1 << 16)) * (mb * 16)
+    table = bytes(range(1, 256)) + b"\0"
+    return lambda: junk.translate(table)   # type: ignore[return-value]
+
+
 def in_process(n: int, device_name: str, shape: str = "small", clobber_mb: int = 64) -> dict:
     """The collector's per-step cost inside one process (``--in-process N``): N times, in a shuffled order, a bare
     step and a collector step, each either right after another step (``warm``) or after a pass over ``clobber_mb``
@@ -776,8 +783,7 @@ def in_process(n: int, device_name: str, shape: str = "small", clobber_mb: int =
     body = training_step(shape, device_name)
     collector = Collector(Path(tempfile.mkdtemp(prefix="wb-inproc-")), profile_repeat=0)
     ctxs = {"bare": None, "collector": collector.step}      # bare: nothing around the step
-    junk = bytearray(os.urandom(1 << 16)) * (clobber_mb * 16)
-    table = bytes(range(1, 256)) + b"\0"
+    evict = cache_evictor(clobber_mb)
     times: dict[str, list[float]] = {f"{t}/{a}": [] for t in ("warm", "cold") for a in ctxs}
     rng = random.Random(0)
     with collector:
@@ -789,7 +795,7 @@ def in_process(n: int, device_name: str, shape: str = "small", clobber_mb: int =
             for cond in order:
                 temp, arm = cond.split("/")
                 if temp == "cold":
-                    junk.translate(table)            # reads and writes clobber_mb MB: evicts the caches
+                    evict()
                 step = ctxs[arm]
                 t0 = time.perf_counter()
                 if step is None:

@@ -1,13 +1,13 @@
 """``steps.jsonl`` without a system call on the training thread: one record per step into shared memory.
 
-Per step the training thread packs one record into a ring in shared memory (:meth:`StepLog.record`: one
-8-byte store per field of the record, then one of the count: no system call, no ``struct`` code); a small process of its own
-(:mod:`step_writer`, standard library only, started once at ``start()``) turns the records into JSON lines within two :data:`~step_writer.POLL_S`. Why: on
-the H200 machine a step's ``os.write`` and ``orjson`` cost the training loop +93 µs a step (5.8 ms eager step),
-15 times what the same code costs alone, because it runs right after the step's own work has evicted the CPU
-caches; with the ring the collector's step costs +28 µs of CPU time there (bench/README.md, "Collector
-overhead"). A thread would not do: a rank that is killed or aborts would lose the lines it had not written, and
-those say where it died.
+Per step the training thread puts one record into a ring in shared memory (:meth:`StepLog.record`: an 8-byte
+store per field, then one of the count; no system call, no ``struct`` code); a small process of its own
+(:mod:`step_writer`, standard library only, started once at ``start()``) turns the records into JSON lines within
+two :data:`~step_writer.POLL_S`. Why: on the H200 machine a step's ``os.write`` and ``orjson`` cost the training
+loop +93 µs a step (5.8 ms eager step), 15 times what the same code costs alone, because it runs right after the
+step's own work has evicted the CPU caches; with the ring the collector's step cost +28 µs of CPU time there
+(less since, measured on the dev VM; bench/README.md, "Collector overhead"). A thread would not do: a rank that is
+killed or aborts would lose the lines it had not written, and those say where it died.
 
 What is on disk when: a hung step does not stop the writer, so the steps before it are there within 2 × ``POLL_S``; a
 rank killed with SIGKILL or aborted has all its finished steps there too (the writer sees the pipe close, writes the
