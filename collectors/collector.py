@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import uuid
+import weakref
 from collections import deque
 from dataclasses import asdict
 from datetime import datetime, timezone
@@ -39,6 +40,7 @@ from workbench.collectors.options import CollectorOptions
 from workbench.collectors.profiling import ProfilerWindows
 from workbench.collectors.ranges import Ranges
 from workbench.collectors.step_log import StepLog, StepRecordsLost
+from workbench.collectors import step_writer as sw
 from workbench.collectors.step_writer import DEVICE, INTERRUPTED, PROFILED
 
 log = logging.getLogger("workbench.collectors")
@@ -67,47 +69,90 @@ def _dist_info() -> tuple[int, int, int, str]:
 
 _now = time.time_ns
 
+#: Collectors started in this process: a child forked from it must not record into the parent's step ring.
+_STARTED: weakref.WeakSet[Collector] = weakref.WeakSet()
+
+
+def _disarm_in_forked_child() -> None:
+    for collector in list(_STARTED):
+        collector._disarm_fast_path()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_disarm_in_forked_child)
+
 
 class _StepContext:
-    """The reusable context manager behind ``collector.step()`` (no allocation per step).
+    """The reusable context manager behind ``collector.step()`` (no allocation per step), and the step state
+    (``Collector._state``): the step running or next, how deep steps nest, the start time.
 
-    A step with nothing to do but its timestamps and its record (most steps) is handled here, without another
-    call: right after a training step the CPU's caches hold the step's data, not the collector's, and each Python
-    call and C function the collector runs then costs microseconds (bench/README.md, "Collector overhead")."""
+    A step numbered below ``fast_below`` (armed by :meth:`Collector._arm_fast_path`: a step with nothing to do but its
+    timestamps and its record, i.e. most steps) is handled here alone, and its record goes straight into the step
+    ring (:func:`step_writer.words`), with no further Python call, module global or object beyond this one and the
+    ring. Why: right after a training step the CPU's caches hold the step's data, not the collector's, and every
+    call, object and global the collector touches then costs a cache miss (bench/README.md, "Collector overhead").
+    Every other step goes through ``Collector._step_begin`` / ``_step_end``, which re-arm the fast path."""
 
-    __slots__ = ("_c",)
+    __slots__ = ("depth", "next_step", "current", "t0", "fast_below", "_words", "_count", "_at", "_ring_end", "_now",
+                 "_c")
 
     def __init__(self, collector: Collector) -> None:
+        self.depth = 0                           # steps open (nested steps count)
+        self.next_step = 0
+        self.current: int | None = None          # the step running now
+        self.t0 = 0                              # its start (time_ns)
+        self.fast_below: int | float = -1        # steps below this are handled here alone; -1: none
+        self._words: memoryview | None = None    # the step ring (step_writer.words) while the fast path is armed,
+        self._count = 0                          # the records in it (its word 1),
+        self._at = self._ring_end = 0            # the next record's first word, and the words' end
+        self._now = time.time_ns                 # a slot: a module global is one more cold cache line
         self._c = collector
 
     def __enter__(self) -> _StepContext:
-        c = self._c
-        if c._depth or not c._started or c._every_step or c._next_step >= c._next_work:
-            c._step_begin()      # nested, the first step, or one with work (Collector._step_begin)
+        step = self.next_step
+        if self.depth or step >= self.fast_below:
+            self._c._step_begin()    # nested, not started or not armed, or a step with work
             return self
-        t0 = _now()
-        c._depth = 1
-        c._current = c._next_step
-        c._t0 = t0
+        self.t0 = self._now()
+        self.current = step
+        self.depth = 1               # last: a close() from a signal handler before this finds no step open
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        c = self._c
-        step = c._current
-        if (exc_type is None and c._depth == 1 and step is not None and step < c._next_work and c._e0 is None
-                and not (c._every_step or c._open_ranges or c._cut_step or c._profiled)):
-            c._depth = 0         # first, as in Collector._step_end: a close() from a signal handler from here on
-            t1 = _now()          # finds no step open (a step without work: _step_end does the same, and the rest)
-            if c._steps is not None:
-                c._steps.record(step, c._t0, t1, t1, 0)
-            c._next_step = step + 1
-            c._current = None
+        if exc_type is None and self.depth == 1 and self.current < self.fast_below:  # type: ignore[operator]
+            self.depth = 0           # first, as in Collector._step_end: a close() from a signal handler from here
+            t1 = self._now()         # on finds no step open
+            step = self.current
+            try:                     # step_writer's layout: the record's five words, then the count (word 1)
+                w = self._words
+                i = self._at
+                w[i] = step          # type: ignore[index]
+                w[i + 1] = self.t0   # type: ignore[index]
+                w[i + 2] = t1        # type: ignore[index]
+                w[i + 3] = t1        # type: ignore[index]
+                w[i + 4] = 0         # type: ignore[index]
+                self._count = n = self._count + 1
+                w[1] = n             # type: ignore[index]
+                i += 5
+                self._at = i if i < self._ring_end else 6
+            except Exception:        # the ring let go of (a close() from a signal handler): as the full path does
+                self.fast_below = -1
+                if self._c._steps is not None:
+                    self._c._steps.record(step, self.t0, t1, t1, 0)  # type: ignore[arg-type]
+            self.next_step = step + 1  # type: ignore[operator]
+            self.current = None
             return
-        if exc_type is not None and self._c._hang is not None:  # hang capture: the step an error left
-            self._c._hang.on_step_error(exc)  # type: ignore[arg-type]
-        if exc_type is not None and self._c._depth == 1:
-            self._c._cut_step = True   # its steps.jsonl line says "interrupted"
-        self._c._step_end()
+        c = self._c
+        if exc_type is not None and c._hang is not None:  # hang capture: the step an error left
+            c._hang.on_step_error(exc)  # type: ignore[arg-type]
+        if exc_type is not None and self.depth == 1:
+            c._cut_step = True       # its steps.jsonl line says "interrupted"
+        c._step_end()
+
+
+if (sw.WRITTEN, sw.FIRST_WORD, sw.RECORD_WORDS) != (1, 6, 5):   # the literals in _StepContext.__exit__
+    raise ImportError("collectors.step_writer's ring layout changed: update _StepContext.__exit__")  # (globals there
+    #                                                                     would be one more cold cache line each)
 
 
 class _FirstStepContext(_StepContext):
@@ -162,16 +207,12 @@ class Collector(contextlib.ContextDecorator):
             self._applier = ConfigApplier(self.compile_config, self._fail)  # records what took effect
             self._applier.apply_env()
             self._applier.install()  # torch.compile gets [compile]/[mark_dynamic] while the collector exists
-        self._step_ctx: _StepContext = _FirstStepContext(self)
+        self._state: _StepContext = _FirstStepContext(self)   # the step state and collector.step()'s context
         self._call_site: Any = None   # the user's frames at the first ``with collector.step():`` (source_sites)
         self._started = False
         self._closed = False
         self.rank, self.local_rank, self.world_size = 0, 0, 1
         self.rank_source = "default"
-        self._next_step = 0
-        self._current: int | None = None
-        self._depth = 0
-        self._t0 = 0
         self._steps: StepLog | None = None     # steps.jsonl: a record per step, written by another process (kept
         #                                        after close: its mode goes into fingerprint.json "steps_writer")
         self._profiled = False                 # the step running now is recorded by a profiler window
@@ -210,12 +251,12 @@ class Collector(contextlib.ContextDecorator):
     @property
     def steps_done(self) -> int:
         """Number of completed steps."""
-        return self._next_step
+        return self._state.next_step
 
     @property
     def step_num(self) -> int:
         """The step running now, or the next one between steps."""
-        return self._current if self._current is not None else self._next_step
+        return self._state.current if self._state.current is not None else self._state.next_step
 
     @property
     def compile_kwargs(self) -> dict[str, Any]:
@@ -235,10 +276,10 @@ class Collector(contextlib.ContextDecorator):
     def step(self, fn: F | None = None) -> Any:
         """``with collector.step():`` around one iteration, or ``@collector.step`` on a train-step function."""
         if fn is None:
-            return self._step_ctx
+            return self._state
         if not callable(fn):
             raise TypeError(f"collector.step takes a function to decorate or nothing, got {fn!r}")
-        ctx = self._step_ctx
+        ctx = self._state
 
         @functools.wraps(fn)
         def wrapped(*args: Any, **kwargs: Any) -> Any:
@@ -313,6 +354,7 @@ class Collector(contextlib.ContextDecorator):
             return self
         self._started = True
         self._closed = False
+        _STARTED.add(self)
         self.rank, self.local_rank, self.world_size, self.rank_source = _dist_info()
         self._created = datetime.now(timezone.utc).isoformat()
         self._run_id = (self.options.run_id or _env_run_id() or uuid.uuid4().hex[:12])
@@ -327,7 +369,8 @@ class Collector(contextlib.ContextDecorator):
             self._steps = StepLog(steps, self._steps_report)
         except Exception as exc:
             self._fail("steps", exc)
-        self._hang = hang_capture.start(self.rank_dir, self.rank, lambda: (self._current, self._next_step),
+        st = self._state
+        self._hang = hang_capture.start(self.rank_dir, self.rank, lambda: (st.current, st.next_step),
                                         lambda exc: self._fail("hang_capture", exc))
         if self.options.compile_capture:
             try:
@@ -356,14 +399,15 @@ class Collector(contextlib.ContextDecorator):
         if not self._started or self._closed:
             return
         self._closed = True
+        self._disarm_fast_path()
         with contextlib.suppress(Exception):
             atexit.unregister(self.close)
-        if self._depth:  # closed inside a step (SIGTERM, or an exception with no step()): its line says so
-            self._depth = 1
+        if self._state.depth:  # closed inside a step (SIGTERM, or an exception with no step()): its line says so
+            self._state.depth = 1
             self._cut_step = True
             self._step_end()
         self._drain_events(wait_s=device_wait_s)
-        last = self._next_step - 1 if self._next_step else None
+        last = self._state.next_step - 1 if self._state.next_step else None
         if self._windows is not None:
             self._windows.close(last)
         self._detach_range_hooks()
@@ -372,7 +416,7 @@ class Collector(contextlib.ContextDecorator):
                 handle.remove()
         self._hooks.clear()
         if self._applier is not None:
-            self._applier.close(self._next_step)
+            self._applier.close(self._state.next_step)
         if self._compile_handler is not None:
             compile_capture.set_step_source(None)
             with contextlib.suppress(Exception):
@@ -389,7 +433,7 @@ class Collector(contextlib.ContextDecorator):
 
     def _schedule_step_work(self) -> None:
         """Which steps need more than a timestamp and a queued record (see ``_next_work``)."""
-        n, every = self._next_step, self.options.device_timing_every
+        n, every = self._state.next_step, self.options.device_timing_every
         self._every_step = self._ranges.nvtx_on or self._applier is not None
         self._profiled = False
         self._windows_at = self._windows.next_busy_step(n) if self._windows is not None else math.inf
@@ -398,16 +442,17 @@ class Collector(contextlib.ContextDecorator):
 
     # ------------------------------------------------------------------ steps (hot path)
     def _step_begin(self) -> None:
-        if self._depth:
-            self._depth += 1
+        st = self._state
+        if st.depth:
+            st.depth += 1
             return
         t0 = _now()
         if not self._started:
             self.start()
-        self._depth = 1
-        step = self._next_step
-        self._current = step
-        self._t0 = t0
+        st.depth = 1
+        step = st.next_step
+        st.current = step
+        st.t0 = t0
         if self._every_step or step >= self._next_work:   # else nothing to do (most steps)
             try:
                 self._step_begin_work(step)
@@ -433,13 +478,14 @@ class Collector(contextlib.ContextDecorator):
             self._record_start_event()
 
     def _step_end(self) -> None:
-        if self._depth > 1:
-            self._depth -= 1
+        st = self._state
+        if st.depth > 1:
+            st.depth -= 1
             return
-        if not self._depth:
+        if not st.depth:
             return
-        self._depth = 0
-        step = self._current if self._current is not None else self._next_step
+        st.depth = 0
+        step = st.current if st.current is not None else st.next_step
         e1 = self._record_end_event() if self._e0 is not None else None
         t1 = ready = _now()
         profiled = self._profiled
@@ -450,13 +496,35 @@ class Collector(contextlib.ContextDecorator):
                 self._fail("step", exc)
             ready = _now()     # the collector's own work (a trace stopped) is not the next data wait
         if self._steps is not None:    # a record in shared memory; the step writer process makes the line
-            self._steps.record(step, self._t0, t1, ready,
+            self._steps.record(step, st.t0, t1, ready,
                                (PROFILED if profiled else 0) | (INTERRUPTED if self._cut_step else 0))
         if self._cut_step:          # it ran in part: numbered and counted, marked in steps.jsonl and run.json
             self._cut_step = False
             self._interrupted_step = step
-        self._next_step = step + 1
-        self._current = None
+        st.next_step = step + 1
+        st.current = None
+        self._arm_fast_path()
+
+    def _arm_fast_path(self) -> None:
+        """Between steps: let the step context handle the coming steps alone, up to the next one with work or the
+        next record the step log must see itself (its writer check); or none (``fast_below`` -1)."""
+        st, log = self._state, self._steps
+        words = log.ring_words() if log is not None and self._started and not self._closed else None
+        if (words is None or st.depth or self._every_step or self._e0 is not None or self._open_ranges
+                or self._cut_step or self._profiled):
+            self._disarm_fast_path()
+            return
+        st._words = words
+        st._count = count = words[sw.WRITTEN]
+        capacity = log._capacity  # type: ignore[union-attr]
+        st._at = sw.FIRST_WORD + count % capacity * sw.RECORD_WORDS
+        st._ring_end = sw.FIRST_WORD + capacity * sw.RECORD_WORDS
+        st.fast_below = min(self._next_work, st.next_step + log.records_before_check())  # type: ignore[union-attr]
+
+    def _disarm_fast_path(self) -> None:
+        """Every step through the full path until ``_step_end`` re-arms (close, a forked child)."""
+        self._state.fast_below = -1
+        self._state._words = None
 
     def _step_end_work(self, step: int, e1: Any) -> None:
         """The rare part of a step's end: ranges, the CUDA end event, a profiler window, the compile config."""
@@ -524,7 +592,7 @@ class Collector(contextlib.ContextDecorator):
 
     # ------------------------------------------------------------------ forward / backward / optimizer hooks
     def _fwd_pre(self, module: Any, args: Any) -> None:
-        if not self._depth:
+        if not self._state.depth:
             return
         for name in ("backward", "optimizer"):
             token = self._open_ranges.pop(name, None)
@@ -536,14 +604,14 @@ class Collector(contextlib.ContextDecorator):
         token = self._open_ranges.pop("forward", None)
         if token is not None:
             self._ranges.pop(*token)
-        if self._depth:
+        if self._state.depth:
             self._open_ranges["backward"] = self._ranges.push("backward")
 
     def _opt_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         token = self._open_ranges.pop("backward", None)
         if token is not None:
             self._ranges.pop(*token)
-        if self._depth:
+        if self._state.depth:
             self._open_ranges["optimizer"] = self._ranges.push("optimizer")
 
     def _opt_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -575,7 +643,7 @@ class Collector(contextlib.ContextDecorator):
             fp = fingerprint(rank=self.rank, local_rank=self.local_rank, world_size=self.world_size)
             fp["rank_source"] = self.rank_source
             fp["run_id"] = self._run_id
-            fp["steps"] = self._next_step
+            fp["steps"] = self._state.next_step
             fp["trace_files"] = [p.name for p in self.trace_files]
             fp["compile_log_records"] = self._compile_handler.records if self._compile_handler else 0
             fp["errors"] = list(self.errors)
@@ -610,7 +678,7 @@ class Collector(contextlib.ContextDecorator):
             if final:
                 meta["source_sites"] = source_sites.scan_safely(self._call_site)  # read, never run
                 meta["finished"] = datetime.now(timezone.utc).isoformat()
-                meta["steps"] = self._next_step
+                meta["steps"] = self._state.next_step
                 meta["stop_reason"] = self._stop_reason
                 meta["interrupted_step"] = self._interrupted_step
             rundir.write_json(self.path / rundir.RUN_JSON, meta)

@@ -106,8 +106,9 @@ class ProfilerWindows:
         import torch.autograd.profiler as ap
 
         rf = ap.record_function(f"ProfilerStep#{step}")
+        self._step_rf_step = step   # first: a close() from a signal handler while the span opens still removes it
         rf.__enter__()
-        self._step_rf, self._step_rf_step = rf, step
+        self._step_rf = rf
 
     def _exit_step(self) -> None:
         rf, self._step_rf, self._step_rf_step = self._step_rf, None, None

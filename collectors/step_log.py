@@ -1,7 +1,8 @@
 """``steps.jsonl`` without a system call on the training thread: one record per step into shared memory.
 
-Per step the training thread puts one record into a ring in shared memory (:meth:`StepLog.record`: an 8-byte
-store per field, then one of the count; no system call, no ``struct`` code); a small process of its own
+Per step the training thread puts one record into a ring in shared memory (:meth:`StepLog.record`, or for most steps
+the collector's step context itself through :meth:`StepLog.ring_words`: an 8-byte store per field, then one of
+the count; no system call, no ``struct`` code); a small process of its own
 (:mod:`step_writer`, standard library only, started once at ``start()``) turns the records into JSON lines within
 two :data:`~step_writer.POLL_S`. Why: on the H200 machine a step's ``os.write`` and ``orjson`` cost the training
 loop +93 µs a step (5.8 ms eager step), 15 times what the same code costs alone, because it runs right after the
@@ -89,7 +90,7 @@ class StepLog:
         self._pipe: int | None = None           # ours -> writer: its end of file ends the writer
         self._status: int | None = None         # writer -> ours: READY, then DONE after its last write
         self._err_path = Path(str(self.path) + ".writer-err")
-        self._n = 0                             # records put into the ring
+        self._check_at = CHECK_EVERY            # the ring's count at which record() next checks the writer
         self._capacity = CAPACITY               # records the ring holds (also in its header)
         self._prev_ready: int | None = None     # inline mode's data-wait state
         self._lock = threading.RLock()          # reentrant: close() may run from a signal handler inside a write
@@ -163,19 +164,30 @@ class StepLog:
                 if not self._forked:
                     self._write_inline([(step, start_ns, end_ns, ready_ns, flags)])
                 return
-            n = self._n
+            n = w[_WRITTEN]                   # the count is the ring's: the collector's step context stores too
             i = _FIRST_WORD + (n % self._capacity) * _RECORD_WORDS   # five word stores: see step_writer.words
             w[i] = step
             w[i + 1] = start_ns
             w[i + 2] = end_ns
             w[i + 3] = ready_ns
             w[i + 4] = flags
-            self._n = n = n + 1
-            w[_WRITTEN] = n           # after the record it counts (see step_writer: store order)
-            if not n % CHECK_EVERY:
+            w[_WRITTEN] = n = n + 1           # after the record it counts (see step_writer: store order)
+            if n >= self._check_at:
+                self._check_at = n + CHECK_EVERY
                 self._check()
         except Exception as exc:               # e.g. a close() from a signal handler between two lines
             self._report(exc)
+
+    def ring_words(self) -> memoryview | None:
+        """The ring as words (:func:`step_writer.words`), for a caller that stores whole records into it itself
+        (the collector's step context) between two :meth:`record` calls; None when the lines are written here."""
+        return self._words
+
+    def records_before_check(self) -> int:
+        """How many records a caller may store into the ring itself before one must go through :meth:`record`
+        (which checks on the writer process every CHECK_EVERY records)."""
+        w = self._words
+        return max(0, self._check_at - 1 - w[_WRITTEN]) if w is not None else 0
 
     def _check(self) -> None:
         """Every CHECK_EVERY records: a writer process that has ended is replaced by inline writing; records the
@@ -276,7 +288,7 @@ class StepLog:
             if drain:
                 reader = sw.RingReader(ring)
                 try:
-                    data, _ = reader.take(self._n)
+                    data, _ = reader.take(reader.written())
                 finally:
                     reader.close()
                 if data and self._ends_cut():

@@ -165,6 +165,78 @@ def test_the_step_contexts_fast_path_records_what_the_full_path_does(tmp_path, m
     assert sum(1 for line in fast[0] if line.get("interrupted")) == 8 and fast[1][0] == 25
 
 
+def test_steps_without_work_take_the_fast_path(tmp_path, monkeypatch):
+    """Outside the window and the timed steps (every 10th), the step context alone handles a step: only step 0,
+    the window's steps and the timed ones reach ``Collector._step_begin``."""
+    begun: list[int] = []
+    step_begin = Collector._step_begin
+
+    def counted(self: Collector) -> None:
+        begun.append(self._state.next_step)
+        step_begin(self)
+
+    monkeypatch.setattr(Collector, "_step_begin", counted)
+    c = Collector(tmp_path, profile_start=5, profile_length=2)
+    with c:
+        for _ in range(40):
+            with c.step():
+                pass
+    steps, bad = read_steps(tmp_path / "rank0")
+    assert bad == 0 and sorted(steps) == list(range(40))
+    assert 0 in begun and {10, 20, 30} <= set(begun) and len(begun) < 12, begun
+    assert all(steps[s]["start_ns"] <= steps[s]["end_ns"] for s in steps)
+    assert steps[13]["data_wait_ns"] >= 0 and not steps[13]["profiled"] and steps[5]["profiled"]
+
+
+def test_a_close_from_a_signal_handler_between_the_fast_paths_stores_does_not_escape(tmp_path):
+    """SIGTERM's close() lands while the step context stores a record into the ring (which close lets go of): the
+    step ends without raising, and every step before it is on disk."""
+    c = Collector(tmp_path, profile_repeat=0, device_timing=False)
+    c.start()
+    for _ in range(3):
+        with c.step():
+            pass
+    st = c._state
+    assert st.fast_below > c.steps_done                    # armed: the next step is the step context's alone
+    words = st._words
+
+    class ClosingRing:
+        """The ring's words; the first store into them runs close(), as a signal handler between two stores."""
+
+        def __setitem__(self, i: int, value: int) -> None:
+            c.close()
+            words[i] = value                                 # released by close: raises ValueError
+
+    st._words = ClosingRing()
+    with c.step():                                           # must not raise
+        pass
+    assert c.steps_done == 4
+    steps, bad = read_steps(tmp_path / "rank0")
+    assert bad == 0 and sorted(steps) == [0, 1, 2]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_that_steps_writes_nothing_into_the_ranks_steps(tmp_path):
+    """A process forked mid-run (fast path armed) that goes on stepping must not store into the rank's ring."""
+    c = Collector(tmp_path, profile_repeat=0, device_timing=False)
+    with c:
+        for _ in range(3):
+            with c.step():
+                pass
+        assert c._state.fast_below > c.steps_done  # armed
+        child = os.fork()
+        if child == 0:
+            for _ in range(50):
+                with c.step():
+                    pass
+            os._exit(0)
+        assert os.waitpid(child, 0)[1] == 0
+        with c.step():
+            pass
+    steps, bad = read_steps(tmp_path / "rank0")
+    assert bad == 0 and sorted(steps) == [0, 1, 2, 3]
+
+
 def _endless_run(tmp_path, profile_length: int, size: int, sleep_s: float, min_steps: int,
                  timeout_s: float) -> subprocess.Popen:
     """A process training forever under a collector (window from step 2), returned once ``min_steps`` are written."""
