@@ -7,7 +7,9 @@ Two parts, in one process (CUDA initialised when there is a GPU):
    of ``--dirs`` (default: the temp dir, /dev/shm, the current folder: their file systems are printed), CUDA event
    ``record`` / ``query`` / ``elapsed_time``, and a whole ``with collector.step(): pass`` for several set-ups;
    then (``--cold N``) the step's parts each right after a pass that evicts the CPU caches, as after a training
-   step, where each Python call and C function costs microseconds.
+   step, where each Python call and C function costs microseconds; and (``--around N``) what ``with
+   collector.step():`` adds at a step's start and end around a real ``torch.compile``d step, against the same clock
+   reads with nothing around the step and against ``with nullcontext():``.
 2. **In a training loop** (``--steps N``, 0 to skip) — the small eager model of bench/overhead.py; every round runs
    one step of each condition in a random order: ``bare``; ``collector`` (default options, no profiler window);
    ``sync_write`` (the same, but ``steps.jsonl`` formatted and written on the training thread at every step, as
@@ -16,7 +18,8 @@ Two parts, in one process (CUDA initialised when there is a GPU):
 
 Where system calls are slow (gVisor on the device machine; NFS or Lustre on clusters) part 1 shows it directly.
 
-    python bench/host_costs.py [--reps 3000] [--cold 500] [--steps 1500] [--dirs /tmp,/dev/shm,.] [--json out.json]
+    python bench/host_costs.py [--reps 3000] [--cold 500] [--steps 1500] [--around 300] [--shape small]
+        [--dirs /tmp,/dev/shm,.] [--json out.json]
     python bench/host_costs.py --smoke           # CPU, few repetitions; no claims
 """
 
@@ -226,6 +229,61 @@ def training_loop_costs(steps: int, device_name: str, shape: str) -> dict[str, A
     return out
 
 
+def wrapper_costs(rounds: int, device_name: str, shape: str, compile_backend: str | None) -> dict[str, Any]:
+    """What the step's wrapper adds at its start and at its end, around a real (compiled) training step: every
+    round one step of each condition in a random order, with a clock read before and after the ``with`` and at the
+    first and last line inside it; ``bare`` reads the same clocks with nothing around the step. Median µs of the
+    entry (``with`` line to first line inside) and of the exit (last line to after the ``with``), and their sum minus
+    ``bare``'s. The collector has default options, no profiler window (its every 10th, CUDA-timed step goes
+    through the full path: the medians show the others, i.e. the common step)."""
+    from workbench.collectors import Collector
+
+    body = overhead.training_step(shape, device_name, compile_backend)
+    collector = Collector(tempfile.mkdtemp(prefix="wb-around-"), profile_repeat=0).start()
+    null = contextlib.nullcontext()
+    clock = time.perf_counter_ns
+
+    def bare() -> tuple[int, int]:
+        a = clock()
+        b = clock()
+        body()
+        c = clock()
+        d = clock()
+        return b - a, d - c
+
+    def wrapped(make: Callable[[], Any]) -> Callable[[], tuple[int, int]]:
+        def run() -> tuple[int, int]:
+            a = clock()
+            with make():
+                b = clock()
+                body()
+                c = clock()
+            d = clock()
+            return b - a, d - c
+        return run
+
+    conditions = {"bare": bare, "with nullcontext()": wrapped(lambda: null),
+                  "with collector.step()": wrapped(collector.step)}
+    for _ in range(20):
+        body()
+    times: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in conditions}
+    rng = random.Random(0)
+    for _ in range(rounds):
+        order = list(conditions)
+        rng.shuffle(order)
+        for name in order:
+            enter, leave = conditions[name]()
+            times[name][0].append(enter / 1e3)
+            times[name][1].append(leave / 1e3)
+    collector.close()
+    shutil.rmtree(collector.path, ignore_errors=True)
+    med = {k: (statistics.median(v[0]), statistics.median(v[1])) for k, v in times.items()}
+    return {"shape": shape, "compile": compile_backend or "inductor", "rounds": rounds,
+            "errors": collector.errors,
+            "conditions": {k: {"enter_us": round(e, 2), "exit_us": round(x, 2),
+                               "extra_us": round(e + x - sum(med["bare"]), 2)} for k, (e, x) in med.items()}}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--reps", type=int, default=3000)
@@ -234,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dirs", default=None, help="comma-separated folders to time os.write in")
     p.add_argument("--cold", type=int, default=500,
                    help="rounds of the per-call part with the caches evicted (0: skip)")
+    p.add_argument("--around", type=int, default=0,
+                   help="rounds of the step wrapper's entry and exit timed around a compiled step (0: skip)")
     p.add_argument("--device", default=None)
     p.add_argument("--json", default=None)
     p.add_argument("--smoke", action="store_true", help="CPU, few repetitions (a test); no claims")
@@ -243,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.smoke:
         args.reps, args.steps, args.shape, args.cold = 50, 3, "tiny", min(args.cold, 5)
+        args.around = min(args.around, 3)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dirs = args.dirs.split(",") if args.dirs else [tempfile.gettempdir(), "/dev/shm", os.getcwd()]
     dirs = [d for d in dirs if os.path.isdir(d) and os.access(d, os.W_OK)]
@@ -265,6 +326,13 @@ def main(argv: list[str] | None = None) -> int:
             r = loop[name]
             print(f"  {name:18s} +{r['wall_extra_us']:7.1f} µs wall {r['wall_extra_ci95_us']}   "
                   f"+{r['cpu_extra_us']:7.1f} µs CPU {r['cpu_extra_ci95_us']}")
+    if args.around:
+        around = wrapper_costs(args.around, device, args.shape, "eager" if args.smoke else None)
+        result["around"] = around
+        print(f"the step wrapper around a {around['compile']} {around['shape']} step ({around['rounds']} rounds):")
+        for name, cost in around["conditions"].items():
+            print(f"  enter {cost['enter_us']:7.2f} µs  exit {cost['exit_us']:7.2f} µs  "
+                  f"(+{cost['extra_us']:6.2f} over bare)  {name}")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     return 0

@@ -106,7 +106,8 @@ def test_host_costs_smoke(tmp_path):
     out = tmp_path / "costs.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, str(ROOT / "bench/host_costs.py"), "--smoke", "--dirs", str(tmp_path),
-                           "--json", str(out)], capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+                           "--around", "3", "--json", str(out)],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     res = json.loads(out.read_text())
     per_call = res["per_call"]
@@ -119,6 +120,10 @@ def test_host_costs_smoke(tmp_path):
     assert all(v["median_us"] > 0 for v in cold.values())
     loop = res["training_loop"]
     assert loop["errors"] == {} and {"collector", "sync_write", "no_device_timing"} <= set(loop)
+    around = res["around"]                                       # the wrapper's entry and exit around a step
+    assert around["errors"] == [] and around["rounds"] == 3
+    assert set(around["conditions"]) == {"bare", "with nullcontext()", "with collector.step()"}
+    assert all(v["enter_us"] > 0 and v["exit_us"] > 0 for v in around["conditions"].values())
     assert not list(tmp_path.glob("wb-costs-*"))                 # its scratch folders are removed
 
 
