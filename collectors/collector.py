@@ -514,12 +514,16 @@ class Collector(contextlib.ContextDecorator):
                 or self._cut_step or self._profiled):
             self._disarm_fast_path()
             return
-        st._words = words
-        st._count = count = words[sw.WRITTEN]
+        try:
+            count, left = words[sw.WRITTEN], log.records_before_check()  # type: ignore[union-attr]
+        except ValueError:            # let go of in between (a close() from a signal handler)
+            self._disarm_fast_path()
+            return
+        st._words, st._count = words, count
         capacity = log._capacity  # type: ignore[union-attr]
         st._at = sw.FIRST_WORD + count % capacity * sw.RECORD_WORDS
         st._ring_end = sw.FIRST_WORD + capacity * sw.RECORD_WORDS
-        st.fast_below = min(self._next_work, st.next_step + log.records_before_check())  # type: ignore[union-attr]
+        st.fast_below = min(self._next_work, st.next_step + left)
 
     def _disarm_fast_path(self) -> None:
         """Every step through the full path until ``_step_end`` re-arms (close, a forked child)."""

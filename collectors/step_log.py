@@ -180,7 +180,8 @@ class StepLog:
 
     def ring_words(self) -> memoryview | None:
         """The ring as words (:func:`step_writer.words`), for a caller that stores whole records into it itself
-        (the collector's step context) between two :meth:`record` calls; None when the lines are written here."""
+        (the collector's step context) between two :meth:`record` calls, and reads the count (word ``WRITTEN``)
+        again after each of them; None when the lines are written here."""
         return self._words
 
     def records_before_check(self) -> int:
