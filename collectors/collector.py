@@ -34,13 +34,13 @@ from typing import Any, Callable, TypeVar
 
 from workbench import rundir
 from workbench.collectors import compile_capture, hang_capture, source_sites
+from workbench.collectors import step_writer as sw
 from workbench.collectors.apply import ConfigApplier
 from workbench.collectors.fingerprint import fingerprint
 from workbench.collectors.options import CollectorOptions
 from workbench.collectors.profiling import ProfilerWindows
 from workbench.collectors.ranges import Ranges
 from workbench.collectors.step_log import StepLog, StepRecordsLost
-from workbench.collectors import step_writer as sw
 from workbench.collectors.step_writer import DEVICE, INTERRUPTED, PROFILED
 
 log = logging.getLogger("workbench.collectors")
@@ -150,9 +150,10 @@ class _StepContext:
         c._step_end()
 
 
-if (sw.WRITTEN, sw.FIRST_WORD, sw.RECORD_WORDS) != (1, 6, 5):   # the literals in _StepContext.__exit__
-    raise ImportError("collectors.step_writer's ring layout changed: update _StepContext.__exit__")  # (globals there
-    #                                                                     would be one more cold cache line each)
+# The ring's layout as the literals in _StepContext.__exit__ take it (a module global there would be one more cold
+# cache line each).
+if (sw.WRITTEN, sw.FIRST_WORD, sw.RECORD_WORDS) != (1, 6, 5):
+    raise ImportError("collectors.step_writer's ring layout changed: update _StepContext.__exit__")
 
 
 class _FirstStepContext(_StepContext):
