@@ -510,21 +510,13 @@ class Collector(contextlib.ContextDecorator):
         """Between steps: let the step context handle the coming steps alone, up to the next one with work or the
         next record the step log must see itself (its writer check); or none (``fast_below`` -1)."""
         st, log = self._state, self._steps
-        words = log.ring_words() if log is not None and self._started and not self._closed else None
-        if (words is None or st.depth or self._every_step or self._e0 is not None or self._open_ranges
+        ring = log.cursor() if log is not None and self._started and not self._closed else None
+        if (ring is None or st.depth or self._every_step or self._e0 is not None or self._open_ranges
                 or self._cut_step or self._profiled):
             self._disarm_fast_path()
             return
-        try:
-            count, left = words[sw.WRITTEN], log.records_before_check()  # type: ignore[union-attr]
-        except ValueError:            # let go of in between (a close() from a signal handler)
-            self._disarm_fast_path()
-            return
-        st._words, st._count = words, count
-        capacity = log._capacity  # type: ignore[union-attr]
-        st._at = sw.FIRST_WORD + count % capacity * sw.RECORD_WORDS
-        st._ring_end = sw.FIRST_WORD + capacity * sw.RECORD_WORDS
-        st.fast_below = min(self._next_work, st.next_step + left)
+        st._words, st._count, st._at, st._ring_end = ring.words, ring.count, ring.at, ring.end
+        st.fast_below = min(self._next_work, st.next_step + ring.before_check)
 
     def _disarm_fast_path(self) -> None:
         """Every step through the full path until ``_step_end`` re-arms (close, a forked child)."""

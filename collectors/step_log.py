@@ -1,7 +1,7 @@
 """``steps.jsonl`` without a system call on the training thread: one record per step into shared memory.
 
 Per step the training thread puts one record into a ring in shared memory (:meth:`StepLog.record`, or for most steps
-the collector's step context itself through :meth:`StepLog.ring_words`: an 8-byte store per field, then one of
+the collector's step context itself through :meth:`StepLog.cursor`: an 8-byte store per field, then one of
 the count; no system call, no ``struct`` code); a small process of its own
 (:mod:`step_writer`, standard library only, started once at ``start()``) turns the records into JSON lines within
 two :data:`~step_writer.POLL_S`. Why: on the H200 machine a step's ``os.write`` and ``orjson`` cost the training
@@ -36,7 +36,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from workbench.collectors import step_writer as sw
 
@@ -70,6 +70,16 @@ def _shm_dir() -> str | None:
         if os.path.isdir(d) and os.access(d, os.W_OK):
             return d
     return None
+
+
+class RingCursor(NamedTuple):
+    """The ring lent to a caller that stores whole records into it itself (:meth:`StepLog.cursor`)."""
+
+    words: memoryview      # step_writer.words(ring): record i at words[at..at + 4], then the count in words[WRITTEN]
+    count: int             # records in the ring so far (words[WRITTEN])
+    at: int                # the next record's first word
+    end: int               # one past the last record word (the next record after it goes at FIRST_WORD)
+    before_check: int      # records the caller may store before one must go through record() (its writer check)
 
 
 class StepRecordsLost(RuntimeError):
@@ -178,17 +188,19 @@ class StepLog:
         except Exception as exc:               # e.g. a close() from a signal handler between two lines
             self._report(exc)
 
-    def ring_words(self) -> memoryview | None:
-        """The ring as words (:func:`step_writer.words`), for a caller that stores whole records into it itself
-        (the collector's step context) between two :meth:`record` calls, and reads the count (word ``WRITTEN``)
-        again after each of them; None when the lines are written here."""
-        return self._words
-
-    def records_before_check(self) -> int:
-        """How many records a caller may store into the ring itself before one must go through :meth:`record`
-        (which checks on the writer process every CHECK_EVERY records)."""
+    def cursor(self) -> RingCursor | None:
+        """Where the next record goes, for a caller that stores records into the ring itself (the collector's step
+        context) until its next :meth:`record` call, after which it takes a new cursor; None when the lines are
+        written here (or the ring was let go of meanwhile)."""
         w = self._words
-        return max(0, self._check_at - 1 - w[_WRITTEN]) if w is not None else 0
+        if w is None:
+            return None
+        try:
+            n = w[_WRITTEN]
+        except ValueError:                    # released by a close() from a signal handler
+            return None
+        return RingCursor(w, n, _FIRST_WORD + n % self._capacity * _RECORD_WORDS,
+                          _FIRST_WORD + self._capacity * _RECORD_WORDS, max(0, self._check_at - 1 - n))
 
     def _check(self) -> None:
         """Every CHECK_EVERY records: a writer process that has ended is replaced by inline writing; records the

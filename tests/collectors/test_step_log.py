@@ -390,3 +390,23 @@ def test_inline_writing_is_not_counted_as_the_next_steps_data_wait(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "steps.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1] and "data_wait_ns" not in rows[0]
     assert 0 <= rows[1]["data_wait_ns"] < written - 300
+
+
+def test_a_cursor_points_where_record_would_store_next(tmp_path, monkeypatch, fast_poll):
+    """Records stored through a cursor land where record() would have put them, and come out as lines."""
+    monkeypatch.setattr(step_log, "CAPACITY", 8)
+    monkeypatch.setattr(step_log, "CHECK_EVERY", 16)
+    path = tmp_path / "steps.jsonl"
+    log = StepLog(path, on_error=lambda exc: None)
+    for i in range(5):
+        log.record(i, i, i, i, 0)
+    ring = log.cursor()
+    assert ring is not None and ring.count == 5 and ring.before_check == 16 - 1 - 5
+    assert ring.at == step_writer.FIRST_WORD + 5 * step_writer.RECORD_WORDS
+    assert ring.end == step_writer.FIRST_WORD + 8 * step_writer.RECORD_WORDS
+    ring.words[ring.at:ring.at + 5] = memoryview(step_writer.RECORD.pack(5, 5, 5, 5, 0)).cast("q")
+    ring.words[step_writer.WRITTEN] = 6
+    log.record(6, 6, 6, 6, 0)                                   # after the cursor's record, not over it
+    log.close()
+    assert steps_in(path) == list(range(7))
+    assert log.cursor() is None                                 # closed: lines are not stored into a ring
