@@ -129,10 +129,17 @@ def cold_call_costs(reps: int, evict_mb: int = 32) -> dict[str, Any]:
     from workbench.collectors import Collector
     from workbench.collectors.step_log import StepLog
 
+    from workbench.collectors.collector import STEP_IMPL_ENV, STEP_IMPLS
+
     evict = overhead.cache_evictor(evict_mb)
-    c = Collector(tempfile.mkdtemp(prefix="wb-costs-"), profile_repeat=0).start()
+    collectors = {}
+    for impl in STEP_IMPLS:
+        os.environ[STEP_IMPL_ENV] = impl
+        collectors[impl] = Collector(tempfile.mkdtemp(prefix="wb-costs-"), profile_repeat=0).start()
+    os.environ.pop(STEP_IMPL_ENV, None)
+    c = collectors[STEP_IMPLS[0]]
     steps = StepLog(c.path / "ring-only.jsonl", on_error=lambda exc: None)  # not the collector's: its step context
-    ctx = c.step()                                                         # stores into that ring between records
+    #                                                                        stores into that ring between records
 
     def empty() -> None:
         pass
@@ -148,13 +155,17 @@ def cold_call_costs(reps: int, evict_mb: int = 32) -> dict[str, Any]:
     def ring_record() -> None:
         steps.record(1, 2, 3, 3, 0)
 
-    def step() -> None:
-        with ctx:
-            pass
+    def stepper(collector: Any) -> Callable[[], None]:
+        def step() -> None:
+            with collector.step():
+                pass
+        return step
 
     calls: dict[str, Callable[[], Any]] = {
         "empty call": empty, "with nullcontext(): pass": null, "time.time_ns() x2": two_time_ns,
-        "StepLog.record (the step ring)": ring_record, "with collector.step(): pass — default, no window": step}
+        "StepLog.record (the step ring)": ring_record,
+        **{f"with collector.step(): pass — default, no window [{impl}]": stepper(col)
+           for impl, col in collectors.items()}}
     times: dict[str, list[float]] = {k: [] for k in calls}
     rng = random.Random(0)
     clock = time.perf_counter_ns
@@ -167,9 +178,10 @@ def cold_call_costs(reps: int, evict_mb: int = 32) -> dict[str, Any]:
             t0 = clock()
             fn()
             times[name].append((clock() - t0) / 1e3)
-    c.close()
+    for col in collectors.values():
+        col.close()
+        shutil.rmtree(col.path, ignore_errors=True)
     steps.close()
-    shutil.rmtree(c.path, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in times.items()}
     return {"evict_mb": evict_mb, "reps": reps,
             "calls": {k: {"median_us": round(v, 2), "extra_us": round(v - med["empty call"], 2)}
@@ -233,14 +245,21 @@ def training_loop_costs(steps: int, device_name: str, shape: str) -> dict[str, A
 def wrapper_costs(rounds: int, device_name: str, shape: str, compile_backend: str | None) -> dict[str, Any]:
     """What the step's wrapper adds at its start and at its end, around a real (compiled) training step: every
     round one step of each condition in a random order, with a clock read before and after the ``with`` and at the
-    first and last line inside it; ``bare`` reads the same clocks with nothing around the step. Median µs of the
-    entry (``with`` line to first line inside) and of the exit (last line to after the ``with``), and their sum minus
-    ``bare``'s. The collector has default options, no profiler window (its every 10th, CUDA-timed step goes
-    through the full path: the medians show the others, i.e. the common step)."""
+    first and last line inside it; ``bare`` reads the same clocks with nothing around the step. Per condition the
+    median µs of the entry (``with`` line to first line inside) and of the exit (last line to after the ``with``),
+    and what the wrapper adds over ``bare``: their sum minus bare's, as a median (the common step) and as a mean
+    (every step counts: also the collector's every 10th, CUDA-timed, step, which goes through the full path).
+    The collectors have default options, no profiler window; one runs its step context in C
+    (collectors/_fast_step.c, where built), one in Python."""
     from workbench.collectors import Collector
+    from workbench.collectors.collector import STEP_IMPL_ENV, STEP_IMPLS
 
     body = overhead.training_step(shape, device_name, compile_backend)
-    collector = Collector(tempfile.mkdtemp(prefix="wb-around-"), profile_repeat=0).start()
+    collectors = {}
+    for impl in STEP_IMPLS:
+        os.environ[STEP_IMPL_ENV] = impl
+        collectors[impl] = Collector(tempfile.mkdtemp(prefix="wb-around-"), profile_repeat=0).start()
+    os.environ.pop(STEP_IMPL_ENV, None)
     null = contextlib.nullcontext()
     clock = time.perf_counter_ns
 
@@ -264,7 +283,7 @@ def wrapper_costs(rounds: int, device_name: str, shape: str, compile_backend: st
         return run
 
     conditions = {"bare": bare, "with nullcontext()": wrapped(lambda: null),
-                  "with collector.step()": wrapped(collector.step)}
+                  **{f"with collector.step() [{impl}]": wrapped(c.step) for impl, c in collectors.items()}}
     for _ in range(20):
         body()
     times: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in conditions}
@@ -276,13 +295,19 @@ def wrapper_costs(rounds: int, device_name: str, shape: str, compile_backend: st
             enter, leave = conditions[name]()
             times[name][0].append(enter / 1e3)
             times[name][1].append(leave / 1e3)
-    collector.close()
-    shutil.rmtree(collector.path, ignore_errors=True)
-    med = {k: (statistics.median(v[0]), statistics.median(v[1])) for k, v in times.items()}
-    return {"shape": shape, "compile": compile_backend or "inductor", "rounds": rounds,
-            "errors": collector.errors,
-            "conditions": {k: {"enter_us": round(e, 2), "exit_us": round(x, 2),
-                               "extra_us": round(e + x - sum(med["bare"]), 2)} for k, (e, x) in med.items()}}
+    for c in collectors.values():
+        c.close()
+        shutil.rmtree(c.path, ignore_errors=True)
+    bare_sum = [e + x for e, x in zip(*times["bare"])]
+    out: dict[str, Any] = {"shape": shape, "compile": compile_backend or "inductor", "rounds": rounds,
+                           "errors": {k: c.errors for k, c in collectors.items() if c.errors}, "conditions": {}}
+    for name, (enters, exits) in times.items():
+        added = [e + x - b for e, x, b in zip(enters, exits, bare_sum)]   # paired with bare's step of the round
+        out["conditions"][name] = {
+            "enter_us": round(statistics.median(enters), 2), "exit_us": round(statistics.median(exits), 2),
+            "extra_us": round(statistics.median(added), 2), "extra_ci95_us": _ci(added, rng),
+            "extra_mean_us": round(statistics.fmean(added), 2)}
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -308,8 +333,11 @@ def main(argv: list[str] | None = None) -> int:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dirs = args.dirs.split(",") if args.dirs else [tempfile.gettempdir(), "/dev/shm", os.getcwd()]
     dirs = [d for d in dirs if os.path.isdir(d) and os.access(d, os.W_OK)]
+    from workbench.collectors.collector import STEP_IMPLS
+
     result: dict[str, Any] = {"torch": torch.__version__, "device": device, "python": sys.version.split()[0],
-                              "per_call": per_call_costs(args.reps, dirs)}
+                              "step_impls": list(STEP_IMPLS), "per_call": per_call_costs(args.reps, dirs)}
+    print(f"step contexts built: {', '.join(STEP_IMPLS)} (the first is the default)")
     for name, cost in result["per_call"].items():
         print(f"{cost['median_us']:10.2f} µs  (p90 {cost['p90_us']:9.2f})  {name}")
     if args.cold:
@@ -332,8 +360,8 @@ def main(argv: list[str] | None = None) -> int:
         result["around"] = around
         print(f"the step wrapper around a {around['compile']} {around['shape']} step ({around['rounds']} rounds):")
         for name, cost in around["conditions"].items():
-            print(f"  enter {cost['enter_us']:7.2f} µs  exit {cost['exit_us']:7.2f} µs  "
-                  f"(+{cost['extra_us']:6.2f} over bare)  {name}")
+            print(f"  enter {cost['enter_us']:7.2f} µs  exit {cost['exit_us']:7.2f} µs  added over bare: median "
+                  f"{cost['extra_us']:+7.2f} µs {cost['extra_ci95_us']}, mean {cost['extra_mean_us']:+7.2f} µs  {name}")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     return 0

@@ -106,6 +106,8 @@ ARMS: dict[str, Arm] = {
     "keep_cupti": Arm("collector", env={"TEARDOWN_CUPTI": "0"}, what="collector, TEARDOWN_CUPTI=0 (forced)"),
     "profiler_teardown": Arm("profiler", env={"TEARDOWN_CUPTI": "1"}, what="bare torch.profiler, TEARDOWN_CUPTI=1"),
     "no_hang": Arm("collector", patch="no_hang", what="collector, hang capture off (watchdog, faulthandler, FR env)"),
+    "py_step": Arm("collector", env={"WORKBENCH_STEP_IMPL": "python"},
+                   what="collector, its step context in Python (not collectors/_fast_step.c)"),
     "no_write": Arm("collector", patch="no_write", what="collector, no step records (steps.jsonl stays empty)"),
     "no_step_hooks": Arm("collector", patch="no_step_hooks", what="collector started, step() a no-op"),
     "sync_write": Arm("collector", patch="sync_write",
@@ -399,6 +401,7 @@ def run_arm(arm: Arm, shape: str, device_name: str, backend: str | None, run_dir
     if collector is not None:
         out["errors"] = list(collector.errors)
         out["trace_files"] = [p.name for p in collector.trace_files]
+        out["step_impl"] = collector.step_impl
     if prof is not None:
         out["trace_files"] = [trace.name] if trace.exists() else []
     if comm is not None:
@@ -574,7 +577,8 @@ STAT = "median"
 
 
 def segment_ms(step_ms: list[float], seg: str, stat: str | None = None, skip: Any = ()) -> float | None:
-    """The median (or the 10-90 % trimmed mean, ``stat="trimmed"``) of one process's step times in ``seg``;
+    """The median (or the 10-90 % trimmed mean, ``stat="trimmed"``, or the plain mean, ``"mean"``) of one process's
+    step times in ``seg``;
     ``skip``: steps left out (in ``after``: the first step of each turn, which pays the GPU's context switch)."""
     first, last = SEGMENTS[seg]
     end = len(step_ms) if last is None else last + 1
@@ -582,6 +586,8 @@ def segment_ms(step_ms: list[float], seg: str, stat: str | None = None, skip: An
     values = [step_ms[i] for i in range(first, min(end, len(step_ms))) if i not in skip]
     if not values:
         return None
+    if (stat or STAT) == "mean":
+        return statistics.fmean(values)
     if (stat or STAT) == "trimmed" and len(values) >= 10:
         v = sorted(values)
         cut = len(v) // 10
@@ -596,10 +602,10 @@ def members(rnd: dict[str, dict], arm: str) -> list[dict]:
             and any(k == n or k.startswith(n + "#") for n in names)]
 
 
-def arm_level(rnd: dict[str, dict], arm: str, seg: str, key: str = "step_ms") -> float | None:
+def arm_level(rnd: dict[str, dict], arm: str, seg: str, key: str = "step_ms", stat: str | None = None) -> float | None:
     """An arm's segment time in one round: the geometric mean over its processes (:func:`members`); ``key``
-    ``cpu_ms``: the training thread's CPU time per step (``--probe``)."""
-    vals = [segment_ms(v[key], seg, skip=v.get("turn_starts", ())) for v in members(rnd, arm) if key in v]
+    ``cpu_ms``: the training thread's CPU time per step (``--probe``); ``stat``: as :func:`segment_ms`."""
+    vals = [segment_ms(v[key], seg, stat, skip=v.get("turn_starts", ())) for v in members(rnd, arm) if key in v]
     vals = [v for v in vals if v]
     return statistics.geometric_mean(vals) if vals else None
 
@@ -643,7 +649,8 @@ def comparisons(arms: list[str]) -> dict[str, tuple[str, str]]:
     out = {a: (a, "bare") for a in arms}
     if "bare2" in arms:
         out.update({f"{a} vs bare+bare2": (a, "bare+bare2") for a in arms if a != "bare2"})
-    for a, b in (("collector", "no_window"), ("no_window", "steps_only"), ("collector", "no_hang")):
+    for a, b in (("collector", "no_window"), ("no_window", "steps_only"), ("collector", "no_hang"),
+                 ("py_step", "collector")):
         if a in arms and b in arms:
             out[f"{a}/{b}"] = (a, b)
     if "profiler" in arms:
@@ -672,6 +679,15 @@ def summarize(rounds: list[dict[str, dict]], comps: dict[str, tuple[str, str]]) 
                          "median_ratio": round(statistics.median(ratios), 4), "ci95": [round(lo, 4), round(hi, 4)],
                          "baseline_ms": round(statistics.median(p[0] for p in pairs), 4),
                          "arm_ms": round(statistics.median(p[1] for p in pairs), 4)}
+        means = [(a, b) for a, b in ((arm_level(rnd, arm, "after", stat="mean"), arm_level(rnd, base, "after", stat="mean"))
+                                     for rnd in rounds) if a is not None and b]
+        if means:   # what a user pays on average: every step counts, the rarer slower ones (CUDA-timed) too
+            ratios = [a / b for a, b in means]
+            lo, hi = bootstrap_median(ratios) if len(ratios) > 1 else (ratios[0], ratios[0])
+            segs["after_mean"] = {"baseline": base, "median_ratio": round(statistics.median(ratios), 4),
+                                  "ci95": [round(lo, 4), round(hi, 4)],
+                                  "baseline_ms": round(statistics.median(b for _, b in means), 4),
+                                  "arm_ms": round(statistics.median(a for a, _ in means), 4)}
         levels = ((arm_level(rnd, arm, "after", "cpu_ms"), arm_level(rnd, base, "after", "cpu_ms")) for rnd in rounds)
         cpu = [(a - b) * 1e3 for a, b in levels if a is not None and b is not None]
         if len(cpu) > 1:   # --probe: the training thread's extra CPU time per step, arm minus baseline
@@ -726,6 +742,9 @@ def print_summary(shape: str, summary: dict, *, show_pairs: bool = True) -> None
         for seg, s in segs.items():
             if seg == "after_cpu_us":
                 cells.append(f"after CPU time {s['median_us']:+.1f} us [{s['ci95'][0]:+.1f}, {s['ci95'][1]:+.1f}]")
+                continue
+            if seg == "after_mean":
+                cells.append(f"after, per-process mean {s['median_ratio']:.4f} [{s['ci95'][0]:.4f}, {s['ci95'][1]:.4f}]")
                 continue
             if seg == "after_paired":
                 cells.append(f"after paired in {s['block']}-step blocks {s['median_ratio']:.4f} "

@@ -82,21 +82,22 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_disarm_in_forked_child)
 
 
-class _StepContext:
-    """The reusable context manager behind ``collector.step()`` (no allocation per step), and the step state
-    (``Collector._state``): the step running or next, how deep steps nest, the start time.
+class _PyStepState:
+    """The step state and the common step's path, in Python: what ``collectors/_fast_step.c`` (``StepState``) does
+    where it was not built. Same attributes, same meaning, same calls back (see there).
 
     A step numbered below ``fast_below`` (armed by :meth:`Collector._arm_fast_path`: a step with nothing to do but its
     timestamps and its record, i.e. most steps) is handled here alone, and its record goes straight into the step
     ring (:func:`step_writer.words`), with no further Python call, module global or object beyond this one and the
     ring. Why: right after a training step the CPU's caches hold the step's data, not the collector's, and every
     call, object and global the collector touches then costs a cache miss (bench/README.md, "Collector overhead").
-    Every other step goes through ``Collector._step_begin`` / ``_step_end``, which re-arm the fast path."""
+    Every other step goes through ``_enter_full`` / ``_exit_full`` (``Collector._step_begin`` / ``_step_end``),
+    which re-arm the fast path."""
 
     __slots__ = ("depth", "next_step", "current", "t0", "fast_below", "_words", "_count", "_at", "_ring_end", "_now",
                  "_c")
 
-    def __init__(self, collector: Collector) -> None:
+    def __init__(self) -> None:
         self.depth = 0                           # steps open (nested steps count)
         self.next_step = 0
         self.current: int | None = None          # the step running now
@@ -106,12 +107,12 @@ class _StepContext:
         self._count = 0                          # the records in it (its word 1),
         self._at = self._ring_end = 0            # the next record's first word, and the words' end
         self._now = time.time_ns                 # a slot: a module global is one more cold cache line
-        self._c = collector
+        self._c: Any = None
 
-    def __enter__(self) -> _StepContext:
+    def __enter__(self) -> Any:
         step = self.next_step
         if self.depth or step >= self.fast_below:
-            self._c._step_begin()    # nested, not started or not armed, or a step with work
+            self._enter_full()       # type: ignore[attr-defined]
             return self
         self.t0 = self._now()
         self.current = step
@@ -137,35 +138,89 @@ class _StepContext:
                 self._at = i if i < self._ring_end else 6
             except Exception:        # the ring let go of (a close() from a signal handler): as the full path does
                 self.fast_below = -1
-                if self._c._steps is not None:
-                    self._c._steps.record(step, self.t0, t1, t1, 0)  # type: ignore[arg-type]
+                self._ring_gone(step, self.t0, t1)  # type: ignore[attr-defined]
             self.next_step = step + 1  # type: ignore[operator]
             self.current = None
             return
-        c = self._c
-        if exc_type is not None and c._hang is not None:  # hang capture: the step an error left
-            c._hang.on_step_error(exc)  # type: ignore[arg-type]
-        if exc_type is not None and self.depth == 1:
-            c._cut_step = True       # its steps.jsonl line says "interrupted"
-        c._step_end()
+        self._exit_full(exc_type, exc, tb)  # type: ignore[attr-defined]
 
 
-# The ring's layout as the literals in _StepContext.__exit__ take it (a module global there would be one more cold
-# cache line each).
-if (sw.WRITTEN, sw.FIRST_WORD, sw.RECORD_WORDS) != (1, 6, 5):
-    raise ImportError("collectors.step_writer's ring layout changed: update _StepContext.__exit__")
+try:
+    from workbench.collectors import _fast_step
+except ImportError:      # not built (no C compiler at install): the Python path
+    _fast_step = None
+# A build of another layout than step_writer's (a stale build from an older checkout) is not used.
+_CStepState = (_fast_step.StepState if _fast_step is not None and (sw.WRITTEN, sw.FIRST_WORD, sw.RECORD_WORDS)
+               == (_fast_step.WRITTEN, _fast_step.FIRST_WORD, _fast_step.RECORD_WORDS) else None)
+
+#: The step context's implementations: "c" (collectors/_fast_step.c, where built) and "python".
+STEP_IMPLS: tuple[str, ...] = ("c", "python") if _CStepState is not None else ("python",)
+#: Set to "python" to use the Python step context even where the C one is built (read when a Collector is made).
+STEP_IMPL_ENV = "WORKBENCH_STEP_IMPL"
 
 
-class _FirstStepContext(_StepContext):
-    """The step context until the first step: notes the user's call site once (``source_sites``), then is a plain
-    :class:`_StepContext` (nothing per step after that)."""
+class _StepContextCalls:
+    """What both step contexts call back into: the full path of a step, and a ring let go of while armed."""
 
     __slots__ = ()
 
-    def __enter__(self) -> _StepContext:
-        self.__class__ = _StepContext
-        self._c._call_site = source_sites.call_site()
-        return _StepContext.__enter__(self)
+    def _enter_full(self) -> None:
+        self._c._step_begin()    # type: ignore[attr-defined]  # nested, not armed, or a step with work
+
+    def _exit_full(self, exc_type: object, exc: object, tb: object) -> None:
+        c = self._c              # type: ignore[attr-defined]
+        if exc_type is not None and c._hang is not None:  # hang capture: the step an error left
+            c._hang.on_step_error(exc)
+        if exc_type is not None and self.depth == 1:  # type: ignore[attr-defined]
+            c._cut_step = True   # its steps.jsonl line says "interrupted"
+        c._step_end()
+
+    def _ring_gone(self, step: int, t0: int, t1: int) -> None:
+        if self._c._steps is not None:  # type: ignore[attr-defined]
+            self._c._steps.record(step, t0, t1, t1, 0)  # type: ignore[attr-defined]
+
+    def _decorate(self, fn: Any = None) -> Any:
+        return Collector.step(self._c, fn)  # type: ignore[attr-defined]
+
+
+def _context_classes(base: type) -> tuple[type, type]:
+    """The step context on ``base`` (``_CStepState`` or ``_PyStepState``), and its first-step variant: it notes the
+    user's call site once (``source_sites``), then is the plain step context (nothing per step after that)."""
+
+    class StepContext(_StepContextCalls, base):  # type: ignore[misc, valid-type]
+        __slots__ = ()
+
+        def __init__(self, collector: Collector) -> None:
+            super().__init__()
+            self._c = collector
+
+    class FirstStepContext(StepContext):
+        __slots__ = ()
+
+        def __enter__(self) -> Any:
+            self.__class__ = StepContext
+            self._c._call_site = source_sites.call_site()
+            return StepContext.__enter__(self)
+
+    StepContext.__qualname__ = FirstStepContext.__qualname__ = f"_StepContext[{base.__name__}]"
+    return StepContext, FirstStepContext
+
+
+_CONTEXTS: dict[str, tuple[type, type]] = {"python": _context_classes(_PyStepState)}
+if _CStepState is not None:
+    _CONTEXTS["c"] = _context_classes(_CStepState)
+
+# The ring's layout as the literals in _PyStepState.__exit__ take it (a module global there would be one more cold
+# cache line each).
+if (sw.WRITTEN, sw.FIRST_WORD, sw.RECORD_WORDS) != (1, 6, 5):
+    raise ImportError("collectors.step_writer's ring layout changed: update _PyStepState.__exit__")
+
+
+def step_impl() -> str:
+    """The step context a Collector made now uses: ``$WORKBENCH_STEP_IMPL`` if it names one built, else "c" where
+    built, else "python"."""
+    wanted = os.environ.get(STEP_IMPL_ENV, "")
+    return wanted if wanted in STEP_IMPLS else STEP_IMPLS[0]
 
 
 #: At close, how long to poll for the device times of the last steps before giving up on them.
@@ -208,7 +263,10 @@ class Collector(contextlib.ContextDecorator):
             self._applier = ConfigApplier(self.compile_config, self._fail)  # records what took effect
             self._applier.apply_env()
             self._applier.install()  # torch.compile gets [compile]/[mark_dynamic] while the collector exists
-        self._state: _StepContext = _FirstStepContext(self)   # the step state and collector.step()'s context
+        self.step_impl = step_impl()           # the step context's implementation: "c" or "python"
+        self._state: Any = _CONTEXTS[self.step_impl][1](self)   # the step state and collector.step()'s context
+        if self.step_impl == "c":
+            self.step = self._state.step       # collector.step() without a Python frame (Collector.step otherwise)
         self._call_site: Any = None   # the user's frames at the first ``with collector.step():`` (source_sites)
         self._started = False
         self._closed = False
@@ -236,6 +294,8 @@ class Collector(contextlib.ContextDecorator):
         self._event_pool: list[Any] = []
         self._pending: deque[tuple[int, Any, Any]] = deque()
         self._e0: Any = None
+        self._stream: Any = None               # the CUDA stream the last timing event was recorded on,
+        self._stream_key: tuple[int, int] | None = None   # and its (device, raw handle)
         self._created = ""
         self._run_id = ""
         self._prev_sigterm: Any = None       # the SIGTERM handler before ours (chained to)
@@ -548,24 +608,39 @@ class Collector(contextlib.ContextDecorator):
         import torch
 
         if not self._cuda:
-            if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+            if not torch.cuda.is_available():
+                self._timing_at = math.inf   # no GPU in this process: no step is ever timed (nor checked again)
+                return
+            if not torch.cuda.is_initialized():
                 return
             self._cuda = True
-        e0 = self._event_pool.pop() if self._event_pool else torch.cuda.Event(enable_timing=True)
-        e0.record()
-        self._e0 = e0
+        self._e0 = self._recorded_event()
 
     def _record_end_event(self) -> Any:
-        import torch
-
         try:
-            e1 = self._event_pool.pop() if self._event_pool else torch.cuda.Event(enable_timing=True)
-            e1.record()
-            return e1
+            return self._recorded_event()
         except Exception as exc:
             self._fail("device_timing", exc)
             self._e0 = None
             return None
+
+    def _recorded_event(self) -> Any:
+        """A timing event recorded on the current CUDA stream. ``Event.record()`` builds a Python ``Stream`` for the
+        current stream at every call (~12 µs of a launch-bound step on the H200, bench/README.md); here one is built
+        only when the current stream is another than last time (compared by device and raw handle: two C calls)."""
+        import torch
+
+        e = self._event_pool.pop() if self._event_pool else torch.cuda.Event(enable_timing=True)
+        raw_of = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if raw_of is None:        # a torch without it: the plain call
+            e.record()
+            return e
+        device = torch._C._cuda_getDevice()
+        key = (device, raw_of(device))      # the default stream's handle is 0 on every device
+        if key != self._stream_key:
+            self._stream, self._stream_key = torch.cuda.current_stream(), key
+        torch._C._CudaEventBase.record(e, self._stream)
+        return e
 
     def _drain_events(self, *, wait_s: float = 0.0) -> None:
         """Records of the CUDA step times whose end event completed (at a timed step; at close, polling up to
@@ -645,6 +720,7 @@ class Collector(contextlib.ContextDecorator):
             fp["compile_log_records"] = self._compile_handler.records if self._compile_handler else 0
             fp["errors"] = list(self.errors)
             fp["steps_writer"] = self._steps.mode if self._steps is not None else None
+            fp["step_context"] = self.step_impl
             fp["compile_config_applied"] = self._applier.report() if self._applier is not None else None
             rundir.write_json(self.path / rundir.FINGERPRINT.format(rank=self.rank), fp)
         except Exception as exc:

@@ -20,6 +20,17 @@ from collector_helpers import ROOT, Tiny, compile_metrics, compile_records, open
 torch = pytest.importorskip("torch")
 
 from workbench.collectors import Collector  # noqa: E402
+from workbench.collectors.collector import STEP_IMPL_ENV, STEP_IMPLS  # noqa: E402
+
+#: The step contexts built here: "c" (collectors/_fast_step.c) where a compiler was found at install, and "python".
+impls = pytest.mark.parametrize("impl", STEP_IMPLS)
+
+
+@pytest.fixture
+def step_impl(impl, monkeypatch):
+    """The step context ``impl`` for the collectors a test makes."""
+    monkeypatch.setenv(STEP_IMPL_ENV, impl)
+    return impl
 
 
 @pytest.fixture(autouse=True)
@@ -150,7 +161,8 @@ def _recorded_loop(run_dir: Path) -> tuple[list[dict], tuple]:
     return lines, (run["steps"], run["interrupted_step"], list(c.errors))
 
 
-def test_the_step_contexts_fast_path_records_what_the_full_path_does(tmp_path, monkeypatch):
+@impls
+def test_the_step_contexts_fast_path_records_what_the_full_path_does(tmp_path, monkeypatch, step_impl):
     """Steps without work are handled in the step context itself; forcing every step through
     ``Collector._step_begin`` / ``_step_end`` gives the same lines and counts."""
     fast = _recorded_loop(tmp_path / "fast")
@@ -165,9 +177,11 @@ def test_the_step_contexts_fast_path_records_what_the_full_path_does(tmp_path, m
     assert sum(1 for line in fast[0] if line.get("interrupted")) == 8 and fast[1][0] == 25
 
 
-def test_steps_without_work_take_the_fast_path(tmp_path, monkeypatch):
-    """Outside the window and the timed steps (every 10th), the step context alone handles a step: only step 0,
-    the window's steps and the timed ones reach ``Collector._step_begin``."""
+@impls
+def test_steps_without_work_take_the_fast_path(tmp_path, monkeypatch, step_impl):
+    """Outside the window and the timed steps (every 10th, where there is a GPU), the step context alone handles a
+    step: only step 0, the window's steps and the timed ones reach ``Collector._step_begin``. Without a GPU no step
+    is timed after step 0 finds none."""
     begun: list[int] = []
     step_begin = Collector._step_begin
 
@@ -177,20 +191,52 @@ def test_steps_without_work_take_the_fast_path(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Collector, "_step_begin", counted)
     c = Collector(tmp_path, profile_start=5, profile_length=2)
+    assert c.step_impl == step_impl
     with c:
         for _ in range(40):
             with c.step():
                 pass
     steps, bad = read_steps(tmp_path / "rank0")
     assert bad == 0 and sorted(steps) == list(range(40))
-    assert 0 in begun and {10, 20, 30} <= set(begun) and len(begun) < 12, begun
+    timed = {10, 20, 30} if torch.cuda.is_available() else set()
+    assert 0 in begun and {10, 20, 30} & set(begun) == timed and len(begun) < 12, begun
     assert all(steps[s]["start_ns"] <= steps[s]["end_ns"] for s in steps)
     assert steps[13]["data_wait_ns"] >= 0 and not steps[13]["profiled"] and steps[5]["profiled"]
+    assert json.loads((tmp_path / "rank0/fingerprint.json").read_text())["step_context"] == step_impl
 
 
-def test_a_close_from_a_signal_handler_between_the_fast_paths_stores_does_not_escape(tmp_path):
-    """SIGTERM's close() lands while the step context stores a record into the ring (which close lets go of): the
-    step ends without raising, and every step before it is on disk."""
+@impls
+def test_the_step_decorator_and_the_context_count_the_same_steps(tmp_path, step_impl):
+    """``@collector.step`` on a function and ``with collector.step():`` share one step count; a decorated step that
+    raises is recorded as interrupted and the error reaches the caller."""
+    c = Collector(tmp_path, profile_repeat=0, device_timing=False)
+
+    @c.step
+    def train_step(i: int) -> int:
+        if i == 7:
+            raise KeyError(i)
+        return i * 2
+
+    with c:
+        assert [train_step(i) for i in range(5)] == [0, 2, 4, 6, 8]
+        for _ in range(2):
+            with c.step():
+                pass
+        with pytest.raises(KeyError):
+            train_step(7)
+        assert train_step.__name__ == "train_step"
+    steps, bad = read_steps(tmp_path / "rank0")
+    assert bad == 0 and sorted(steps) == list(range(8))
+    assert steps[7].get("interrupted") is True and not any(steps[s].get("interrupted") for s in range(7))
+    with pytest.raises(TypeError, match="function to decorate"):
+        c.step(3)
+
+
+def test_a_close_from_a_signal_handler_between_the_fast_paths_stores_does_not_escape(tmp_path, monkeypatch):
+    """SIGTERM's close() lands while the Python step context stores a record into the ring (which close lets go
+    of): the step ends without raising, and every step before it is on disk. (The C step context runs no Python
+    code between its stores: no handler can run there.)"""
+    monkeypatch.setenv(STEP_IMPL_ENV, "python")
     c = Collector(tmp_path, profile_repeat=0, device_timing=False)
     c.start()
     for _ in range(3):
@@ -215,8 +261,62 @@ def test_a_close_from_a_signal_handler_between_the_fast_paths_stores_does_not_es
     assert bad == 0 and sorted(steps) == [0, 1, 2]
 
 
+@impls
+def test_a_ring_let_go_of_while_armed_sends_the_step_through_the_full_path(tmp_path, step_impl):
+    """The step log lets go of its ring (its view released) while the fast path is armed: the next step neither
+    raises nor stores into the released memory; its record goes through ``StepLog.record`` (inline from here, as
+    after a writer that died) and the steps after it are written too."""
+    c = Collector(tmp_path, profile_repeat=0, device_timing=False)
+    with c:
+        for _ in range(3):
+            with c.step():
+                pass
+        assert c._state.fast_below > c.steps_done          # armed
+        c._steps._to_inline(drain=True)                    # the writer's records so far on disk; the view released
+        assert c._state._words is not None                 # the context still holds the (released) view
+        for _ in range(3):
+            with c.step():
+                pass
+    steps, bad = read_steps(tmp_path / "rank0")
+    assert bad == 0 and sorted(steps) == list(range(6)), sorted(steps)
+
+
+@pytest.mark.skipif("c" not in STEP_IMPLS, reason="collectors/_fast_step.c not built here (no C compiler)")
+def test_the_c_step_context_takes_only_a_ring_it_can_store_into(tmp_path):
+    """The C step context accepts only a writable memoryview of 8-byte words as its ring, and a record that would
+    not fit in the view is not stored: the step goes through the full path instead."""
+    import mmap
+
+    c = Collector(tmp_path, profile_repeat=0, device_timing=False)
+    st = c._state
+    with pytest.raises(TypeError):
+        st._words = bytearray(64)
+    with pytest.raises(ValueError):
+        st._words = memoryview(bytes(64)).cast("q")       # read-only
+    with pytest.raises(ValueError):
+        st._words = memoryview(bytearray(64))               # bytes, not 8-byte words
+    with c:
+        for _ in range(2):
+            with c.step():
+                pass
+        assert c._state.fast_below > c.steps_done
+        small = mmap.mmap(-1, 64)
+        st._words = memoryview(small).cast("q")             # 8 words: a record at word 6 does not fit
+        st._at, st._ring_end = 6, 8
+        with c.step():
+            pass
+        assert bytes(small) == bytes(64)                    # nothing stored into it
+        st._words = None
+        small.close()
+        with c.step():
+            pass
+    steps, bad = read_steps(tmp_path / "rank0")
+    assert bad == 0 and sorted(steps) == [0, 1, 2, 3]
+
+
+@impls
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_a_forked_child_that_steps_writes_nothing_into_the_ranks_steps(tmp_path):
+def test_a_forked_child_that_steps_writes_nothing_into_the_ranks_steps(tmp_path, step_impl):
     """A process forked mid-run (fast path armed) that goes on stepping must not store into the rank's ring."""
     c = Collector(tmp_path, profile_repeat=0, device_timing=False)
     with c:
