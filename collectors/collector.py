@@ -335,7 +335,10 @@ class Collector(contextlib.ContextDecorator):
         return torch.compile(model, **{**self.compile_kwargs, **kwargs})
 
     def step(self, fn: F | None = None) -> Any:
-        """``with collector.step():`` around one iteration, or ``@collector.step`` on a train-step function."""
+        """``with collector.step():`` around one iteration, or ``@collector.step`` on a train-step function.
+
+        Where the C step context is built, an instance's ``step`` is its context's C method of the same behaviour
+        (no Python frame for ``collector.step()``); this method is what it calls for ``@collector.step``."""
         if fn is None:
             return self._state
         if not callable(fn):

@@ -179,7 +179,7 @@ def test_the_step_contexts_fast_path_records_what_the_full_path_does(tmp_path, m
 
 @impls
 def test_steps_without_work_take_the_fast_path(tmp_path, monkeypatch, step_impl):
-    """Outside the window and the timed steps (every 10th, where there is a GPU), the step context alone handles a
+    """Outside the window and the timed steps (every 10th here, where there is a GPU), the step context alone handles a
     step: only step 0, the window's steps and the timed ones reach ``Collector._step_begin``. Without a GPU no step
     is timed after step 0 finds none."""
     begun: list[int] = []
@@ -190,7 +190,7 @@ def test_steps_without_work_take_the_fast_path(tmp_path, monkeypatch, step_impl)
         step_begin(self)
 
     monkeypatch.setattr(Collector, "_step_begin", counted)
-    c = Collector(tmp_path, profile_start=5, profile_length=2)
+    c = Collector(tmp_path, profile_start=5, profile_length=2, device_timing_every=10)
     assert c.step_impl == step_impl
     with c:
         for _ in range(40):
