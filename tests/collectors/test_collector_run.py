@@ -54,6 +54,13 @@ def train(collector: Collector, steps: int, *, compiled: bool = False, sizes: di
                 opt.zero_grad()
 
 
+def empty_steps(collector: Collector, n: int) -> None:
+    """``n`` steps with nothing in them."""
+    for _ in range(n):
+        with collector.step():
+            pass
+
+
 def trace_events(path: Path) -> list[dict]:
     return json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
 
@@ -268,15 +275,11 @@ def test_a_ring_let_go_of_while_armed_sends_the_step_through_the_full_path(tmp_p
     after a writer that died) and the steps after it are written too."""
     c = Collector(tmp_path, profile_repeat=0, device_timing=False)
     with c:
-        for _ in range(3):
-            with c.step():
-                pass
+        empty_steps(c, 3)
         assert c._state.fast_below > c.steps_done          # armed
         c._steps._to_inline(drain=True)                    # the writer's records so far on disk; the view released
         assert c._state._words is not None                 # the context still holds the (released) view
-        for _ in range(3):
-            with c.step():
-                pass
+        empty_steps(c, 3)
     steps, bad = read_steps(tmp_path / "rank0")
     assert bad == 0 and sorted(steps) == list(range(6)), sorted(steps)
 
@@ -296,9 +299,7 @@ def test_the_c_step_context_takes_only_a_ring_it_can_store_into(tmp_path):
     with pytest.raises(ValueError):
         st._words = memoryview(bytearray(64))               # bytes, not 8-byte words
     with c:
-        for _ in range(2):
-            with c.step():
-                pass
+        empty_steps(c, 2)
         assert c._state.fast_below > c.steps_done
         small = mmap.mmap(-1, 64)
         st._words = memoryview(small).cast("q")             # 8 words: a record at word 6 does not fit
@@ -320,15 +321,11 @@ def test_a_forked_child_that_steps_writes_nothing_into_the_ranks_steps(tmp_path,
     """A process forked mid-run (fast path armed) that goes on stepping must not store into the rank's ring."""
     c = Collector(tmp_path, profile_repeat=0, device_timing=False)
     with c:
-        for _ in range(3):
-            with c.step():
-                pass
+        empty_steps(c, 3)
         assert c._state.fast_below > c.steps_done  # armed
         child = os.fork()
         if child == 0:
-            for _ in range(50):
-                with c.step():
-                    pass
+            empty_steps(c, 50)
             os._exit(0)
         assert os.waitpid(child, 0)[1] == 0
         with c.step():
