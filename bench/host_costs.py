@@ -122,21 +122,35 @@ def per_call_costs(reps: int, dirs: list[str]) -> dict[str, Any]:
     return out
 
 
+def started_per_step_impl(prefix: str) -> dict[str, Any]:
+    """A started collector (default options, no profiler window) per step context built here ("c", "python"), each
+    in a scratch folder named ``prefix...``."""
+    from workbench.collectors import Collector
+    from workbench.collectors.collector import STEP_IMPL_ENV, STEP_IMPLS
+
+    before = os.environ.get(STEP_IMPL_ENV)
+    out = {}
+    try:
+        for impl in STEP_IMPLS:
+            os.environ[STEP_IMPL_ENV] = impl      # read when the Collector is made
+            out[impl] = Collector(tempfile.mkdtemp(prefix=prefix), profile_repeat=0).start()
+    finally:
+        if before is None:
+            os.environ.pop(STEP_IMPL_ENV, None)
+        else:
+            os.environ[STEP_IMPL_ENV] = before
+    return out
+
+
 def cold_call_costs(reps: int, evict_mb: int = 32) -> dict[str, Any]:
     """Per call right after a pass over ``evict_mb`` MB that evicts the CPU caches (as a training step does):
     the calls in a random order every round, each timed alone; median µs, and the median minus that of an empty
     Python call (``empty call``), which is what the call adds."""
-    from workbench.collectors import Collector
+    from workbench.collectors.collector import STEP_IMPLS
     from workbench.collectors.step_log import StepLog
 
-    from workbench.collectors.collector import STEP_IMPL_ENV, STEP_IMPLS
-
     evict = overhead.cache_evictor(evict_mb)
-    collectors = {}
-    for impl in STEP_IMPLS:
-        os.environ[STEP_IMPL_ENV] = impl
-        collectors[impl] = Collector(tempfile.mkdtemp(prefix="wb-costs-"), profile_repeat=0).start()
-    os.environ.pop(STEP_IMPL_ENV, None)
+    collectors = started_per_step_impl("wb-costs-")
     c = collectors[STEP_IMPLS[0]]
     steps = StepLog(c.path / "ring-only.jsonl", on_error=lambda exc: None)  # not the collector's: its step context
     #                                                                        stores into that ring between records
@@ -248,18 +262,11 @@ def wrapper_costs(rounds: int, device_name: str, shape: str, compile_backend: st
     first and last line inside it; ``bare`` reads the same clocks with nothing around the step. Per condition the
     median µs of the entry (``with`` line to first line inside) and of the exit (last line to after the ``with``),
     and what the wrapper adds over ``bare``: their sum minus bare's, as a median (the common step) and as a mean
-    (every step counts: also the collector's every 10th, CUDA-timed, step, which goes through the full path).
+    (every step counts: also the collector's every 100th, CUDA-timed, step, which goes through the full path).
     The collectors have default options, no profiler window; one runs its step context in C
     (collectors/_fast_step.c, where built), one in Python."""
-    from workbench.collectors import Collector
-    from workbench.collectors.collector import STEP_IMPL_ENV, STEP_IMPLS
-
     body = overhead.training_step(shape, device_name, compile_backend)
-    collectors = {}
-    for impl in STEP_IMPLS:
-        os.environ[STEP_IMPL_ENV] = impl
-        collectors[impl] = Collector(tempfile.mkdtemp(prefix="wb-around-"), profile_repeat=0).start()
-    os.environ.pop(STEP_IMPL_ENV, None)
+    collectors = started_per_step_impl("wb-around-")
     null = contextlib.nullcontext()
     clock = time.perf_counter_ns
 

@@ -660,6 +660,15 @@ def comparisons(arms: list[str]) -> dict[str, tuple[str, str]]:
     return out
 
 
+def ratio_summary(pairs: list[tuple[float, float, float]]) -> dict[str, Any]:
+    """Of (baseline, arm, ratio) per round: the median ratio, its 95 % interval, and the median times (ms)."""
+    ratios = [p[2] for p in pairs]
+    lo, hi = bootstrap_median(ratios) if len(ratios) > 1 else (ratios[0], ratios[0])
+    return {"median_ratio": round(statistics.median(ratios), 4), "ci95": [round(lo, 4), round(hi, 4)],
+            "baseline_ms": round(statistics.median(p[0] for p in pairs), 4),
+            "arm_ms": round(statistics.median(p[1] for p in pairs), 4)}
+
+
 def summarize(rounds: list[dict[str, dict]], comps: dict[str, tuple[str, str]]) -> dict:
     """Per comparison and segment: the ratio arm/baseline in each round, the median and its 95% interval."""
     out: dict[str, Any] = {}
@@ -673,21 +682,13 @@ def summarize(rounds: list[dict[str, dict]], comps: dict[str, tuple[str, str]]) 
                     pairs.append((vb, va, va / vb))
             if not pairs:
                 continue
-            ratios = [p[2] for p in pairs]
-            lo, hi = bootstrap_median(ratios) if len(ratios) > 1 else (ratios[0], ratios[0])
             segs[seg] = {"baseline": base, "pairs": [[round(b, 4), round(a, 4), round(r, 4)] for b, a, r in pairs],
-                         "median_ratio": round(statistics.median(ratios), 4), "ci95": [round(lo, 4), round(hi, 4)],
-                         "baseline_ms": round(statistics.median(p[0] for p in pairs), 4),
-                         "arm_ms": round(statistics.median(p[1] for p in pairs), 4)}
-        means = [(a, b) for a, b in ((arm_level(rnd, arm, "after", stat="mean"), arm_level(rnd, base, "after", stat="mean"))
-                                     for rnd in rounds) if a is not None and b]
+                         **ratio_summary(pairs)}
+        means = [(b, a, a / b) for a, b in ((arm_level(rnd, arm, "after", stat="mean"),
+                                             arm_level(rnd, base, "after", stat="mean")) for rnd in rounds)
+                 if a is not None and b]
         if means:   # what a user pays on average: every step counts, the rarer slower ones (CUDA-timed) too
-            ratios = [a / b for a, b in means]
-            lo, hi = bootstrap_median(ratios) if len(ratios) > 1 else (ratios[0], ratios[0])
-            segs["after_mean"] = {"baseline": base, "median_ratio": round(statistics.median(ratios), 4),
-                                  "ci95": [round(lo, 4), round(hi, 4)],
-                                  "baseline_ms": round(statistics.median(b for _, b in means), 4),
-                                  "arm_ms": round(statistics.median(a for a, _ in means), 4)}
+            segs["after_mean"] = {"baseline": base, **ratio_summary(means)}
         levels = ((arm_level(rnd, arm, "after", "cpu_ms"), arm_level(rnd, base, "after", "cpu_ms")) for rnd in rounds)
         cpu = [(a - b) * 1e3 for a, b in levels if a is not None and b is not None]
         if len(cpu) > 1:   # --probe: the training thread's extra CPU time per step, arm minus baseline
