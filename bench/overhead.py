@@ -712,9 +712,9 @@ BARE_STEP_BEFORE = "inside with nullcontext()"
 
 
 def pooled_rounds(files: list[Path]) -> tuple[list[str], dict[str, list[dict]]]:
-    """The arms and, per shape, the rounds of saved ``--json`` files taken together (raises ValueError, naming the
-    file, where the arms or the bare arms' step differ: rounds are pooled only where every file measured the same
-    arms the same way)."""
+    """The arms every file measured and, per shape, the rounds of saved ``--json`` files taken together (raises
+    ValueError, naming the file, where the files share no arm besides ``bare`` or the bare arms' step differs: rounds
+    are pooled only where the files measured the same arms the same way; an arm only some files have is left out)."""
     arms: list[str] | None = None
     bare_step: str | None = None
     pooled: dict[str, list[dict]] = {}
@@ -722,11 +722,12 @@ def pooled_rounds(files: list[Path]) -> tuple[list[str], dict[str, list[dict]]]:
         saved = json.loads(f.read_text())
         these = list(saved["arms"])
         bare = saved.get("bare_step", BARE_STEP_BEFORE)
-        if arms is not None and sorted(these) != sorted(arms):
-            raise ValueError(f"{f}: arms {these} differ from {arms} in the files before it; not pooled")
+        shared = these if arms is None else [a for a in arms if a in these]
+        if not [a for a in shared if a != "bare"] or "bare" not in shared:
+            raise ValueError(f"{f}: arms {these} share none but bare with {arms} in the files before it; not pooled")
         if bare_step is not None and bare != bare_step:
             raise ValueError(f"{f}: its bare arms ran the step {bare}, those before it {bare_step}; not pooled")
-        arms, bare_step = arms or these, bare
+        arms, bare_step = shared, bare
         for shape, entry in saved["shapes"].items():
             pooled.setdefault(shape, []).extend(entry["rounds"])
     return arms or [], pooled
@@ -996,7 +997,7 @@ def main(argv: list[str] | None = None) -> int:
                         "each collector arm inside a fresh Collector (--shapes: the first one)")
     p.add_argument("--summarize", default=None, metavar="JSON[,JSON...]",
                    help="print the summary of saved --json files again (with this version's comparisons); several "
-                        "files: the rounds of each shape pooled (the same arms in all of them)")
+                        "files: the rounds of each shape pooled, for the arms all of them measured")
     p.add_argument("--stat", choices=("median", "trimmed"), default="median",
                    help="per-process statistic of a segment: median or 10-90 %% trimmed mean")
     args = p.parse_args(argv)

@@ -201,8 +201,8 @@ def test_toggle_undoes_an_arm_whose_block_raised(tmp_path):
 
 
 def test_saved_series_are_pooled_only_with_the_same_arms(tmp_path):
-    """``--summarize a.json,b.json``: the rounds of each shape taken together; files with other arms are refused,
-    named; the training thread's CPU time per step (``--probe``) is summarised as arm minus baseline."""
+    """``--summarize a.json,b.json``: the rounds of each shape taken together, for the arms all files measured; files
+    sharing no arm but bare are refused, named; the training thread's CPU time per step (``--probe``) is summarised as arm minus baseline."""
     b = _bench()
 
     def rnd(extra_cpu: float) -> dict:
@@ -220,6 +220,13 @@ def test_saved_series_are_pooled_only_with_the_same_arms(tmp_path):
     assert summary["after_cpu_us"]["median_us"] == pytest.approx(30.0) and summary["after_cpu_us"]["baseline"] == "bare"
     with pytest.raises(ValueError, match="c.json: arms"):
         b.pooled_rounds([first, other])
+    wider = tmp_path / "e.json"       # a series with one more arm: pooled on the arms both measured
+    wider_round = {**rnd(0.0), "py_step": {"step_ms": [5.1] * 40, "cpu_ms": [3.0] * 40}}
+    wider.write_text(json.dumps({"arms": {"bare": "", "collector": "", "py_step": ""},
+                                 "shapes": {"small": {"rounds": [wider_round]}}}))
+    arms, pooled = b.pooled_rounds([wider, first])
+    assert arms == ["bare", "collector"] and len(pooled["small"]) == 2
+    assert set(b.summarize(pooled["small"], b.comparisons(["collector"]))) == {"collector"}
     plain = tmp_path / "d.json"       # a newer series: its bare arms ran the step with nothing around it
     plain.write_text(json.dumps({"arms": {"bare": "", "collector": ""}, "bare_step": b.BARE_STEP,
                                  "shapes": {"small": {"rounds": [rnd(0.0)]}}}))
