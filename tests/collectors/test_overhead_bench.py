@@ -200,9 +200,10 @@ def test_toggle_undoes_an_arm_whose_block_raised(tmp_path):
     assert dict(os.environ) == before
 
 
-def test_saved_series_are_pooled_only_with_the_same_arms(tmp_path):
+def test_saved_series_are_pooled_on_the_arms_they_share(tmp_path):
     """``--summarize a.json,b.json``: the rounds of each shape taken together, for the arms all files measured; files
-    sharing no arm but bare are refused, named; the training thread's CPU time per step (``--probe``) is summarised as arm minus baseline."""
+    sharing no arm but bare are refused, named; the training thread's CPU time per step (``--probe``) is summarised
+    as arm minus baseline."""
     b = _bench()
 
     def rnd(extra_cpu: float) -> dict:
