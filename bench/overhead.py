@@ -578,8 +578,7 @@ STAT = "median"
 
 def segment_ms(step_ms: list[float], seg: str, stat: str | None = None, skip: Any = ()) -> float | None:
     """The median (or the 10-90 % trimmed mean, ``stat="trimmed"``, or the plain mean, ``"mean"``) of one process's
-    step times in ``seg``;
-    ``skip``: steps left out (in ``after``: the first step of each turn, which pays the GPU's context switch)."""
+    step times in ``seg``; ``skip``: steps left out (in ``after``: the first step of each turn, which pays the GPU's context switch)."""
     first, last = SEGMENTS[seg]
     end = len(step_ms) if last is None else last + 1
     skip = set(skip) if seg == "after" else set()
@@ -637,7 +636,9 @@ def paired_ratio(rnd: dict[str, dict], arm: str, base: str, k: int = PAIR_BLOCK)
 
 
 def bootstrap_median(values: list[float], n: int = 10000, seed: int = 0) -> tuple[float, float]:
-    """95% percentile-bootstrap interval of the median of ``values``."""
+    """95% percentile-bootstrap interval of the median of ``values`` (one value: that value, twice)."""
+    if len(values) == 1:
+        return values[0], values[0]
     rng = random.Random(seed)
     meds = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(n))
     return meds[int(0.025 * n)], meds[int(0.975 * n) - 1]
@@ -663,7 +664,7 @@ def comparisons(arms: list[str]) -> dict[str, tuple[str, str]]:
 def ratio_summary(pairs: list[tuple[float, float, float]]) -> dict[str, Any]:
     """Of (baseline, arm, ratio) per round: the median ratio, its 95 % interval, and the median times (ms)."""
     ratios = [p[2] for p in pairs]
-    lo, hi = bootstrap_median(ratios) if len(ratios) > 1 else (ratios[0], ratios[0])
+    lo, hi = bootstrap_median(ratios)
     return {"median_ratio": round(statistics.median(ratios), 4), "ci95": [round(lo, 4), round(hi, 4)],
             "baseline_ms": round(statistics.median(p[0] for p in pairs), 4),
             "arm_ms": round(statistics.median(p[1] for p in pairs), 4)}
@@ -697,7 +698,7 @@ def summarize(rounds: list[dict[str, dict]], comps: dict[str, tuple[str, str]]) 
                                     "ci95": [round(lo, 1), round(hi, 1)]}
         paired = [r for r in (paired_ratio(rnd, arm, base) for rnd in rounds) if r]
         if paired:
-            lo, hi = bootstrap_median(paired) if len(paired) > 1 else (paired[0], paired[0])
+            lo, hi = bootstrap_median(paired)
             segs["after_paired"] = {"baseline": base, "block": PAIR_BLOCK, "ratios": [round(r, 4) for r in paired],
                                     "median_ratio": round(statistics.median(paired), 4),
                                     "ci95": [round(lo, 4), round(hi, 4)]}
@@ -932,7 +933,7 @@ def toggled(rounds: int, device_name: str, shape: str, backend: str | None, arms
             if first >= block:
                 continue
             ratios = [statistics.median(r[name][first:]) / statistics.median(r["bare"][first:]) for r in step_ms]
-            lo, hi = bootstrap_median(ratios) if len(ratios) > 1 else (ratios[0], ratios[0])
+            lo, hi = bootstrap_median(ratios)
             entry[seg] = {"median_ratio": round(statistics.median(ratios), 4), "ci95": [round(lo, 4), round(hi, 4)],
                           "ratios": [round(x, 4) for x in ratios]}
         out["arms"][name] = entry
