@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "zoo")]       # this checkout's workbench and its zoo
 
 DOCS = ROOT / "docs" / "faults.md"
 README = ROOT / "README.md"
@@ -44,9 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.gpu_config:
         return write_gpu_config(Path(args.gpu_config))
 
-    from workbench.faults._launch import shared_launcher
-    from workbench.faults.registry import faults
-    from workbench.faults.verify import loop, markdown_table
+    from workbench_zoo._launch import shared_launcher
+    from workbench_zoo.registry import faults
+    from workbench_zoo.verify import loop, markdown_table
 
     zoo = faults()
     names = args.only or [n for n, f in zoo.items() if f.device == "cpu" and not n.startswith("hang_")]
@@ -92,7 +92,7 @@ GPU_SAMPLES = {"launch_bound": ("gpu-launch-bound-before", "gpu-launch-bound-aft
 
 def recorded_gpu_rows() -> list:
     """Rows for the GPU faults from their recordings in sample_traces/ (analysed here; marked "(GPU, recorded)")."""
-    from workbench.faults.verify import recorded_loop
+    from workbench_zoo.verify import recorded_loop
 
     rows = []
     for name, (before, after) in GPU_SAMPLES.items():

@@ -5,8 +5,9 @@
 #   pageable_h2d/before. Unpack into sample_traces/gpu-launch-bound-{before,after} (+ fixes.toml in -before) and
 #   sample_traces/gpu-pageable-h2d; tests/faults/test_gpu_samples.py checks them.
 # The machine's python3 has torch but neither orjson nor polars: orjson comes as a wheel in .whl/, and a minimal
-# `workbench` package (rundir, errors, compile_config, config_policy, source_scan, collectors, faults) goes first on PYTHONPATH,
-# so the collectors and the fault runner import without the analysis stack. Analyse the runs where polars is.
+# `workbench` package (rundir, errors, compile_config, config_policy, source_scan, collectors) and the zoo's package
+# (zoo/workbench_zoo) go first on PYTHONPATH, so the collectors and the fault runner import without the analysis stack.
+# Analyse the runs where polars is.
 set -u
 REPO=$PWD
 CFG=${1:?usage: bench/faults_gpu.sh LAUNCH_BOUND_FIXES.toml}
@@ -18,14 +19,14 @@ mkdir -p /tmp/shim/workbench
 printf '"""minimal workbench for the device machine"""\n__version__ = "0.1.0"\n' > /tmp/shim/workbench/__init__.py
 for f in rundir.py errors.py compile_config.py config_policy.py source_scan.py; do ln -sf "$REPO/workbench/$f" /tmp/shim/workbench/$f; done
 ln -sfn "$REPO/collectors" /tmp/shim/workbench/collectors
-ln -sfn "$REPO/workbench/faults" /tmp/shim/workbench/faults
+ln -sfn "$REPO/zoo/workbench_zoo" /tmp/shim/workbench_zoo
 export PYTHONPATH=/tmp/site:/tmp/shim PYTHONSAFEPATH=1  # children too: never the repo root first
 export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-cache TORCH_LOGS=perf_hints  # perf_hints: why CUDA graphs were skipped
-nvidia-smi -L; python3 -P -c "import torch, workbench.collectors, workbench.faults; print(torch.__version__, torch.cuda.get_device_name(0))" || exit 1
+nvidia-smi -L; python3 -P -c "import torch, workbench.collectors, workbench_zoo.runner; print(torch.__version__, torch.cuda.get_device_name(0))" || exit 1
 S=/tmp/gpu-faults; rm -rf $S; mkdir -p $S
 run() {  # name out [config]
   local t=$(date +%s)
-  timeout ${T:-200} python3 -P -m workbench.faults run "$1" --out "$S/$2" ${3:+--compile-config "$3"} > "$OUT/$1-$(basename $2).log" 2>&1
+  timeout ${T:-200} python3 -P -m workbench_zoo run "$1" --out "$S/$2" ${3:+--compile-config "$3"} > "$OUT/$1-$(basename $2).log" 2>&1
   echo "$1 $2 rc=$? $(( $(date +%s) - t ))s"; tail -2 "$OUT/$1-$(basename $2).log"
 }
 run launch_bound launch_bound/before

@@ -30,6 +30,8 @@ fi
 # would pull a multi-GB CUDA build), then the package with its extras.
 .venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q -e ".[collectors,app,test]"
+# The fault zoo, a distribution of its own beside the core (zoo/): tests/faults, tests/hangs and the CLI loop use it.
+.venv/bin/python -m pip install -q -e ./zoo
 
 .venv/bin/python -c 'from workbench.collectors.collector import STEP_IMPLS; print("step contexts built:", ", ".join(STEP_IMPLS))'
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("torch")
+pytest.importorskip("workbench_zoo", reason="the fault zoo is not installed (pip install -e ./zoo)")
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow

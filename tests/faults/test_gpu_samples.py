@@ -14,8 +14,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from workbench.faults.registry import get_fault
-from workbench.faults.verify import COST_TOLERANCE, check_found, fix_written, gone_on_rerun, roots_of
+pytest.importorskip("workbench_zoo", reason="the fault zoo is not installed (pip install -e ./zoo)")
+
+from workbench_zoo.registry import get_fault, script_path  # noqa: E402
+from workbench_zoo.verify import COST_TOLERANCE, check_found, fix_written, gone_on_rerun, roots_of  # noqa: E402
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 LB_BEFORE, LB_AFTER, H2D = (SAMPLES / "gpu-launch-bound-before", SAMPLES / "gpu-launch-bound-after",
@@ -91,13 +93,13 @@ def test_pageable_copy_fix_names_the_copy_line():
     now at its step (as the collector does at close), and the copy line it names must be the one the recording's
     own ground truth marked then (same line number: the script has not moved that line since)."""
     from workbench.analyses.recommendations import recommend
-    from workbench.faults.truth import fix_line
-    from workbench.faults.verify import script_sites, source_sites_of
+    from workbench_zoo.truth import fix_line
+    from workbench_zoo.verify import script_sites, source_sites_of
 
     before = _need(H2D)
     assert source_sites_of(before) is None, "recorded with source_sites now: check the recorded sites instead"
     recorded = json.loads((before / "ground_truth.json").read_text())["line"]
-    now = fix_line(str(Path(__file__).resolve().parents[2] / "workbench" / "faults" / "pageable_h2d.py"))
+    now = fix_line(str(script_path("pageable_h2d")))
     assert recorded.rsplit(":", 1)[1] == now.rsplit(":", 1)[1], (recorded, now)
     first = recommend(roots_of(before), sites=script_sites("pageable_h2d")).filter(
         pl.col("finding_kind") == "exposed_memcpy").row(0, named=True)

@@ -11,7 +11,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from workbench.faults.verify import COST_TOLERANCE
+pytest.importorskip("workbench_zoo", reason="the fault zoo is not installed (pip install -e ./zoo)")
+
+from workbench_zoo.verify import COST_TOLERANCE  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +44,7 @@ def test_top_root_cause_is_the_planted_one(zoo, request, name):
     found = res.found
     assert found.position is not None, f"{name}: planted kind not found; top: {found.top_kind}"
     from workbench.analyses.findings import kind_spec
-    from workbench.faults.registry import get_fault
+    from workbench_zoo.registry import get_fault
 
     fault = get_fault(name)
     # time-costing faults, and drift that can make ranks run different programs, must be the top root cause
@@ -78,8 +80,8 @@ def test_config_fix_applied_and_fault_gone_on_rerun(zoo, name):
 
 @pytest.mark.parametrize("name", CODE_FIXED)
 def test_code_fix_names_the_line(zoo, name):
-    from workbench.faults.registry import get_fault
-    from workbench.faults.verify import ALIASES
+    from workbench_zoo.registry import get_fault
+    from workbench_zoo.verify import ALIASES
 
     res = zoo.loop(name)
     fault = get_fault(name)
@@ -116,7 +118,7 @@ def test_compile_skew_fix_is_decided_by_the_cache_evidence(zoo):
     import tomllib
 
     assert "cache" not in tomllib.loads(Path(res.config_path).read_text())
-    from workbench.faults.verify import roots_of
+    from workbench_zoo.verify import roots_of
 
     import dataclasses
 

@@ -20,7 +20,7 @@ class HangRuns:
         self.truth: dict[str, dict] = {}
 
     def record(self) -> None:
-        from workbench.faults.runner import run_fault
+        from workbench_zoo.runner import run_fault
 
         def one(name: str) -> None:
             run_fault(name, self.root / name)
@@ -36,7 +36,8 @@ class HangRuns:
 @pytest.fixture(scope="session")
 def hang_runs(tmp_path_factory) -> HangRuns:
     pytest.importorskip("torch")
-    from workbench.faults._launch import shared_launcher
+    pytest.importorskip("workbench_zoo", reason="the fault zoo is not installed (pip install -e ./zoo)")
+    from workbench_zoo._launch import shared_launcher
 
     runs = HangRuns(tmp_path_factory.mktemp("hangs"))
     with shared_launcher():              # the ranks fork from one process that imported torch once

@@ -1,39 +1,33 @@
-"""``workbench faults list | run NAME --out DIR``: the fault zoo (``workbench/faults/``, ``docs/faults.md``)."""
+"""``workbench faults list | run NAME --out DIR``: the fault zoo, a package of its own (``zoo/``, ``docs/faults.md``).
+
+The command runs the zoo's own command line (``python -m workbench_zoo``) with the arguments it is given; it is
+listed where the zoo is installed, and where it is not it says how to install it.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
+import importlib.util
+import sys
 
 import typer
 
+#: How to install the zoo (from a checkout of the workbench repository, after the core).
+INSTALL = 'pip install -e ./zoo (from a checkout of the workbench repository, after pip install -e ".[collectors]")'
+
+
+def installed() -> bool:
+    """The zoo's package can be imported (found without importing it)."""
+    return importlib.util.find_spec("workbench_zoo") is not None
+
 
 def register(app: typer.Typer) -> None:
-    faults_app = typer.Typer(help="The fault zoo: planted-fault runs with their ground truth (docs/faults.md).",
-                             no_args_is_help=True)
+    @app.command("faults", hidden=not installed(), add_help_option=False,
+                 context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+    def faults(ctx: typer.Context) -> None:
+        """The fault zoo: planted-fault runs with their ground truth (list | run NAME --out DIR; docs/faults.md)."""
+        if not installed():
+            print(f"error: the fault zoo is not installed: {INSTALL}", file=sys.stderr)
+            sys.exit(2)
+        from workbench_zoo.__main__ import main
 
-    @faults_app.command("list")
-    def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print the faults as JSON.")) -> None:
-        """List the faults: name, device, ranks, how it is fixed, where it is planted."""
-        from workbench.faults.__main__ import main
-
-        raise typer.Exit(main(["list"] + (["--json"] if as_json else [])))
-
-    @faults_app.command("run")
-    def run_cmd(
-        name: str = typer.Argument(..., help="Fault name (workbench faults list)."),
-        out: Path = typer.Option(..., "--out", help="Run directory to write (emptied first)."),
-        compile_config: Path = typer.Option(None, "--compile-config",
-                                            help="Compile config the ranks' collectors apply (a rerun with a fix)."),
-        timeout_s: float = typer.Option(None, "--timeout-s", help="Kill the ranks after this many seconds."),
-    ) -> None:
-        """Record one planted fault into a run directory; its ground_truth.json goes beside run.json."""
-        from workbench.faults.__main__ import main
-
-        argv = ["run", name, "--out", str(out)]
-        if compile_config is not None:
-            argv += ["--compile-config", str(compile_config)]
-        if timeout_s is not None:
-            argv += ["--timeout-s", str(timeout_s)]
-        raise typer.Exit(main(argv))
-
-    app.add_typer(faults_app, name="faults")
+        sys.exit(main(list(ctx.args), prog="workbench faults"))      # its exit status, as argparse's own exits
