@@ -113,3 +113,15 @@ def test_without_the_zoo_workbench_faults_is_unlisted_and_says_how_to_install_it
     assert ran.exit_code == 2, ran.output
     assert ran.output.strip().splitlines() == [f"error: the fault zoo is not installed: {command.INSTALL}"]
     assert "pip install -e ./zoo" in command.INSTALL
+
+
+@pytest.mark.slow
+def test_a_relative_out_is_the_callers_folder(zoo, tmp_path, monkeypatch):
+    """The ranks write where the caller meant, whatever folder the zoo is installed in."""
+    from workbench_zoo.runner import failed_ranks, run_fault
+
+    monkeypatch.chdir(tmp_path)
+    truth = run_fault("graph_break_item", "rel")
+    assert not failed_ranks(truth), truth["returncodes"]
+    assert (tmp_path / "rel" / "run.json").is_file() and (tmp_path / "rel" / "fault" / "rank0.json").is_file()
+    assert truth["line"].endswith("graph_break_item.py:24"), truth["line"]
