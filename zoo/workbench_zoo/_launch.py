@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Iterator
 
 from workbench_zoo.registry import LOG_FILE, Fault, get_fault
+
 #: The ranks' exit codes and the launcher's own output (outside the rank directories).
 CODES_FILE = "fault/returncodes.json"
 LAUNCHER_LOG = "fault/launcher.log"
