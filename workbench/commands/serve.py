@@ -6,6 +6,9 @@ from pathlib import Path
 
 import typer
 
+from workbench.commands.output import echo
+from workbench.errors import printable
+
 
 def register(app: typer.Typer) -> None:
     @app.command("app")
@@ -33,10 +36,12 @@ def register(app: typer.Typer) -> None:
             from workbench.app.compute import prefetch
 
             threading.Thread(target=prefetch, args=(store, store.default_id()), daemon=True).start()
-        typer.echo(f"workbench app: {len(store.entries)} run(s) under {', '.join(map(str, store.roots))}")
+        echo(f"workbench app: {len(store.entries)} run(s) under {', '.join(printable(r) for r in store.roots)}")
         for e in store.entries:
-            typer.echo(f"  {e.id:<28} {e.path}")
+            echo(f"  {e.id:<28} {printable(e.path)}")
+        for note in getattr(store, "notes", ()):
+            echo(f"note: {printable(note)}", err=True)
         if host not in ("127.0.0.1", "localhost", "::1"):
-            typer.echo(f"warning: serving on {host}: anyone who can reach it can read these runs", err=True)
-        typer.echo(f"open http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}/")
+            echo(f"warning: serving on {printable(host)}: anyone who can reach it can read these runs", err=True)
+        echo(f"open http://{'127.0.0.1' if host in ('0.0.0.0', '::') else printable(host)}:{port}/")
         dash_app.run(host=host, port=port, debug=debug)
