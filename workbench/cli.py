@@ -51,6 +51,20 @@ for _name in COMMAND_MODULES:
     _module.register(app)
 
 
+def _click_errors() -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """(usage errors, other click errors) of the click typer uses (its own copy in typer ≥ 0.2x) and of click."""
+    usage: list[type] = []
+    other: list[type] = []
+    for name in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            continue
+        usage.append(mod.UsageError)
+        other.append(mod.ClickException)
+    return tuple(usage), tuple(other)
+
+
 def _error(line: str) -> None:
     print(f"error: {printable(line)}", file=sys.stderr)
 
@@ -61,8 +75,7 @@ def _debug() -> bool:
 
 def main() -> None:
     """Entry point: run the app; every failure is one line on stderr (see the module docstring)."""
-    import click
-
+    usage_errors, click_errors = _click_errors()
     try:
         rc = app(standalone_mode=False)
     except InputError as exc:
@@ -70,18 +83,22 @@ def main() -> None:
             raise
         _error(str(exc))
         sys.exit(1)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+    except typer.Abort:
         _error("aborted")
         sys.exit(1)
-    except click.UsageError as exc:
-        if exc.ctx is not None:
-            print(printable(exc.ctx.get_usage(), newlines=True), file=sys.stderr)
-            print(f"Try '{printable(exc.ctx.command_path)} --help' for help.", file=sys.stderr)
+    except usage_errors as exc:
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:   # `workbench` alone: its help
+            print(printable(ctx.get_help(), newlines=True), file=sys.stderr)
+            sys.exit(exc.exit_code)
+        if ctx is not None:
+            print(printable(ctx.get_usage(), newlines=True), file=sys.stderr)
+            print(f"Try '{printable(ctx.command_path)} --help' for help.", file=sys.stderr)
         _error(exc.format_message())
         sys.exit(exc.exit_code)
-    except click.ClickException as exc:
+    except click_errors as exc:
         _error(exc.format_message())
         sys.exit(exc.exit_code)
     except BrokenPipeError:   # `workbench info RUN | head`: the reader left; nothing more to say

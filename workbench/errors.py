@@ -87,7 +87,6 @@ def describe_failure(exc: BaseException) -> str:
     what, path = getattr(exc, "workbench_stage", None) or ("running the command", None)
     words = next((w for t, w in _PLAIN_WORDS.items() if isinstance(exc, t)), None)
     if words is None:
-        detail = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-        words = (f"missing {detail}" if isinstance(exc, KeyError) else detail) or "an internal error"
+        words = (f"missing {exc}" if isinstance(exc, KeyError) else str(exc)) or "an internal error"
     where = f"{path}: " if path else ""
     return one_line(f"{where}{what} failed: {words}", 600)
