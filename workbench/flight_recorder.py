@@ -3,7 +3,10 @@
 * :func:`read_dump` — one Flight Recorder dump (the pickle torch writes to ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE<rank>``
   / ``TORCH_FR_DUMP_TEMP_FILE<rank>``, or ``_dump_fr_trace_json`` JSON) → :class:`FRDump`. Pickles are read with a
   restricted unpickler that builds only plain data (dict, list, tuple, str, numbers, bool, None): a pickle that asks
-  for any class or function is refused with one line naming the file, and nothing in it runs.
+  for any class or function, or an old protocol 0/1 pickle, is refused with one line naming the file, and nothing
+  in it runs. A dump is read only from a regular file and within bounds checked before anything expands it
+  (:data:`MAX_DUMP_BYTES`, :data:`MAX_DUMP_OPS`, :data:`MAX_DUMP_ELEMENTS` counting a shared reference each time
+  it is reached, :data:`MAX_DUMP_DEPTH`: :func:`check_bounds`).
 * :func:`find_dumps` — the dumps under a folder (a run directory's ``rank<R>/hang/`` or a folder of
   ``<prefix><rank>`` files as torch writes them).
 * :func:`load_hang_tables` — everything a hang analysis needs from a path, as typed polars frames

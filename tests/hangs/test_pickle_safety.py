@@ -315,7 +315,7 @@ def test_fifos_devices_and_huge_files_in_a_run_directory(tmp_path):
     assert r1["fatal"] and r1["fatal_call_site"] == "/home/u/train.py:42 in step"
 
 
-def test_a_huge_dump_is_refused_unread(tmp_path, monkeypatch):
+def test_a_huge_dump_is_refused_unread(tmp_path):
     path = tmp_path / "nccl_trace_rank_0"
     with path.open("wb") as fh:
         fh.truncate(fr.MAX_DUMP_BYTES + 1)
