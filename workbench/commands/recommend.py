@@ -39,6 +39,7 @@ def register(app: typer.Typer) -> None:
         import workbench
         from workbench.analyses.recommendations import recommend_run, to_compile_config
         from workbench.compile_config import load_compile_config
+        from workbench.rundir import write_atomic
 
         with stage("reading", path):
             run = workbench.open(path, rank=rank)
@@ -48,10 +49,7 @@ def register(app: typer.Typer) -> None:
         if output is not None:
             text = to_compile_config(recs, header=f"Compile config for {path} written by `workbench recommend`: "
                                                   f"apply with Collector(..., compile_config=\"{output.name}\")")
-            output.parent.mkdir(parents=True, exist_ok=True)
-            tmp = output.with_name(output.name + ".tmp")
-            tmp.write_text(text)
-            tmp.replace(output)
+            write_atomic(output, text.encode())  # a fresh temp file renamed over: never written through a link
             load_compile_config(output)  # the file we write must load (validated against the installed torch)
         if as_json:
             echo_json(json.dumps({"findings": len(findings), "recommendations": recs.to_dicts(),
