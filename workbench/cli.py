@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import warnings
 
 import typer
 
@@ -76,6 +77,8 @@ def _debug() -> bool:
 def main() -> None:
     """Entry point: run the app; every failure is one line on stderr (see the module docstring)."""
     usage_errors, click_errors = _click_errors()
+    plain = warnings.formatwarning   # a library's warning may quote an input: escaped like every other line
+    warnings.formatwarning = lambda *a, **k: printable(plain(*a, **k), newlines=True)  # type: ignore[assignment]
     try:
         rc = app(standalone_mode=False)
     except InputError as exc:

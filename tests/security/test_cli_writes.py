@@ -8,7 +8,7 @@ from workbench.cli import app
 
 
 def test_recommend_output_is_never_written_through_a_link(tmp_path, repo_dir):
-    """A hostile folder holds ``fixes.toml.tmp`` → the user's file: `recommend -o fixes.toml` leaves that file alone."""
+    """A hostile folder holds ``fixes.toml.tmp`` → the user's file: ``recommend -o fixes.toml`` leaves it alone."""
     victim = tmp_path / "victim"
     victim.write_text("# yours\n")
     out = tmp_path / "out"

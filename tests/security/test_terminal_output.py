@@ -139,7 +139,8 @@ def _one_line(res: subprocess.CompletedProcess) -> str:
 
 # ------------------------------------------------------------------------------------ the escaping itself
 def test_printable_escapes_controls_and_keeps_the_rest():
-    assert printable("a\x1b[2Jb\x07\r\t\x00\x7f\x9b\u202ec\u2028") == "a\\x1b[2Jb\\x07\\r\\t\\x00\\x7f\\x9b\\u202ec\\u2028"
+    assert (printable("a\x1b[2Jb\x07\r\t\x00\x7f\x9b\u202ec\u2028")
+            == "a\\x1b[2Jb\\x07\\r\\t\\x00\\x7f\\x9b\\u202ec\\u2028")
     assert printable("line 1\nline 2") == "line 1\\nline 2"
     assert printable("line 1\nline 2", newlines=True) == "line 1\nline 2"
     assert printable("µs → ü 日本 [bold]") == "µs → ü 日本 [bold]"

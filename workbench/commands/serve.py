@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from workbench.commands.output import echo
-from workbench.errors import printable
+from workbench.errors import printable, stage
 
 
 def register(app: typer.Typer) -> None:
@@ -28,7 +28,8 @@ def register(app: typer.Typer) -> None:
         except ModuleNotFoundError as exc:  # dash is the app extra
             raise typer.BadParameter(f"the app needs dash: pip install 'workbench[app]' ({exc})") from exc
         roots = list(paths) if paths else default_roots()
-        dash_app = create_app(roots, bind=host, allow_hosts=allow_host or ())
+        with stage("listing the runs under", ", ".join(map(str, roots))):
+            dash_app = create_app(roots, bind=host, allow_hosts=allow_host or ())
         store = dash_app.workbench_store
         if store.default_id():  # open and analyse the first run while the browser starts
             import threading
