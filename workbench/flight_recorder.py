@@ -882,20 +882,30 @@ def run_hangs(run: Any) -> HangTables:
     return tables
 
 
+#: Ranks of the stated world size that left no record at all get a row each up to this many; beyond, none (the
+#: run's problems already count the missing ranks), so a stated world size of 1,000,000 costs nothing here.
+MAX_ABSENT_ROWS = 1024
+
+
 def rank_last_rows(run: Any) -> list[dict[str, Any]]:
     """Per rank of ``run``: how it ended, its last step and its last collective (``workbench info``, the app).
 
     Keys: ``rank``, ``state``, ``last_step``, ``step_reached``, ``last_collective`` (text, or None),
-    ``pg_name``, ``seq``, ``op``, ``call_site``, ``completed``, ``compile`` (its last compile, text)."""
+    ``pg_name``, ``seq``, ``op``, ``call_site``, ``completed``, ``compile`` (its last compile, text). Ranks of the
+    world size without any record are rows too (state ``unknown``), unless more than :data:`MAX_ABSENT_ROWS`."""
     from workbench.analyses.hangs import rank_status, short_site, sizes_text
 
     hang = run_hangs(run)
     steps = getattr(run, "steps", None)
     compiles = getattr(run, "compiles", None)
-    st = rank_status(hang.entries, hang.status, hang.rank_state,
-                     steps if isinstance(steps, pl.DataFrame) else pl.DataFrame(),
-                     compiles if isinstance(compiles, pl.DataFrame) else pl.DataFrame(),
-                     getattr(run, "world_size", None))
+    tables = (hang.entries, hang.status, hang.rank_state, steps if isinstance(steps, pl.DataFrame) else pl.DataFrame(),
+              compiles if isinstance(compiles, pl.DataFrame) else pl.DataFrame())
+    st = rank_status(*tables, None)
+    ws = getattr(run, "world_size", None)
+    if isinstance(ws, int) and not isinstance(ws, bool) and ws > 0:
+        recorded = sum(1 for r in st.get_column("rank").to_list() if r is not None and 0 <= r < ws)
+        if 0 < ws - recorded <= MAX_ABSENT_ROWS:
+            st = rank_status(*tables, ws)
     out = []
     for r in st.iter_rows(named=True):
         coll = None

@@ -345,3 +345,23 @@ def test_rank_ids_and_fields_out_of_range(tmp_path):
     assert "nccl_trace_rank_99999999999999999999: rank 99999999999999999999" in text
     assert "1 of 3 entries skipped: not objects" in text
     assert "wrong type" in text and "'collective_seq_id' in 1" in text and "'input_sizes' in 2" in text
+
+
+def test_ranks_last_lists_absent_ranks_only_while_few(tmp_path):
+    """A run stating a world size of 1,000,000 with one rank present: one row (the run's problems count the
+    missing ranks), not a million; a world size of 3: the two ranks without a record are rows too."""
+    from types import SimpleNamespace
+
+    from workbench import schema
+
+    (tmp_path / "nccl_trace_rank_0.json").write_bytes(orjson.dumps(TORCH_JSON_DUMP))
+
+    def rows(world_size):
+        run = SimpleNamespace(path=tmp_path, steps=schema.empty(schema.STEPS), compiles=schema.empty(schema.COMPILES),
+                              world_size=world_size,
+                              problems=[])
+        return fr.rank_last_rows(run)
+
+    assert [(r["rank"], r["state"]) for r in rows(3)] == [(0, "unknown"), (1, "unknown"), (2, "unknown")]
+    assert [r["rank"] for r in rows(1_000_000)] == [0]
+    assert rows(1_000_000)[0]["last_collective"].startswith("pg 0 seq 3 all_reduce")
