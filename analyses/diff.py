@@ -8,6 +8,8 @@ show:
    versions, backend, compile config and step counts. A different script, parameter count or set of compiled
    frames makes the runs *different jobs* (every verdict becomes ``"not comparable"``); a different environment is
    a warning carried by every verdict; a different compile config is expected (it is usually the fix under test).
+   A run read with problems (a file unreadable or cut short: ``run.problems``) is a warning too, and the events
+   either run dropped while reading (its ``skipped`` rows, but for those kept in another form) a note.
 2. A :class:`FindingVerdict` per root finding of BEFORE (``fixed`` / ``smaller`` / ``unchanged`` / ``worse`` /
    ``cannot tell`` / ``not comparable``), matched by kind + ranks (+ compiled frame for recompile kinds), never by
    message text; the findings AFTER has and BEFORE had not. A timed finding absent from AFTER is ``fixed`` only
@@ -76,6 +78,8 @@ class RunData:
     breakdown: pl.DataFrame
     findings: pl.DataFrame
     meta: Mapping[str, Any] = field(default_factory=dict)
+    problems: tuple[str, ...] = ()                  # files unreadable or read in part (``run.problems``)
+    skipped: pl.DataFrame = field(default_factory=pl.DataFrame)   # what reading dropped (``run.skipped``)
 
     @classmethod
     def from_run(cls, run: Any, tables: Any, name: str | None = None) -> RunData:
@@ -88,7 +92,9 @@ class RunData:
                    **{k: table(run, k) for k in ("steps", "kernels", "events", "collectives", "compiles",
                                                  "fingerprints", "ranks")},
                    breakdown=table(tables, "breakdown"), findings=table(tables, "findings"),
-                   meta=dict(getattr(run, "meta", None) or {}))
+                   meta=dict(getattr(run, "meta", None) or {}),
+                   problems=tuple(str(p) for p in getattr(run, "problems", None) or ()),
+                   skipped=table(run, "skipped"))
 
 
 # ----------------------------------------------------------------------------------------------- results
@@ -203,6 +209,8 @@ class RunDiff:
     metrics: tuple[Metric, ...]
     kernels: tuple[OpChange, ...]
     cpu_ops: tuple[OpChange, ...]
+    problems_before: tuple[str, ...] = ()   # each side's read problems, one line each (RunData.problems)
+    problems_after: tuple[str, ...] = ()
 
     def regressions(self) -> list[str]:
         """Why this diff is a regression (empty: it is not): slower steps, a finding worse, a new high finding, or
@@ -384,6 +392,22 @@ def _collector_steps(d: RunData) -> int:
     return int(s["step"].n_unique()) if s.height else 0
 
 
+def _problems(d: RunData) -> str:
+    if not d.problems:
+        return "none"
+    more = f" (and {len(d.problems) - 1} more)" if len(d.problems) > 1 else ""
+    return f"{len(d.problems)} file problem(s): {d.problems[0]}{more}"
+
+
+def _dropped(d: RunData) -> int:
+    """Events reading dropped (``skipped`` rows but those whose reason says what was kept instead)."""
+    s = d.skipped
+    if s.is_empty() or not {"reason", "count"} <= set(s.columns):
+        return 0
+    lost = s.filter(~pl.col("reason").cast(pl.String).str.contains(" kept", literal=True))
+    return int(lost.get_column("count").sum() or 0)
+
+
 def comparability(b: RunData, a: RunData) -> Comparability:
     """What differs between the runs, and whether they are the same job at all (see the module docstring)."""
     diffs: list[Difference] = []
@@ -410,6 +434,11 @@ def comparability(b: RunData, a: RunData) -> Comparability:
                                 "yes" if a.kernels.height else "none", "warning"))
     check("compile config", _compile_config(b), _compile_config(a), "expected")
     check("collector steps", str(_collector_steps(b) or ""), str(_collector_steps(a) or ""), "note")
+    if b.problems or a.problems:
+        diffs.append(Difference("read problems", _problems(b), _problems(a), "warning"))
+    db, da = _dropped(b), _dropped(a)
+    if db or da:
+        diffs.append(Difference("events dropped while reading", f"{db:,}", f"{da:,}", "note"))
     effects = {d.effect for d in diffs}
     level = "not comparable" if "different job" in effects else "warnings" if "warning" in effects else "comparable"
     return Comparability(level, tuple(diffs))  # type: ignore[arg-type]
@@ -729,4 +758,5 @@ def diff_runs(before: RunData, after: RunData, *, top: int = TOP_N) -> RunDiff:
         step_time=st, steps_before=sb, steps_after=sa,
         metrics=tuple(per_step_metrics(before, after, st, sb, sa, comp.comparable)),
         kernels=tuple(op_changes(before, after, "kernel", top)), cpu_ops=tuple(op_changes(before, after, "cpu_op", top)),
+        problems_before=before.problems, problems_after=after.problems,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 from typing import Any
 
@@ -10,6 +11,7 @@ import polars as pl
 from dash import dcc, html
 
 from workbench.analyses.findings import count_text as plural  # noqa: F401  (the pages' name for it)
+from workbench.errors import one_line
 from workbench.figures import fmt_duration
 
 
@@ -182,7 +184,8 @@ def safe(what: str, build, *args, **kw):
     except RunUnavailable as exc:
         return error_panel("This run could not be opened", str(exc), id="run-error")
     except Exception as exc:  # noqa: BLE001 - one broken part must not take the page down
-        return error_panel(f"{what}: failed", f"{type(exc).__name__}: {exc}")
+        logging.getLogger("workbench.app").exception("%s failed", what)   # the traceback for the server's log
+        return error_panel(f"{what}: failed", one_line(str(exc)) or "an internal error (see the server's log)")
 
 
 def run_problems(run) -> html.Div | None:

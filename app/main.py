@@ -8,8 +8,8 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import threading
-import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +33,7 @@ from workbench.app import compute
 from workbench.app.components import error_panel
 from workbench.app.store import RunStore
 from workbench.app import security
+from workbench.errors import one_line
 
 #: Pages in menu order; each module has ``PATH``, ``NAME``, ``layout(ctx)`` and ``register(app, store)``.
 PAGES = (page_overview, page_timeline, page_breakdown, page_drift, page_pipeline, page_recompiles,
@@ -158,8 +159,10 @@ def render_page(page, pctx: PageContext):
 def _render(page, pctx: PageContext):
     try:
         body = page.layout(pctx)
-    except Exception as exc:  # noqa: BLE001
-        body = error_panel(f"{page.NAME}: this page failed", "".join(traceback.format_exception_only(exc)).strip())
+    except Exception as exc:  # noqa: BLE001 - one line in the page (no class name), the traceback in the log
+        logging.getLogger("workbench.app").exception("page %s failed", page.KEY)
+        body = error_panel(f"{page.NAME}: this page failed", one_line(str(exc)) or "an internal error (see the "
+                                                                                    "server's log)")
     # keyed by page and run: another run's page is drawn afresh, never patched into the last one's DOM
     return html.Div([html.H2(page.NAME), body], id=f"page-{page.KEY}", key=f"{page.KEY}:{pctx.run_id}",
                     **{"data-run": pctx.run_id or ""})

@@ -152,10 +152,15 @@ def comparability_panel(d: RunDiff) -> Any:
     style = {"not comparable": {"background": "#fdecea", "border": "1px solid #f5c2c0", "color": "#8a1c16"},
              "warnings": {"background": "#fff8e1", "border": "1px solid #f3d37a"}}.get(c.level, {})
     text = {"not comparable": "Not comparable: these are different jobs, so no verdict below is a verdict.",
-            "warnings": "Comparable with warnings: the environment differs, so verdicts may reflect it.",
+            "warnings": "Comparable with warnings: the environment differs or a run was read with problems, so "
+                        "verdicts may reflect it.",
             "comparable": "Comparable: same job, same environment."}[c.level]
-    return html.Div([html.Strong(text), html.Ul(items) if items else None], className=cls, style=style,
-                    id="compare-comparability", **{"data-level": c.level})
+    problems = [html.Li(f"{side}: {p}") for side, ps in (("BEFORE", d.problems_before), ("AFTER", d.problems_after))
+                for p in ps[:10]]
+    return html.Div([html.Strong(text), html.Ul(items) if items else None,
+                     html.Div([html.Div("Read problems:"), html.Ul(problems)], id="compare-read-problems")
+                     if problems else None],
+                    className=cls, style=style, id="compare-comparability", **{"data-level": c.level})
 
 
 def _diff(store: RunStore, before: str, after: str) -> Any:

@@ -2,24 +2,29 @@
 compile-config TOML, and "Apply", which writes that file inside the run directory.
 
 Safety: the only files the app ever writes are ``<run>/compile_config.toml`` (:data:`workbench.rundir.COMPILE_CONFIG_FILE`)
-and, on later Applies, ``<run>/compile_config-N.toml`` — new files only, never over an earlier one, and never in a run
-folder that is gone; the browser sends the run id only, never a path.
+and, on later Applies, ``<run>/compile_config-N.toml`` — new files only, never over an earlier one, never through a
+link (a name taken by a link is skipped, with one line saying so), never in a run folder that is gone or whose real
+path has left the app's roots; the browser sends the run id only, never a path.
 """
 
 from __future__ import annotations
 
-import json
+import os
 import shlex
+import stat
 import tomllib
 from pathlib import Path
 from typing import Any
 
+import orjson
 from dash import Input, Output, State, html, no_update
 
 from workbench import rundir
 from workbench.app import compute
 from workbench.app.components import error_panel, fmt_time, info_panel, safe, section
-from workbench.app.store import RunStore
+from workbench.app.store import RunStore, RunUnavailable
+from workbench.errors import InputError, TraceError, one_line
+from workbench.regular_file import read_regular
 
 PATH = "/recommendations"
 NAME = "Recommendations"
@@ -38,15 +43,30 @@ def config_path(store: RunStore, rid: str) -> Path | None:
 
 
 def next_config_path(run_dir: Path) -> Path:
-    """``run_dir/compile_config.toml`` if free, else ``compile_config-2.toml``, ``-3``, … (the first free one)."""
+    """``run_dir/compile_config.toml`` if free, else ``compile_config-2.toml``, ``-3``, … (the first free one; a
+    name held by a link, even a broken one, is not free)."""
     first = run_dir / rundir.COMPILE_CONFIG_FILE
-    if not first.exists():
+    if not os.path.lexists(first):
         return first
     stem, suffix = first.stem, first.suffix
     n = 2
-    while (run_dir / f"{stem}-{n}{suffix}").exists():
+    while os.path.lexists(run_dir / f"{stem}-{n}{suffix}"):
         n += 1
     return run_dir / f"{stem}-{n}{suffix}"
+
+
+def links_passed(run_dir: Path, target: Path) -> list[str]:
+    """The config names before ``target`` in the order :func:`next_config_path` tries them that are links (Apply
+    never writes through a link): for the one line saying where the config went instead."""
+    first = run_dir / rundir.COMPILE_CONFIG_FILE
+    names = [first] + [run_dir / f"{first.stem}-{n}{first.suffix}" for n in range(2, 10_000)]
+    out = []
+    for p in names:
+        if p.name == target.name:
+            break
+        if p.is_symlink():
+            out.append(p.name)
+    return out
 
 
 def existing_configs(store: RunStore, rid: str) -> list[Path]:
@@ -55,8 +75,8 @@ def existing_configs(store: RunStore, rid: str) -> list[Path]:
     if entry is None or not entry.is_run_dir or not entry.path.is_dir():
         return []
     stem = Path(rundir.COMPILE_CONFIG_FILE).stem
-    found = [p for p in entry.path.glob(f"{stem}*.toml") if p.name == rundir.COMPILE_CONFIG_FILE
-             or p.stem.removeprefix(stem + "-").isdigit()]
+    found = [p for p in entry.path.glob(f"{stem}*.toml") if not p.is_symlink() and p.is_file()
+             and (p.name == rundir.COMPILE_CONFIG_FILE or p.stem.removeprefix(stem + "-").isdigit())]
     return sorted(found, key=lambda p: int(p.stem.rsplit("-", 1)[1]) if "-" in p.stem else 1)
 
 
@@ -72,10 +92,12 @@ def next_command(run_dir: Path, config: Path) -> tuple[str, str | None]:
     ``run.json``; the output folder gets ``-fixed``), and the diff that checks the fix — or a template when the
     run does not say how it was started."""
     try:
-        meta = json.loads((run_dir / rundir.RUN_JSON).read_text())
-    except (OSError, ValueError):
+        meta = orjson.loads(read_regular(run_dir / rundir.RUN_JSON, 256 << 20, what="run.json").data)
+    except (TraceError, orjson.JSONDecodeError):
         meta = {}
-    argv = [str(a) for a in meta.get("argv") or [] if a is not None]
+    meta = meta if isinstance(meta, dict) else {}
+    raw_argv = meta.get("argv")
+    argv = [str(a) for a in raw_argv if isinstance(a, (str, int, float))] if isinstance(raw_argv, list) else []
     if not argv:
         return f"WORKBENCH_COMPILE_CONFIG={shlex.quote(str(config))} torchrun ... train.py", None
     out = None
@@ -83,7 +105,8 @@ def next_command(run_dir: Path, config: Path) -> tuple[str, str | None]:
         if a in ("--out", "--output", "--run-dir", "-o"):
             out = argv[i + 1] + "-fixed"
             argv[i + 1] = out
-    nproc = int(meta.get("world_size") or 1)
+    ws = meta.get("world_size")
+    nproc = ws if isinstance(ws, int) and not isinstance(ws, bool) and 1 <= ws <= 1_000_000 else 1
     launcher = f"torchrun --nproc-per-node={nproc} " if nproc > 1 else "python "
     cmd = (f"WORKBENCH_COMPILE_CONFIG={shlex.quote(str(config))} {launcher}"
            + " ".join(shlex.quote(a) for a in argv))
@@ -190,28 +213,69 @@ def _rec_item(r: dict[str, Any], n: int | None, alternatives: list[dict[str, Any
     ], className="rec rec-item" if n is not None else "rec rec-alt", **({"id": f"rec-{n}"} if n is not None else {}))
 
 
-def apply(store: RunStore, rid: str) -> tuple[Path, str]:
-    """Write the recommended compile config into the run directory, as a new file (never over an earlier one);
-    returns the path and the text written.
+class ApplyRefused(ValueError):
+    """Apply wrote nothing; ``str()`` is one line saying why."""
 
-    The text is parsed and validated (:mod:`workbench.compile_config`) before it is written atomically. A run
-    folder that is gone is not recreated: :class:`FileNotFoundError`, nothing written.
+
+def apply(store: RunStore, rid: str) -> tuple[Path, str]:
+    """Write the recommended compile config into the run directory, as a new file (never over an earlier one, never
+    through a link); returns the path and the text written.
+
+    The text is parsed and validated (:mod:`workbench.compile_config`) before it is written. A run folder that is
+    gone is not recreated (:class:`FileNotFoundError`), and one whose real path has left the app's roots is not
+    written to (:class:`~workbench.app.store.RunUnavailable`): nothing written.
     """
     from workbench.compile_config import CompileConfig
 
     entry = store.entry(rid)
     if entry is None or not entry.is_run_dir:
-        raise ValueError("this run is not a run directory (a lone trace or a folder of traces); nothing written")
-    if not entry.path.is_dir():
+        raise ApplyRefused("this run is not a run directory (a lone trace or a folder of traces); nothing written")
+    real = store.real_path(rid)
+    if not real.is_dir():
         raise FileNotFoundError(f"the run folder {entry.path} no longer exists; nothing written")
-    target = next_config_path(entry.path)
+    target = next_config_path(real)
     text = compute.recommendation_toml(compute.recommendations(store, rid), header=config_header(target))
     CompileConfig.from_dict(tomllib.loads(text), validate="auto")
-    if not entry.path.is_dir():  # removed while validating: still never recreate it
-        raise FileNotFoundError(f"the run folder {entry.path} no longer exists; nothing written")
-    with open(target, "x", encoding="utf-8") as fh:  # "x": fails rather than overwrite a file that appeared
-        fh.write(text)
-    return target, text
+    _write_new(store, rid, real, target.name, text)
+    return entry.path / target.name, text
+
+
+def _write_new(store: RunStore, rid: str, run_dir: Path, name: str, text: str) -> None:
+    """Create ``run_dir/name`` holding ``text``: in the folder opened and checked once more (its real path still
+    ``run_dir``, inside the roots — a folder swapped for a link is refused), as a new file that is not a link."""
+    try:
+        dfd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:   # removed while validating: still never recreate it
+        raise FileNotFoundError(f"the run folder {run_dir} no longer exists; nothing written") from None
+    except OSError as exc:
+        raise ApplyRefused(f"{run_dir}: cannot open the run folder ({exc.strerror or exc}); nothing written") from None
+    try:
+        opened = os.fstat(dfd)
+        now = store.real_path(rid)
+        st = os.stat(now)
+        if now != run_dir or (st.st_dev, st.st_ino) != (opened.st_dev, opened.st_ino):
+            raise ApplyRefused(f"{run_dir}: the run folder changed while the config was prepared; nothing written")
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                         0o644, dir_fd=dfd)
+        except FileExistsError:   # a file or link took the name since it was chosen
+            raise ApplyRefused(f"{run_dir / name} appeared while the config was prepared; nothing written") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise ApplyRefused(f"{run_dir / name}: not a regular file; nothing written")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    finally:
+        os.close(dfd)
+
+
+def _failure(exc: Exception) -> str:
+    """One line for the page about why Apply failed (never an exception's class name)."""
+    if isinstance(exc, (ApplyRefused, RunUnavailable, InputError, OSError)):
+        text = f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError) and exc.strerror and exc.filename \
+            else str(exc)
+        return one_line(text or "nothing written")
+    return one_line(f"the config could not be written ({exc or 'an internal error'}); nothing written")
 
 
 def register(app, store: RunStore) -> None:
@@ -226,10 +290,12 @@ def register(app, store: RunStore) -> None:
         try:
             path, _ = apply(store, rid)
         except Exception as exc:  # noqa: BLE001 - shown, never raised into Dash
-            return error_panel("Could not write the compile config", f"{type(exc).__name__}: {exc}",
-                               id="apply-error"), no_update
+            return error_panel("Could not write the compile config", _failure(exc), id="apply-error"), no_update
         nxt = config_path(store, rid)
-        return info_panel([html.Div(["Written: ", html.Code(str(path), id="applied-path")]),
+        links = links_passed(path.parent, path)
+        skipped = (html.Div(f"Not written through the link(s) {', '.join(links)} in the run folder: wrote "
+                            f"{path.name} instead.", id="apply-link-note", className="muted") if links else None)
+        return info_panel([html.Div(["Written: ", html.Code(str(path), id="applied-path")]), skipped,
                            how_to_use(path, store.entry(rid).path)], id="apply-ok"), str(nxt) if nxt else no_update
 
 

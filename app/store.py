@@ -1,14 +1,15 @@
 """The runs the app serves: found once under the roots it was started with, opened lazily, cached in-process.
 
-The browser only ever sends a run *id* (a short name listed here); paths never come from the browser, so the
-app reads nothing outside its roots. Opening a run is the slow part, so opened runs and analysis results are
-cached for the life of the server process. A run that fails to open is cached as its error, shown in an error
-panel, and never takes the rest of the app down.
+The browser only ever sends a run *id* (a short name listed here); paths never come from the browser, and a run
+whose real path (links resolved) leaves the roots is neither listed nor opened nor written to (a linked folder
+pointing elsewhere is one line in :attr:`RunStore.notes`), so the app reads nothing outside its roots. Opening a
+run is the slow part, so opened runs and analysis results are cached for the life of the server process. A run
+that fails to open is cached as its error, shown in an error panel, and never takes the rest of the app down.
 """
 
 from __future__ import annotations
 
-import json
+import os
 import re
 import threading
 import time
@@ -18,7 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from workbench import rundir
+from workbench.errors import InputError, TraceError, one_line
+from workbench.regular_file import read_regular
 
 _TRACE_SUFFIXES = (".json", ".json.gz", ".log")
 _SKIP_NAMES = {rundir.CACHE_DIR, "__pycache__", ".git"}
@@ -61,14 +66,23 @@ def _direct_inputs(path: Path) -> bool:
     return any(p.is_file() and p.name.endswith(_TRACE_SUFFIXES) and not p.name.startswith(".") for p in path.iterdir())
 
 
-def find_runs(roots: Iterable[str | Path], *, depth: int = 3) -> list[RunEntry]:
+def inside(path: str | Path, roots: Iterable[Path]) -> bool:
+    """``path``'s real path (every link resolved) is one of ``roots`` (real paths) or below one."""
+    real = Path(os.path.realpath(path))
+    return any(real == r or real.is_relative_to(r) for r in roots)
+
+
+def find_runs(roots: Iterable[str | Path], *, depth: int = 3,
+              notes: list[str] | None = None) -> list[RunEntry]:
     """The runs under ``roots``: each root that is a run itself, else the folders below it that are runs.
 
     A path is one run when it is a file, a run directory, or a folder with trace files directly in it; otherwise
     its sub-folders are searched (``depth`` levels, sorted by name). A root that does not exist is listed too, so
-    it shows as a broken run.
+    it shows as a broken run. A folder whose real path leaves the roots (a link to elsewhere) is not listed: one
+    line in ``notes``.
     """
     found: list[tuple[str, Path, bool]] = []
+    real_roots = [Path(os.path.realpath(r)) for r in roots]
 
     def collect(path: Path, label: str, left: int) -> None:
         if path.is_file() or rundir.is_run_dir(path) or _direct_inputs(path):
@@ -77,12 +91,17 @@ def find_runs(roots: Iterable[str | Path], *, depth: int = 3) -> list[RunEntry]:
         if left <= 0:
             return
         for child in sorted(path.iterdir()):
-            if child.is_dir() and child.name not in _SKIP_NAMES and not child.name.startswith(".") \
-                    and (rundir.is_run_dir(child) or _has_inputs(child)):
+            if child.name in _SKIP_NAMES or child.name.startswith("."):
+                continue
+            if not inside(child, real_roots):
+                if notes is not None and child.is_dir():
+                    notes.append(f"{child}: not listed: a link to {os.path.realpath(child)}, outside the folders "
+                                 "the app serves")
+                continue
+            if child.is_dir() and (rundir.is_run_dir(child) or _has_inputs(child)):
                 collect(child, f"{label}/{child.name}" if label else child.name, left - 1)
 
-    for root in roots:
-        root = Path(root).resolve()
+    for root in real_roots:
         if not root.exists():
             found.append((root.name or str(root), root, False))
             continue
@@ -104,13 +123,13 @@ def find_runs(roots: Iterable[str | Path], *, depth: int = 3) -> list[RunEntry]:
 
 def _records_gpu(entry: RunEntry) -> bool:
     """True when a rank's ``fingerprint.json`` of a run directory names a CUDA device (a cheap look, no parsing
-    of traces)."""
+    of traces; a file that is not a regular file under 1 MiB is not looked at)."""
     if not entry.is_run_dir:
         return False
     for fp in sorted(entry.path.glob("rank*/fingerprint.json"))[:2]:
         try:
-            data = json.loads(fp.read_text())
-        except (OSError, ValueError):
+            data = orjson.loads(read_regular(fp, 1 << 20, what="fingerprint.json").data)
+        except (TraceError, orjson.JSONDecodeError):
             continue
         device = data.get("device") if isinstance(data, dict) else None
         if isinstance(device, dict) and device.get("name") and data.get("cuda"):
@@ -139,7 +158,9 @@ class RunStore:
         self._recent: list[str] = []
         self._pinned: set[str] = set()
         self.roots = [Path(r).resolve() for r in roots]
-        self.entries = find_runs(self.roots)
+        #: What listing the roots left out, one line each (a linked folder leading outside them).
+        self.notes: list[str] = []
+        self.entries = find_runs(self.roots, notes=self.notes)
         self._by_id = {e.id: e for e in self.entries}
         self._opener = opener
         self._slots: dict[tuple[str, str], _Slot] = {}
@@ -219,15 +240,30 @@ class RunStore:
         for r in evict:
             self.forget(r)
 
+    def real_path(self, run_id: str) -> Path:
+        """The real path of a listed run, checked again now (a folder swapped for a link since listing is refused):
+        :class:`RunUnavailable` when it is unknown or has left the roots."""
+        entry = self.entry(run_id)
+        if entry is None:
+            raise RunUnavailable(f"no run {run_id!r}; runs: {', '.join(self.ids()) or 'none'}")
+        if not inside(entry.path, self.roots):
+            raise RunUnavailable(f"{entry.path}: its real path ({os.path.realpath(entry.path)}) is outside the "
+                                 "folders the app serves: not opened")
+        return Path(os.path.realpath(entry.path))
+
     def _open(self, entry: RunEntry):
         if self._opener is not None:
             return self._opener(entry.path)
         import workbench
 
+        self.real_path(entry.id)
         try:
             return workbench.open(entry.path, on_error="skip")
-        except Exception as exc:  # InputError / TraceError carry one clear line
-            raise RunUnavailable(f"{type(exc).__name__}: {exc}") from exc
+        except InputError as exc:  # one clear line naming the file
+            raise RunUnavailable(str(exc)) from exc
+        except Exception as exc:  # noqa: BLE001 - an internal error: one line, never a class name
+            raise RunUnavailable(one_line(f"{entry.path}: could not be read ({exc or 'an internal error'})")) \
+                from exc
 
     def status(self, run_id: str) -> str:
         """``"not opened"``, ``"ok"`` or the error line: for the runs list, without opening anything."""

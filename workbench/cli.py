@@ -1,13 +1,25 @@
-"""The ``workbench`` command line: one Typer app; each command lives in ``workbench/commands/``."""
+"""The ``workbench`` command line: one Typer app; each command lives in ``workbench/commands/``.
+
+What reaches the terminal when a command fails is one line on stderr, with control characters from the input
+escaped (:func:`workbench.errors.printable`), never a traceback or an exception's class name (``--debug`` shows
+the traceback):
+
+* bad input (:class:`~workbench.errors.InputError`): ``error: <file>: <what is wrong>``, exit status 1;
+* a usage error: the usage line, then ``error: <what is wrong>``, exit status 2;
+* anything else that escapes a command: ``error: <input>: <stage> failed: <what happened> (...)``, exit status 1
+  (the input and stage come from :func:`workbench.errors.stage` in the command).
+"""
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+import warnings
 
 import typer
 
-from workbench.errors import InputError
+from workbench.errors import InputError, describe_failure, printable
 
 app = typer.Typer(
     name="workbench",
@@ -40,29 +52,70 @@ for _name in COMMAND_MODULES:
     _module.register(app)
 
 
+def _click_errors() -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """(usage errors, other click errors) of the click typer uses (its own copy in typer ≥ 0.2x) and of click."""
+    usage: list[type] = []
+    other: list[type] = []
+    for name in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            continue
+        usage.append(mod.UsageError)
+        other.append(mod.ClickException)
+    return tuple(usage), tuple(other)
+
+
+def _error(line: str) -> None:
+    print(f"error: {printable(line)}", file=sys.stderr)
+
+
+def _debug() -> bool:
+    return _state["debug"] or "--debug" in sys.argv[1:]
+
+
 def main() -> None:
-    """Entry point: run the app; bad input prints one line naming the file, unless ``--debug``."""
+    """Entry point: run the app; every failure is one line on stderr (see the module docstring)."""
+    usage_errors, click_errors = _click_errors()
+    plain = warnings.formatwarning   # a library's warning may quote an input: escaped like every other line
+    warnings.formatwarning = lambda *a, **k: printable(plain(*a, **k), newlines=True)  # type: ignore[assignment]
     try:
-        app(standalone_mode=False)
+        rc = app(standalone_mode=False)
     except InputError as exc:
-        if _state["debug"]:
+        if _debug():
             raise
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        _error(str(exc))
+        sys.exit(1)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
+        _error("aborted")
         sys.exit(1)
-    except Exception as exc:  # click usage errors and the like
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
+    except usage_errors as exc:
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:   # `workbench` alone: its help
+            print(printable(ctx.get_help(), newlines=True), file=sys.stderr)
             sys.exit(exc.exit_code)
-        if _state["debug"] or "--debug" in sys.argv:
-            raise
-        print(f"error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", file=sys.stderr)
+        if ctx is not None:
+            print(printable(ctx.get_usage(), newlines=True), file=sys.stderr)
+            print(f"Try '{printable(ctx.command_path)} --help' for help.", file=sys.stderr)
+        _error(exc.format_message())
+        sys.exit(exc.exit_code)
+    except click_errors as exc:
+        _error(exc.format_message())
+        sys.exit(exc.exit_code)
+    except BrokenPipeError:   # `workbench info RUN | head`: the reader left; nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
+    except KeyboardInterrupt:
+        _error("interrupted")
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, never a class name
+        if _debug():
+            raise
+        _error(f"{describe_failure(exc)} (an internal error: run with --debug for the traceback)")
+        sys.exit(1)
+    sys.exit(rc if isinstance(rc, int) else 0)
 
 
 if __name__ == "__main__":

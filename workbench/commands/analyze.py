@@ -13,6 +13,9 @@ from rich.table import Table
 
 from workbench.analyses.summary import analyze
 from workbench.analyses.window import WINDOWS
+from workbench.commands.output import console as safe_console
+from workbench.commands.output import echo, echo_json
+from workbench.errors import printable, stage
 
 WINDOW_OPT = typer.Option("steady", "--window", help="steady: complete ProfilerStep iterations (as HTA); all: everything.")
 
@@ -40,7 +43,7 @@ def print_summary(summary: dict[str, Any], path: Path) -> None:
     most costly first, each with its symptoms indented under it and every cost labelled measured/estimated."""
     from workbench.analyses.findings import format_ns
 
-    console = Console(width=max(Console().width, 110))
+    console = safe_console(width=max(Console().width, 110))
     t = Table(title=f"workbench analyze — {path} (window: {summary['window']})", title_justify="left",
               box=box.SIMPLE_HEAD, pad_edge=False)
     for col in ("rank", "step", "data wait", "compute", "idle", "overlap", "exposed", "coll wait", "recomp"):
@@ -52,7 +55,7 @@ def print_summary(summary: dict[str, Any], path: Path) -> None:
     console.print(t)
     console.print("step: median step time (duration + data wait); data wait: median per step; overlap: "
                   "communication under compute; exposed: communication alone, % of the device window.",
-                  markup=False, highlight=False, style="dim")
+                  highlight=False, style="dim")
     findings = summary["findings"]
     if not findings:
         console.print("No findings.")
@@ -70,8 +73,8 @@ def _print_finding(console: Console, x: dict[str, Any], head: str, indent: str) 
     if x["steps"]:
         where.append(f"step {','.join(map(str, x['steps']))}")
     console.print(f"{head}[{x['severity']}] {x['kind']} ({'; '.join(where) or 'run'}) — {_cost(x['cost'])}",
-                  markup=False, highlight=False, style="bold" if not head.startswith(" ") else None)
-    console.print(f"{indent}{x['message']}", markup=False, highlight=False)
+                  highlight=False, style="bold" if not head.startswith(" ") else None)
+    console.print(f"{indent}{x['message']}", highlight=False)
     for s in x.get("symptoms", []):
         _print_finding(console, s, f"{indent}└ ", indent + "  ")
 
@@ -108,17 +111,20 @@ def register(app: typer.Typer) -> None:
         if fail_on not in FAIL_ON:
             raise typer.BadParameter(f"--fail-on must be one of {', '.join(FAIL_ON)}")
         run = _open(path, rank, skip_bad, json_out)
-        summary = analyze(run, window=window)  # type: ignore[arg-type]
+        with stage("analysing", path):
+            summary = analyze(run, window=window)  # type: ignore[arg-type]
         summary["path"] = str(path)
         if getattr(run, "problems", None):
             summary["problems"] = list(run.problems)
         if json_out:
-            typer.echo(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
+            echo_json(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
         else:
             print_summary(summary, path)
+            for p in summary.get("problems", []):
+                echo(f"problem: {printable(p)}", err=True)
         bad = failing(summary, fail_on)
         if bad:
             top = bad[0]
-            typer.echo(f"workbench analyze: {len(bad)} root cause(s) at or above {fail_on}; first: {top['id']} "
-                       f"[{top['severity']}] {_cost(top['cost'])}: {top['message']}", err=True)
+            echo(f"workbench analyze: {len(bad)} root cause(s) at or above {fail_on}; first: {top['id']} "
+                 f"[{top['severity']}] {_cost(top['cost'])}: {printable(top['message'])}", err=True)
             raise SystemExit(1)  # click returns (does not raise) typer.Exit in non-standalone mode

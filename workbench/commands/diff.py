@@ -13,6 +13,9 @@ from rich.table import Table
 
 from workbench.analyses.diff import RunData, RunDiff, diff_runs
 from workbench.analyses.window import WINDOWS
+from workbench.commands.output import console as safe_console
+from workbench.commands.output import echo, echo_json, markup
+from workbench.errors import printable, stage
 
 FAIL_ON = ("regression", "none")
 
@@ -23,7 +26,8 @@ def open_side(path: Path, window: str, quiet: bool) -> RunData:
     from workbench.commands.info import open_with_progress
 
     run = open_with_progress(path, rank=None, skip_bad=True, show=not quiet and sys.stderr.isatty())
-    return RunData.from_run(run, analysis_tables(run, window=window), name=str(path))  # type: ignore[arg-type]
+    with stage("analysing", path):
+        return RunData.from_run(run, analysis_tables(run, window=window), name=str(path))  # type: ignore[arg-type]
 
 
 def fmt_value(v: float | None, unit: str) -> str:
@@ -40,12 +44,13 @@ def _pct(v: float | None) -> str:
 
 
 def print_diff(d: RunDiff, console: Console | None = None) -> None:
-    """The diff as a person reads it: comparability, finding verdicts, step time, per-step metrics, ops."""
-    console = console or Console(width=None if sys.stdout.isatty() else 160)
-    console.print(f"[bold]workbench diff[/bold] — {d.before} → {d.after}")
-    console.print(f"[bold]{d.headline()}[/bold]")
+    """The diff as a person reads it: comparability (with each side's read problems), finding verdicts, step time,
+    per-step metrics, ops."""
+    console = console or safe_console(width=None if sys.stdout.isatty() else 160)
+    console.print(f"[bold]workbench diff[/bold] — {markup(d.before)} → {markup(d.after)}", markup=True)
+    console.print(d.headline(), style="bold")
     comp = d.comparability
-    console.print(f"Comparability: [bold]{comp.level}[/bold]")
+    console.print(f"Comparability: [bold]{comp.level}[/bold]", markup=True)
     if comp.differences:
         t = Table(title_justify="left", show_header=True)
         for col in ("differs", "before", "after", "effect"):
@@ -53,6 +58,12 @@ def print_diff(d: RunDiff, console: Console | None = None) -> None:
         for x in comp.differences:
             t.add_row(x.what, x.before, x.after, x.effect)
         console.print(t)
+    for side, problems in (("BEFORE", d.problems_before), ("AFTER", d.problems_after)):
+        for p in problems[:10]:
+            console.print(f"read problem in {side}: {p}", style="yellow")
+        if len(problems) > 10:
+            console.print(f"read problems in {side}: {len(problems) - 10} more (--json lists them all)",
+                          style="yellow")
     t = Table(title="Findings of BEFORE: verdicts", title_justify="left")
     for col in ("verdict", "kind", "ranks", "steps", "before", "after", "evidence"):
         t.add_column(col, overflow="fold")
@@ -69,9 +80,9 @@ def print_diff(d: RunDiff, console: Console | None = None) -> None:
             n.add_row(f.kind, f.severity, ",".join(map(str, f.ranks)) or "-", fmt_value(f.cost_ns, "ns"), f.message)
         console.print(n)
     sb, sa, st = d.steps_before, d.steps_after, d.step_time
-    console.print(f"Step time (median, {sb.n} {sb.source or '-'} steps before, {sa.n} {sa.source or '-'} after): "
-                  f"{fmt_value(sb.median_ns, 'ns')} → {fmt_value(sa.median_ns, 'ns')}: [bold]{st.verdict}[/bold] "
-                  f"({st.reason})")
+    console.print(f"Step time (median, {sb.n} {markup(sb.source or '-')} steps before, {sa.n} "
+                  f"{markup(sa.source or '-')} after): {fmt_value(sb.median_ns, 'ns')} → "
+                  f"{fmt_value(sa.median_ns, 'ns')}: [bold]{st.verdict}[/bold] ({markup(st.reason)})", markup=True)
     m = Table(title="Per step", title_justify="left")
     for col in ("metric", "before", "after", "change", "direction", "basis"):
         m.add_column(col, overflow="fold", justify="right" if col in ("before", "after", "change") else "left")
@@ -112,14 +123,16 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"--window must be one of {', '.join(WINDOWS)}")
         if fail_on not in FAIL_ON:
             raise typer.BadParameter(f"--fail-on must be one of {', '.join(FAIL_ON)}")
-        d = diff_runs(open_side(before, window, json_out), open_side(after, window, json_out))
+        b, a = open_side(before, window, json_out), open_side(after, window, json_out)
+        with stage("comparing", f"{before} → {after}"):
+            d = diff_runs(b, a)
         if json_out:
             out: dict[str, Any] = d.to_dict()
-            typer.echo(orjson.dumps(out, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
+            echo_json(orjson.dumps(out, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
         else:
             print_diff(d)
         if fail_on == "regression":
             reasons = d.regressions()
             if reasons:
-                print("regression: " + "; ".join(r.replace("\n", " ") for r in reasons), file=sys.stderr)
+                echo("regression: " + "; ".join(printable(r) for r in reasons), err=True)
                 raise SystemExit(1)  # click returns (does not raise) typer.Exit in non-standalone mode

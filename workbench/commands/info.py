@@ -8,12 +8,13 @@ from typing import Any
 import orjson
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 import workbench
-from workbench.errors import InputError
+from workbench.commands.output import console as safe_console
+from workbench.commands.output import echo, echo_json, markup
+from workbench.errors import InputError, printable, stage
 from workbench.flight_recorder import rank_last_rows
 from workbench.run import Run
 
@@ -25,13 +26,14 @@ SKIP_OPT = typer.Option(False, "--skip-bad", help="Load the good ranks and list 
 def open_with_progress(path: Path, *, rank: int | None, skip_bad: bool, show: bool = True,
                        cluster: str | None = None) -> Run:
     """``workbench.open`` with a progress bar on stderr for long reads."""
-    console = Console(stderr=True)
+    console = safe_console(stderr=True)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TaskProgressColumn(),
-                  TimeElapsedColumn(), console=console, transient=True, disable=not show) as bar:
-        task = bar.add_task(f"reading {path}", total=None)
+                  TimeElapsedColumn(), console=console, transient=True, disable=not show) as bar, \
+            stage("reading", path):
+        task = bar.add_task(f"reading {markup(path)}", total=None)
 
-        def progress(stage: str, done: int, total: int) -> None:
-            bar.update(task, total=total, completed=done, description=f"reading {stage}")
+        def progress(what: str, done: int, total: int) -> None:
+            bar.update(task, total=total, completed=done, description=f"reading {markup(what)}")
 
         run = workbench.open(path, rank=rank, on_error="skip" if skip_bad else "raise", progress=progress,
                              cluster=cluster)
@@ -51,7 +53,7 @@ def _fmt_ns(ns: int) -> str:
 
 def print_info(info: dict[str, Any]) -> None:
     """The human-readable summary."""
-    console = Console()
+    console = safe_console()
     t = Table(title=f"workbench info — {info['path']}", show_header=False, title_justify="left")
     t.add_column(style="bold")
     t.add_column()
@@ -75,9 +77,9 @@ def print_info(info: dict[str, Any]) -> None:
     console.print(t)
     print_ranks_last(console, info.get("ranks_last") or [])
     for n in info.get("notes") or []:
-        console.print(f"[cyan]note:[/] {escape(n)}", highlight=False)
+        console.print(f"[cyan]note:[/] {markup(n)}", markup=True, highlight=False)
     for p in info["problems"]:
-        console.print(f"[yellow]problem:[/] {escape(p)}", highlight=False)
+        console.print(f"[yellow]problem:[/] {markup(p)}", markup=True, highlight=False)
 
 
 def print_ranks_last(console: Console, rows: list[dict[str, Any]]) -> None:
@@ -89,7 +91,7 @@ def print_ranks_last(console: Console, rows: list[dict[str, Any]]) -> None:
         t.add_column(col)
     for r in rows[:64]:
         t.add_row(str(r["rank"]), r["state"], str(r["last_step"]), str(r["step_reached"]),
-                  escape(r["last_collective"] or "-"), escape(r["compile"] or "-"))
+                  r["last_collective"] or "-", r["compile"] or "-")
     console.print(t)
 
 
@@ -111,11 +113,12 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Summarise any torch.profiler / torch.compile output: ranks, steps, events, kernels, collectives."""
         run = open_with_progress(path, rank=rank, skip_bad=skip_bad, show=not json)
-        summary = run.info()
-        summary.setdefault("notes", run.meta.get("notes", []))
-        summary["ranks_last"] = rank_last_rows(run)  # each rank's last step and collective (docs/hangs.md)
+        with stage("summarising", path):
+            summary = run.info()
+            summary.setdefault("notes", run.meta.get("notes", []))
+            summary["ranks_last"] = rank_last_rows(run)  # each rank's last step and collective (docs/hangs.md)
         if json:
-            typer.echo(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
+            echo_json(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
         else:
             print_info(summary)
 
@@ -127,8 +130,9 @@ def register(app: typer.Typer) -> None:
                ) -> None:
         """Build the cached tables (parquet under PATH/.workbench/) so later opens are fast."""
         run = open_with_progress(path, rank=rank, skip_bad=skip_bad, cluster=cluster)
-        typer.echo(f"ingested {len(run.ranks)} rank(s), {run.count('events'):,} events, "
-                   f"{run.count('kernels'):,} kernels, {run.collectives.height:,} collectives, "
-                   f"{run.compiles.height:,} compiles")
+        with stage("building the cached tables of", path):
+            echo(f"ingested {len(run.ranks)} rank(s), {run.count('events'):,} events, "
+                 f"{run.count('kernels'):,} kernels, {run.collectives.height:,} collectives, "
+                 f"{run.compiles.height:,} compiles")
         for p in run.problems:
-            typer.echo(f"problem: {p}", err=True)
+            echo(f"problem: {printable(p)}", err=True)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 import typer
-from rich.console import Console
+
+from workbench.commands.output import console as safe_console
+from workbench.commands.output import echo_json, markup
+from workbench.errors import stage
 
 PATH_ARG = typer.Argument(..., help="Run directory, Kineto traces and/or TORCH_TRACE logs.")
 
@@ -37,42 +39,44 @@ def register(app: typer.Typer) -> None:
         import workbench
         from workbench.analyses.recommendations import recommend_run, to_compile_config
         from workbench.compile_config import load_compile_config
+        from workbench.rundir import write_atomic
 
-        run = workbench.open(path, rank=rank)
-        findings = run_findings(run, timeout_s)
-        recs = recommend_run(run, findings)
+        with stage("reading", path):
+            run = workbench.open(path, rank=rank)
+        with stage("analysing", path):
+            findings = run_findings(run, timeout_s)
+            recs = recommend_run(run, findings)
         if output is not None:
             text = to_compile_config(recs, header=f"Compile config for {path} written by `workbench recommend`: "
                                                   f"apply with Collector(..., compile_config=\"{output.name}\")")
-            output.parent.mkdir(parents=True, exist_ok=True)
-            tmp = output.with_name(output.name + ".tmp")
-            tmp.write_text(text)
-            tmp.replace(output)
+            write_atomic(output, text.encode())  # a fresh temp file renamed over: never written through a link
             load_compile_config(output)  # the file we write must load (validated against the installed torch)
         if as_json:
-            sys.stdout.write(json.dumps({"findings": len(findings), "recommendations": recs.to_dicts(),
-                                         "config": str(output) if output else None}, default=str) + "\n")
+            echo_json(json.dumps({"findings": len(findings), "recommendations": recs.to_dicts(),
+                                  "config": str(output) if output else None}, default=str))
             return
-        console = Console()
+        console = safe_console()
         if recs.height == 0:
             console.print("No findings: nothing to recommend.")
         else:
-            console.print(f"[bold]Recommendations for {path}[/bold] ({len(findings)} root causes, "
-                          f"{recs.height} fixes; applied = written to the config)")
+            console.print(f"[bold]Recommendations for {markup(path)}[/bold] ({len(findings)} root causes, "
+                          f"{recs.height} fixes; applied = written to the config)", markup=True)
             for r in recs.head(limit).iter_rows(named=True):
                 flag = " [green](applied)[/green]" if r["apply"] else ""
-                console.print(f"\n[bold]{r['rank']}. {r['title']}[/bold]{flag}", highlight=False)
+                console.print()
+                console.print(f"[bold]{r['rank']}. {markup(r['title'])}[/bold]{flag}", markup=True, highlight=False)
                 console.print(f"   answers  {r['finding_kind']} ({r['severity']}): {r['evidence']}", highlight=False)
                 console.print(f"   effect   {r['expected_effect']}", highlight=False)
                 if r["why"]:
                     console.print(f"   why      {r['why']}", highlight=False)
                 if r["config"]:
-                    console.print(f"   config   {r['config']}", highlight=False, markup=False)
+                    console.print(f"   config   {r['config']}", highlight=False)
                 if r["code_advice"]:
                     loc = f"  [{r['location']}]" if r["location"] else ""
-                    console.print(f"   code     {r['code_advice']}{loc}", highlight=False, markup=False)
+                    console.print(f"   code     {r['code_advice']}{loc}", highlight=False)
             if recs.height > limit:
-                console.print(f"\n… {recs.height - limit} more (--limit, or --json)")
+                console.print()
+                console.print(f"… {recs.height - limit} more (--limit, or --json)")
         if output is not None:
             n = recs.filter(pl.col("apply")).height
             console.print(f"wrote {output} ({n} config fix{'es' if n != 1 else ''})")

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import typer
+
+from workbench.commands.output import echo, echo_json
+from workbench.errors import printable, stage
 
 
 def register(app: typer.Typer) -> None:
@@ -28,22 +30,29 @@ def register(app: typer.Typer) -> None:
 
         if plotlyjs not in ("inline", "cdn"):
             raise typer.BadParameter("--plotlyjs must be inline or cdn")
-        run = workbench.open(path, rank=rank, on_error="skip")
+        with stage("reading", path):
+            run = workbench.open(path, rank=rank, on_error="skip")
         if after is not None:
-            rep = build_diff_report(run, workbench.open(after, on_error="skip"))
+            with stage("reading", after):
+                other = workbench.open(after, on_error="skip")
+            with stage("building the diff report of", f"{path} → {after}"):
+                rep = build_diff_report(run, other)
         else:
-            rep = build_report(run, timeline=not no_timeline)
+            with stage("building the report of", path):
+                rep = build_report(run, timeline=not no_timeline)
         if as_json:
-            text = json.dumps(rep.to_json(), default=str, indent=2) + "\n"
+            text = json.dumps(rep.to_json(), default=str, indent=2)
             if output is None:
-                sys.stdout.write(text)
+                echo_json(text)
                 return
-            write_atomic(output, text.encode())
+            write_atomic(output, (text + "\n").encode())
             output.chmod(0o644)
         else:
             out = output or Path("report.html")
-            write_atomic(out, render_html(rep, plotlyjs=plotlyjs).encode())
+            with stage("writing the report of", path):
+                html = render_html(rep, plotlyjs=plotlyjs)
+            write_atomic(out, html.encode())
             out.chmod(0o644)
             output = out
-        typer.echo(f"wrote {output}" + (f" ({len(rep.problems)} problem(s): see the end of the report)"
-                                        if rep.problems else ""))
+        echo(f"wrote {printable(output)}" + (f" ({len(rep.problems)} problem(s): see the end of the report)"
+                                             if rep.problems else ""))

@@ -6,6 +6,9 @@ from pathlib import Path
 
 import typer
 
+from workbench.commands.output import echo
+from workbench.errors import printable, stage
+
 
 def register(app: typer.Typer) -> None:
     @app.command("app")
@@ -25,7 +28,8 @@ def register(app: typer.Typer) -> None:
         except ModuleNotFoundError as exc:  # dash is the app extra
             raise typer.BadParameter(f"the app needs dash: pip install 'workbench[app]' ({exc})") from exc
         roots = list(paths) if paths else default_roots()
-        dash_app = create_app(roots, bind=host, allow_hosts=allow_host or ())
+        with stage("listing the runs under", ", ".join(map(str, roots))):
+            dash_app = create_app(roots, bind=host, allow_hosts=allow_host or ())
         store = dash_app.workbench_store
         if store.default_id():  # open and analyse the first run while the browser starts
             import threading
@@ -33,10 +37,12 @@ def register(app: typer.Typer) -> None:
             from workbench.app.compute import prefetch
 
             threading.Thread(target=prefetch, args=(store, store.default_id()), daemon=True).start()
-        typer.echo(f"workbench app: {len(store.entries)} run(s) under {', '.join(map(str, store.roots))}")
+        echo(f"workbench app: {len(store.entries)} run(s) under {', '.join(printable(r) for r in store.roots)}")
         for e in store.entries:
-            typer.echo(f"  {e.id:<28} {e.path}")
+            echo(f"  {e.id:<28} {printable(e.path)}")
+        for note in getattr(store, "notes", ()):
+            echo(f"note: {printable(note)}", err=True)
         if host not in ("127.0.0.1", "localhost", "::1"):
-            typer.echo(f"warning: serving on {host}: anyone who can reach it can read these runs", err=True)
-        typer.echo(f"open http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}/")
+            echo(f"warning: serving on {printable(host)}: anyone who can reach it can read these runs", err=True)
+        echo(f"open http://{'127.0.0.1' if host in ('0.0.0.0', '::') else printable(host)}:{port}/")
         dash_app.run(host=host, port=port, debug=debug)
