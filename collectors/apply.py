@@ -37,6 +37,7 @@ from typing import Any, Callable
 
 from workbench.compile_config import CONFIG_MODULES, CompileConfig, MarkDynamic, read_cache_bundle, \
     torch_entry_type
+from workbench.errors import InputError
 
 Fail = Callable[[str, BaseException], None]
 
@@ -208,7 +209,9 @@ class ConfigApplier:
             else:
                 self.ok("cache.load", "torch.compiler.load_cache_artifacts at start "
                                       f"({sum(len(v) for v in info.artifacts.values())} artifacts)")
-        except Exception as exc:  # noqa: BLE001 - a refused bundle is recorded, never raised into training
+        except InputError as exc:   # a refused bundle is recorded, never raised into training
+            self.refused("cache.load", str(exc))
+        except Exception as exc:  # noqa: BLE001
             self.refused("cache.load", f"{type(exc).__name__}: {exc}")
 
     def _save_cache(self) -> bool:

@@ -83,8 +83,7 @@ MARK_DYNAMIC_KEYS: tuple[str, ...] = ("dim", "dims", "min", "max")
 #: Largest compile-config file read (bytes).
 MAX_CONFIG_BYTES = 1 << 20
 #: What a refusal says the way out is.
-OPT_IN = ("see docs/compile-config.md; only the caller's code can allow it: "
-          "load_compile_config(..., allow_unsafe=True) or Collector(..., allow_unsafe=True)")
+OPT_IN = "only the caller's code can allow it (allow_unsafe=True; docs/compile-config.md)"
 
 #: section → torch config module (validated against it; applied per thread by collectors/apply.py)
 CONFIG_MODULES: dict[str, str] = {

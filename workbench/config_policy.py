@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -52,7 +53,7 @@ class Rule:
         if self.kind == "text":
             if isinstance(value, str) and len(value) <= MAX_TEXT and re.fullmatch(self.pattern or "", value, re.ASCII):
                 return None
-            return f"must look like {self.example!r} ({self.describe()}), got {_show(value)}"
+            return f"must look like {self.example!r} (the pattern in docs/compile-config.md), got {_show(value)}"
         if self.kind == "table":
             return None if isinstance(value, dict) else f"must be a table, got {_show(value)}"
         names = value if isinstance(value, list) else None
@@ -76,7 +77,13 @@ class Rule:
 
 
 def _show(value: Any) -> str:
-    text = repr(value).replace("True", "true").replace("False", "false") if isinstance(value, bool) else repr(value)
+    """``value`` as TOML writes it (``true``, ``"text"``), cut at 80 characters."""
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, str):
+        text = json.dumps(value)
+    else:
+        text = repr(value)
     return text if len(text) <= 80 else text[:79] + "…"
 
 
@@ -175,7 +182,8 @@ ALLOWED: dict[str, dict[str, Rule]] = {
     "cache": {"load": CACHE_FILE, "save": CACHE_FILE, "save_after_step": STEP},
     "env": {                                                    # os.environ at Collector(); values are strings
         "TORCH_COMPILE_DYNAMIC_SOURCES": SOURCES, "TORCH_COMPILE_UNBACKED_SOURCES": SOURCES,
-        "TORCH_LOGS": Text(r"[+-]?[A-Za-z_][A-Za-z0-9_.]{0,80}(?:,[+-]?[A-Za-z_][A-Za-z0-9_.]{0,80}){0,40}",
+        # names only: a dotted name makes torch's log setup import its parent module (find_spec)
+        "TORCH_LOGS": Text(r"[+-]?[A-Za-z_][A-Za-z0-9_]{0,80}(?:,[+-]?[A-Za-z_][A-Za-z0-9_]{0,80}){0,40}",
                            "+dynamo,recompiles,graph_breaks"),
         "TORCHDYNAMO_VERBOSE": ZERO_ONE, "TORCHINDUCTOR_FX_GRAPH_CACHE": ZERO_ONE,
         "TORCHINDUCTOR_AUTOGRAD_CACHE": ZERO_ONE, "TORCHINDUCTOR_MAX_AUTOTUNE": ZERO_ONE,
