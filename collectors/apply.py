@@ -280,6 +280,8 @@ class ConfigApplier:
                     done.append("saved cache artifacts")
                 else:
                     self.refused("cache.save", "torch had no cache artifacts to save")
+            except InputError as exc:
+                self.refused("cache.save", str(exc))
             except Exception as exc:  # noqa: BLE001
                 self.refused("cache.save", f"{type(exc).__name__}: {exc}")
         return done

@@ -193,3 +193,24 @@ def test_comments_never_become_settings():
                                header=HOSTILE, footer=HOSTILE)
     assert tomllib.loads(text) == {"dynamo": {"recompile_limit": 16}}
     assert "\x1b" not in text and "\u2028" not in text and "\x85" not in text
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "folder", "too-big"])
+def test_a_config_that_is_not_a_small_regular_file_is_one_line(tmp_path, kind):
+    """A FIFO would block a plain read and /dev/zero never ends: both are refused before a byte is read."""
+    import os
+
+    p = tmp_path / "fixes.toml"
+    if kind == "fifo":
+        os.mkfifo(p)
+    elif kind == "dev-zero":
+        p.symlink_to("/dev/zero")
+    elif kind == "folder":
+        p.mkdir()
+    else:
+        p.write_bytes(b"# " + b"x" * (1 << 20) + b"\n")
+    with pytest.raises(InputError) as exc:
+        load_compile_config(p)
+    msg = str(exc.value)
+    assert "\n" not in msg and str(p) in msg
+    assert ("at most" in msg) if kind == "too-big" else ("not a regular file" in msg), msg
