@@ -20,7 +20,7 @@ bundle is loaded decides what is admitted (:data:`KINDS`):
   ``precompile`` (Dynamo bytecode) and unknown kinds: never without the caller's opt-in.
 
 Every key must be a plain relative name (it becomes a file name under torch's cache dir: an absolute key writes
-anywhere). With the caller's ``allow_unsafe=True`` the bundle goes to torch as it is.
+anywhere). With the caller's ``allow_unsafe=True`` a well-formed bundle goes to torch as it is.
 """
 
 from __future__ import annotations

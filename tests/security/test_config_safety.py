@@ -214,3 +214,26 @@ def test_a_config_that_is_not_a_small_regular_file_is_one_line(tmp_path, kind):
     msg = str(exc.value)
     assert "\n" not in msg and str(p) in msg
     assert ("at most" in msg) if kind == "too-big" else ("not a regular file" in msg), msg
+
+
+def test_collector_takes_the_opt_in_from_the_callers_code_and_records_it(tmp_path):
+    pytest.importorskip("torch")
+    from workbench.collectors import Collector
+
+    p = tmp_path / "fixes.toml"
+    p.write_text('[dynamo]\nrecompile_limit = 4\n[env]\nTORCH_WB_UNLISTED = "1"\n')
+    with pytest.raises(InputError, match=r"\[env\] TORCH_WB_UNLISTED"):
+        Collector(tmp_path / "run", compile_config=p, profile_repeat=0)
+    with pytest.raises(ValueError, match="allow_unsafe"):
+        Collector(tmp_path / "run", compile_config=p, profile_repeat=0, allow_unsafe="yes")
+    import os
+
+    try:
+        c = Collector(tmp_path / "run", compile_config=p, profile_repeat=0, allow_unsafe=True)
+        with c:
+            with c.step():
+                pass
+    finally:
+        os.environ.pop("TORCH_WB_UNLISTED", None)
+    meta = json.loads((tmp_path / "run/run.json").read_text())
+    assert meta["profile"]["allow_unsafe"] is True and meta["compile_config"]["env"] == {"TORCH_WB_UNLISTED": "1"}
