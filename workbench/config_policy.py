@@ -43,9 +43,9 @@ class Rule:
         if self.kind == "bool":
             return None if isinstance(value, bool) else f"must be true or false, got {_show(value)}"
         if self.kind == "int":
-            if isinstance(value, bool) or not isinstance(value, int) or not self.lo <= value <= self.hi:  # type: ignore[operator]
-                return f"must be an integer from {self.lo} to {self.hi}, got {_show(value)}"
-            return None
+            ok = isinstance(value, int) and not isinstance(value, bool) \
+                and self.lo <= value <= self.hi  # type: ignore[operator]
+            return None if ok else f"must be an integer from {self.lo} to {self.hi}, got {_show(value)}"
         if self.kind == "choice":
             if any(type(value) is type(c) and value == c for c in self.choices):
                 return None
@@ -53,13 +53,13 @@ class Rule:
         if self.kind == "text":
             if isinstance(value, str) and len(value) <= MAX_TEXT and re.fullmatch(self.pattern or "", value, re.ASCII):
                 return None
-            return f"must look like {self.example!r} (the pattern in docs/compile-config.md), got {_show(value)}"
+            return f"must look like {_show(self.example)} (the pattern in docs/compile-config.md), got {_show(value)}"
         if self.kind == "table":
             return None if isinstance(value, dict) else f"must be a table, got {_show(value)}"
         names = value if isinstance(value, list) else None
         if names is not None and all(isinstance(n, str) and n in self.choices for n in names):
             return None
-        return f"must be a list of {', '.join(map(repr, self.choices))}, got {_show(value)}"
+        return f"must be a list of {', '.join(map(_show, self.choices))}, got {_show(value)}"
 
     def describe(self) -> str:
         """The accepted values in words, for the docs and for messages."""
