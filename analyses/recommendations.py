@@ -599,12 +599,18 @@ def recommend_run(run: Any, findings: Sequence[Finding] | Any, *, sites: Any = N
 def to_compile_config(recommendations: pl.DataFrame, *, header: str | None = None) -> str:
     """The applied config fixes as compile-config TOML, a comment above each setting naming its finding; the
     alternatives and the code fixes follow as comments at the end, best first."""
-    from workbench.compile_config import dump_compile_config
+    from workbench.compile_config import dump_compile_config, writable_problem
 
     data: dict[str, dict[str, Any]] = {}
     comments: dict[str, str] = {}
+    not_written: list[str] = []
     for r in recommendations.filter(pl.col("apply")).iter_rows(named=True):
-        for sec, body in json.loads(r["config"]).items():
+        config = json.loads(r["config"])
+        problem = writable_problem(config)   # a value built from a hostile log the allowlist refuses: not written
+        if problem:
+            not_written.append(f"  #{r['rank']} {r['fix_id']} ({r['finding_kind']}): {_one_line(problem, 200)}")
+            continue
+        for sec, body in config.items():
             dest = data.setdefault(sec, {})
             for k, v in body.items():
                 if k in dest:
@@ -617,7 +623,8 @@ def to_compile_config(recommendations: pl.DataFrame, *, header: str | None = Non
     lines = [header or "Compile config written by `workbench recommend`: apply with "
              "Collector(..., compile_config=\"<this file>\")",
              "Every setting below says which finding it answers. Validate: workbench.compile_config.load_compile_config"]
-    tail: list[str] = []
+    tail: list[str] = ["", " Refused by the config allowlist (docs/compile-config.md):", *not_written] \
+        if not_written else []
     rest = recommendations.filter(~pl.col("apply"))
     if rest.height:
         tail += ["", " Alternatives and code fixes (not applied), best first:"]

@@ -1,5 +1,6 @@
 """Apply a compile config through the plain collector surface, and record what took effect.
 
+This is the only code that applies a :class:`~workbench.compile_config.CompileConfig` (which is data).
 ``Collector(path, compile_config=...)`` builds a :class:`ConfigApplier`; it never raises into training. What it
 does, setting by setting (``docs/compile-config.md``, "How the collector applies a config"):
 
@@ -13,6 +14,9 @@ does, setting by setting (``docs/compile-config.md``, "How the collector applies
   mark whose ``min``/``max`` excludes the input's size is refused and recorded, and the call compiles as the user
   wrote it. ``collector.instrument(model)`` also marks inputs (as before).
 - ``[stance] after_step``, ``[distributed] barrier_after_step``, ``[cache] save``: at the end of that step.
+- ``[cache] load``: once per process, the bundle read and checked (:mod:`workbench.compile_cache`) and those
+  same bytes handed to ``torch.compiler.load_cache_artifacts``; ``save`` writes a bundle sealed for this user
+  into the config's folder (a new file renamed over the old one, never through a symlink).
 
 :meth:`ConfigApplier.report` lists every setting with ``applied`` (bool), ``how`` and ``reason`` (why not);
 the collector writes it to ``run.json`` and each rank's ``fingerprint.json`` as ``compile_config_applied``.
@@ -22,15 +26,18 @@ is recorded as not applied at close.
 
 from __future__ import annotations
 
+import builtins
 import functools
 import importlib
 import os
 import sys
+import tempfile
 import threading
 from typing import Any, Callable
 
-from workbench.compile_config import CONFIG_MODULES, CompileConfig, MarkDynamic, _get_config, _set_config, \
-    _to_torch_value
+from workbench.compile_config import CONFIG_MODULES, CompileConfig, MarkDynamic, read_cache_bundle, \
+    torch_entry_type
+from workbench.errors import InputError
 
 Fail = Callable[[str, BaseException], None]
 
@@ -39,6 +46,8 @@ class ConfigApplier:
     """Applies one :class:`CompileConfig` in a training process and records each setting's outcome."""
 
     def __init__(self, cfg: CompileConfig, fail: Fail) -> None:
+        if not cfg.unsafe_allowed:      # a config built by hand passes the allowlist here too (InputError)
+            CompileConfig.from_dict(cfg.to_dict(), source=cfg.source, validate=False, base_dir=cfg.base_dir)
         self.cfg = cfg
         self._fail = fail
         self._records: dict[str, dict[str, Any]] = {}
@@ -49,6 +58,7 @@ class ConfigApplier:
         self.marked_calls = 0
         self._marks_off: set[int] = set()   # indices of cfg.mark_dynamic refused for good
         self._stance_done = False
+        self._cache_loaded = False
         self._previous: dict[tuple[int, str, str], Any] = {}   # (thread, module, key) -> value before the config
         for key in self._keys():
             self._records[key] = {"setting": key, "value": self._value(key), "applied": False,
@@ -93,25 +103,31 @@ class ConfigApplier:
         return [r for r in self.report() if not r["applied"]]
 
     # ------------------------------------------------------------------ env (at construction)
-    def apply_env(self) -> None:
+    def apply_env(self, environ: dict[str, str] | None = None) -> dict[str, str | None]:
+        """Set ``[env]`` in ``os.environ`` (or ``environ``); returns the previous values (None where unset)."""
+        target: Any = os.environ if environ is None else environ
         late = "torch" in sys.modules
+        previous: dict[str, str | None] = {}
         for key, value in self.cfg.env.items():
             try:
-                os.environ[key] = value
+                previous[key] = target.get(key)
+                target[key] = value
                 self.ok(f"env.{key}", "os.environ at Collector()" + (
                     " (torch was already imported: a variable torch reads only at import has no effect)"
                     if late else ""))
             except Exception as exc:  # noqa: BLE001 - never into training
                 self.refused(f"env.{key}", f"{type(exc).__name__}: {exc}")
+        return previous
 
     # ------------------------------------------------------------------ per thread
-    def apply_in_thread(self) -> None:
+    def apply_in_thread(self) -> dict[str, Any]:
         """torch config values, guard/compiler collectives, the immediate stance and the cache load, in this
-        thread (once per thread)."""
+        thread (once per thread; torch config is per thread). Returns ``{"section.key": value before}``."""
         tid = threading.get_ident()
         if tid in self._threads:
-            return
+            return {}
         self._threads.add(tid)
+        before: dict[str, Any] = {}
         where = "main thread" if threading.current_thread() is threading.main_thread() else f"thread {tid}"
         for section, modname in CONFIG_MODULES.items():
             for key, value in getattr(self.cfg, section).items():
@@ -119,8 +135,9 @@ class ConfigApplier:
                 try:
                     module = importlib.import_module(modname)
                     old = _get_config(module, key)                 # unknown in this torch: AttributeError
-                    _set_config(module, key, _to_torch_value(module, key, value))
+                    _set_config(module, key, self._torch_value(module, key, value))
                     self._previous.setdefault((tid, modname, key), old)
+                    before[name] = old
                     self.ok(name, f"{modname}.{key} set in the {where}")
                 except Exception as exc:  # noqa: BLE001
                     self.refused(name, f"{modname}.{key} could not be set: {type(exc).__name__}: {exc}")
@@ -129,6 +146,8 @@ class ConfigApplier:
             try:
                 import torch._dynamo.config as dcfg
 
+                self._previous.setdefault((tid, "torch._dynamo.config", "enable_compiler_collectives"),
+                                          dcfg.enable_compiler_collectives)
                 dcfg.enable_compiler_collectives = True
                 self.ok("distributed.compiler_collectives", "torch._dynamo.config.enable_compiler_collectives")
             except Exception as exc:  # noqa: BLE001
@@ -143,30 +162,100 @@ class ConfigApplier:
                 self.refused("distributed.guard_collectives", f"{type(exc).__name__}: {exc}")
         if self.cfg.stance and self.cfg.stance.get("after_step") is None:
             self._set_stance("at start")
-        if self.cfg.cache.get("load"):
-            try:
-                if self.cfg.load_cache_artifacts():
-                    self.ok("cache.load", "torch.compiler.load_cache_artifacts at start")
-                elif self.cfg.cache.get("save") == self.cfg.cache["load"]:
-                    self.ok("cache.load", f"first run of the warm start: no {self.cfg.cache['load']} yet, this run "
-                                          f"saves it (save_after_step={self.cfg.cache.get('save_after_step', 0)})")
+        if self.cfg.cache.get("load") and not self._cache_loaded:
+            self._cache_loaded = True
+            self._load_cache()
+        return before
+
+    def _torch_value(self, module: Any, key: str, value: Any) -> Any:
+        """TOML has lists and strings; some config entries want sets or callables (builtins only, unless the
+        caller allowed unsafe settings: then ``module.func`` is imported)."""
+        vtype = torch_entry_type(module, key)
+        origin = getattr(vtype, "__origin__", vtype)
+        if key == "reorderable_logging_functions" and isinstance(value, list):
+            return {self._callable(v) if isinstance(v, str) else v for v in value}
+        if origin in (set, frozenset) and isinstance(value, list):
+            return origin(value)
+        if origin is tuple and isinstance(value, list):
+            return tuple(value)
+        return value
+
+    def _callable(self, name: str) -> Any:
+        if "." not in name and callable(getattr(builtins, name, None)):
+            return getattr(builtins, name)
+        if not self.cfg.unsafe_allowed:
+            raise ValueError(f"{name!r} is not a builtin; importing it needs allow_unsafe=True")
+        modname, _, attr = name.rpartition(".")
+        return getattr(importlib.import_module(modname), attr)
+
+    # ------------------------------------------------------------------ cache
+    def _load_cache(self) -> None:
+        """``[cache] load``: the bundle read once, checked, and those same bytes given to torch."""
+        name = self.cfg.cache["load"]
+        try:
+            data = read_cache_bundle(self.cfg)
+            if data is None:
+                if self.cfg.cache.get("save") == name:
+                    self.ok("cache.load", f"first run of the warm start: no {name} yet, this run saves it "
+                                          f"(save_after_step={self.cfg.cache.get('save_after_step', 0)})")
                 else:
-                    self.refused("cache.load", f"{self.cfg.cache['load']} does not exist: nothing loaded")
-            except Exception as exc:  # noqa: BLE001
-                self.refused("cache.load", f"{type(exc).__name__}: {exc}")
+                    self.refused("cache.load", f"{name} does not exist: nothing loaded")
+                return
+            import torch.compiler
+
+            info = torch.compiler.load_cache_artifacts(data)
+            if info is None:
+                self.refused("cache.load", f"torch could not read {name}: nothing loaded")
+            else:
+                self.ok("cache.load", "torch.compiler.load_cache_artifacts at start "
+                                      f"({sum(len(v) for v in info.artifacts.values())} artifacts)")
+        except InputError as exc:   # a refused bundle is recorded, never raised into training
+            self.refused("cache.load", str(exc))
+        except Exception as exc:  # noqa: BLE001
+            self.refused("cache.load", f"{type(exc).__name__}: {exc}")
+
+    def _save_cache(self) -> bool:
+        """``[cache] save``: torch's bundle, sealed for this user, written to a new file in the config's folder and
+        renamed over the old one (a rename replaces a symlink, it never writes through one)."""
+        from workbench import compile_cache
+
+        path = self.cfg.cache_file("save")
+        if path is None:
+            return False
+        import torch.compiler
+
+        result = torch.compiler.save_cache_artifacts()
+        if result is None:
+            return False
+        blob = compile_cache.seal(result[0], compile_cache.seal_key(create=True))
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(blob)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        return True
 
     def _set_stance(self, when: str) -> None:
         if self._stance_done:
             return
         self._stance_done = True
         try:
-            self.cfg._set_stance()
+            import torch.compiler
+
+            kwargs = {k: self.cfg.stance[k] for k in ("skip_guard_eval_unsafe", "force_backend")
+                      if k in self.cfg.stance}
+            torch.compiler.set_stance(self.cfg.stance.get("stance", "default"), **kwargs)
             self.ok("stance.stance", f"torch.compiler.set_stance {when}")
         except Exception as exc:  # noqa: BLE001
             self.refused("stance.stance", f"set_stance failed: {type(exc).__name__}: {exc}")
 
     # ------------------------------------------------------------------ per step
     def on_step_end(self, step: int) -> list[str]:
+        """At the end of each step (outside compiled code): the stance once ``step >= after_step``, the barrier
+        of ``barrier_after_step``, the cache save of ``save_after_step``. Returns what was done, in words."""
         done: list[str] = []
         after = self.cfg.stance.get("after_step")
         if self.cfg.stance and after is not None and step >= after and not self._stance_done:
@@ -186,11 +275,13 @@ class ConfigApplier:
                 self.refused("distributed.barrier_after_step", f"{type(exc).__name__}: {exc}")
         if self.cfg.cache.get("save") and self.cfg.cache.get("save_after_step", 0) == step:
             try:
-                if self.cfg.save_cache_artifacts():
+                if self._save_cache():
                     self.ok("cache.save", f"save_cache_artifacts at the end of step {step}")
                     done.append("saved cache artifacts")
                 else:
                     self.refused("cache.save", "torch had no cache artifacts to save")
+            except InputError as exc:
+                self.refused("cache.save", str(exc))
             except Exception as exc:  # noqa: BLE001
                 self.refused("cache.save", f"{type(exc).__name__}: {exc}")
         return done
@@ -407,6 +498,21 @@ class ConfigApplier:
 # ---------------------------------------------------------------------- helpers
 def _mkey(m: MarkDynamic) -> str:
     return f"mark_dynamic.{m.arg}:{m.dim}"
+
+
+def _get_config(module: Any, key: str) -> Any:
+    obj = module
+    for part in key.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _set_config(module: Any, key: str, value: Any) -> None:
+    parts = key.split(".")
+    obj = module
+    for part in parts[:-1]:
+        obj = getattr(obj, part)
+    setattr(obj, parts[-1], value)
 
 
 def _has_config(module: Any, key: str) -> bool:

@@ -235,8 +235,10 @@ class Collector(contextlib.ContextDecorator):
     Options are the fields of :class:`CollectorOptions` as keywords after ``path`` (``profile_start=5,
     profile_length=3, profile_repeat=1, profile_every=100, profile_ranks=None, activities=None,
     record_shapes=False, with_stack=False, profile_memory=False, with_modules=False, compile_config=None,
-    compile_capture=True, device_timing=True, nvtx=True, run_id=None, extra={}``), or ``options=``. A bad option raises ``ValueError``;
-    a compile config that does not validate raises :class:`workbench.errors.InputError` (both at construction).
+    allow_unsafe=False, compile_capture=True, device_timing=True, nvtx=True, run_id=None, extra={}``), or
+    ``options=``. A bad option raises ``ValueError``; a compile config that does not validate or sets anything
+    outside the allowlist of ``docs/compile-config.md`` raises :class:`workbench.errors.InputError` (both at
+    construction) unless this code passes ``allow_unsafe=True``.
     After that the collector never raises into training: its errors are logged once per component, listed in
     ``collector.errors`` and ``fingerprint.json``, and the part that failed is turned off.
 
@@ -259,7 +261,8 @@ class Collector(contextlib.ContextDecorator):
         if self.options.compile_config is not None:
             from workbench.compile_config import load_compile_config
 
-            self.compile_config = load_compile_config(self.options.compile_config)  # raises InputError
+            self.compile_config = load_compile_config(self.options.compile_config,  # raises InputError
+                                                      allow_unsafe=self.options.allow_unsafe)
             self._applier = ConfigApplier(self.compile_config, self._fail)  # records what took effect
             self._applier.apply_env()
             self._applier.install()  # torch.compile gets [compile]/[mark_dynamic] while the collector exists

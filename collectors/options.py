@@ -41,6 +41,7 @@ class CollectorOptions:
     profile_memory: bool = False
     with_modules: bool = False
     compile_config: str | Path | None = None            # None: $WORKBENCH_COMPILE_CONFIG if set
+    allow_unsafe: bool = False                          # settings outside the config allowlist (this code's choice)
     compile_capture: bool = True                        # TORCH_TRACE-format log in rank<R>/compile/
     device_timing: bool = True                          # CUDA events (resolved later, no sync)
     device_timing_every: int = 100                      # on every n-th step (a timed step costs ~130 µs more)
@@ -81,6 +82,8 @@ class CollectorOptions:
             self.compile_config = os.environ[COMPILE_CONFIG_ENV]
         if self.compile_config is not None and not isinstance(self.compile_config, (str, Path)):
             raise ValueError(f"compile_config must be a path, got {self.compile_config!r}")
+        if not isinstance(self.allow_unsafe, bool):
+            raise ValueError(f"allow_unsafe must be True or False, got {self.allow_unsafe!r}")
 
     def profiles_rank(self, rank: int) -> bool:
         return self.profile_repeat > 0 and (self.profile_ranks is None or rank in self.profile_ranks)

@@ -1,4 +1,4 @@
-"""Compile-config TOML: the fixes ``workbench recommend`` writes and the collectors apply on the next run.
+"""Compile-config TOML as data: the fixes ``workbench recommend`` writes and the collectors apply on the next run.
 
 Format (every section is optional; see ``docs/compile-config.md``)::
 
@@ -14,38 +14,37 @@ Format (every section is optional; see ``docs/compile-config.md``)::
     options = { "triton.cudagraphs" = false }
     [stance]                      # torch.compiler.set_stance(...)
     stance = "eager_on_recompile"
-    after_step = 2                # applied at the end of that step (``on_step_end``); absent: at apply time
-    [env]                         # environment variables, set before the first compile
-    TORCH_COMPILE_DYNAMIC_SOURCES = "L['x']"
+    after_step = 2                # set at the end of that step; absent: when the config is applied
+    [env]                         # environment variables, set when the collector is created
+    TORCH_LOGS = "recompiles"
     [mark_dynamic]                # torch._dynamo.mark_dynamic on the compiled function's inputs
     x = { dim = 0, min = 2, max = 64 }     # by argument name, or "0" = positional index
     [distributed]
     guard_collectives = true      # torch.compiler.set_enable_guard_collectives(True)
     barrier_after_step = 1        # warm-up + barrier: dist.barrier() at the end of that step
-    [cache]                       # compile-cache warm start
-    load = "compile_cache.bin"    # torch.compiler.load_cache_artifacts before the first compile
-    save = "compile_cache.bin"    # torch.compiler.save_cache_artifacts at the end of save_after_step
+    [cache]                       # compile-cache warm start (a bundle in the config's own folder)
+    load = "compile_cache.bin"
+    save = "compile_cache.bin"
     save_after_step = 3
 
-Parsing and the structural checks (sections, the keys of the workbench's own sections, value types) need no
-torch. The keys of ``[dynamo]``, ``[inductor]``, ``[compiler]``, ``[compile]`` and ``[compile.options]`` are
-checked against the installed torch only when torch is importable (``validate="auto"``, the default); an
-unknown key raises :class:`~workbench.errors.InputError` naming the file, the key and the closest valid key.
-torch is imported lazily, never at module import.
-
-Every config passes the safety policy of :mod:`workbench.config_policy` (no code, commands, libraries or
-paths from a config unless the user allows unsafe settings), and :func:`dump_compile_config` writes TOML with a
-TOML library and checks that the text reads back as exactly the settings it was given.
+This module loads, validates, dumps and hashes a config; ``collectors/apply.py`` is the only code that applies
+one. Every setting passes the allowlist of :mod:`workbench.config_policy` unless the caller's own code passes
+``allow_unsafe=True`` (a top-level ``allow_unsafe`` in the file is refused); ``[cache]`` files must lie inside
+the config file's real folder, and a bundle that is already there is checked (:mod:`workbench.compile_cache`).
+The keys of ``[dynamo]``, ``[inductor]``, ``[compiler]``, ``[compile]`` and ``[compile] options`` are also
+checked against the installed torch when it is importable (``validate="auto"``): an unknown key raises
+:class:`~workbench.errors.InputError` naming the file, the key and the closest valid key. torch is imported
+lazily, never at module import.
 
 Example:
-    >>> cfg = CompileConfig.from_dict({"compile": {"dynamic": True}, "env": {"A": 1}}, validate=False)
+    >>> cfg = CompileConfig.from_dict({"compile": {"dynamic": True}, "env": {"TORCHDYNAMO_VERBOSE": 1}},
+    ...                               validate=False)
     >>> cfg.compile_kwargs, cfg.env
-    ({'dynamic': True}, {'A': '1'})
+    ({'dynamic': True}, {'TORCHDYNAMO_VERBOSE': '1'})
 """
 
 from __future__ import annotations
 
-import builtins
 import difflib
 import hashlib
 import importlib
@@ -53,10 +52,11 @@ import importlib.util
 import json
 import os
 import re
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from workbench import config_policy as policy
 from workbench.errors import InputError
@@ -70,11 +70,8 @@ COMPILE_KWARGS_FALLBACK: tuple[str, ...] = (
     "fullgraph", "dynamic", "backend", "mode", "options", "name", "disable", "recompile_limit",
     "isolate_recompiles",
 )
-STANCES: tuple[str, ...] = (
-    "default", "force_eager", "eager_on_recompile", "fail_on_recompile", "eager_then_compile",
-    "aot_eager_then_compile",
-)
-MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+STANCES = policy.STANCES
+MODES = policy.MODES
 STANCE_KEYS: dict[str, type | tuple[type, ...]] = {
     "stance": str, "after_step": int, "skip_guard_eval_unsafe": bool, "force_backend": str,
 }
@@ -83,12 +80,12 @@ DISTRIBUTED_KEYS: dict[str, type | tuple[type, ...]] = {
 }
 CACHE_KEYS: dict[str, type | tuple[type, ...]] = {"load": str, "save": str, "save_after_step": int}
 MARK_DYNAMIC_KEYS: tuple[str, ...] = ("dim", "dims", "min", "max")
-#: Top-level (section-less) keys a config may hold.
-TOP_LEVEL_KEYS: tuple[str, ...] = ("allow_unsafe",)
 #: Largest compile-config file read (bytes).
 MAX_CONFIG_BYTES = 1 << 20
+#: What a refusal says the way out is.
+OPT_IN = "only the caller's code can allow it (allow_unsafe=True; docs/compile-config.md)"
 
-#: section → torch config module (validated and applied per thread)
+#: section → torch config module (validated against it; applied per thread by collectors/apply.py)
 CONFIG_MODULES: dict[str, str] = {
     "dynamo": "torch._dynamo.config",
     "inductor": "torch._inductor.config",
@@ -118,7 +115,7 @@ class MarkDynamic:
 
 @dataclass
 class CompileConfig:
-    """A validated compile config. Build with :func:`load_compile_config` or :meth:`from_dict`."""
+    """A validated compile config (data only). Build with :func:`load_compile_config` or :meth:`from_dict`."""
 
     dynamo: dict[str, Any] = field(default_factory=dict)
     inductor: dict[str, Any] = field(default_factory=dict)
@@ -131,9 +128,8 @@ class CompileConfig:
     cache: dict[str, Any] = field(default_factory=dict)
     source: str = "<dict>"
     validated_against: str | None = None  # torch version the keys were checked against, None if not checked
-    base_dir: str | None = None  # folder that relative [cache] paths are inside (the config file's folder)
-    unsafe_allowed: bool = False  # loaded with allow_unsafe (by the caller or the file's own allow_unsafe = true)
-    _stance_applied: bool = field(default=False, repr=False)
+    base_dir: str | None = None  # the config file's real folder: [cache] files lie inside it
+    unsafe_allowed: bool = False  # the caller's code passed allow_unsafe=True
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -141,6 +137,11 @@ class CompileConfig:
                   allow_unsafe: bool = False, base_dir: str | Path | None = None) -> CompileConfig:
         """Check ``data`` (the TOML document as a dict) and build the config; see the module doc."""
         return _build(data, source, validate, allow_unsafe=allow_unsafe, base_dir=base_dir)
+
+    @classmethod
+    def load(cls, path: str | Path, *, validate: ValidateMode = "auto", allow_unsafe: bool = False) -> CompileConfig:
+        """:func:`load_compile_config`."""
+        return load_compile_config(path, validate=validate, allow_unsafe=allow_unsafe)
 
     # ------------------------------------------------------------------ views
     @property
@@ -177,6 +178,10 @@ class CompileConfig:
         blob = json.dumps(self.to_dict(), sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()
 
+    def dump(self, comments: dict[str, str] | None = None, header: str | None = None) -> str:
+        """The config as TOML text (:func:`dump_compile_config` without the recommender's key list)."""
+        return _dump(self.to_dict(), comments, header, None, allow_unsafe=self.unsafe_allowed)
+
     def dynamic_sources(self) -> str:
         """``mark_dynamic`` args as a ``torch.compiler.config.dynamic_sources`` string (``L['x']``, no min/max)."""
         names = []
@@ -187,204 +192,103 @@ class CompileConfig:
                     names.append(src)
         return ",".join(names)
 
-    # ------------------------------------------------------------------ applying
-    def apply_env(self, environ: dict[str, str] | None = None) -> dict[str, str | None]:
-        """Set ``[env]`` variables (call before the first compile, ideally before importing torch).
-
-        Returns the previous values (None where unset) so a caller can restore them.
-        """
-        target = os.environ if environ is None else environ
-        previous: dict[str, str | None] = {}
-        for key, value in self.env.items():
-            previous[key] = target.get(key)
-            target[key] = value
-        return previous
-
-    def apply_in_thread(self) -> dict[str, Any]:
-        """Set ``[dynamo]``, ``[inductor]``, ``[compiler]`` values in the calling thread (torch config is per
-        thread: call it in the thread that compiles), enable guard collectives / compiler collectives, and set
-        the stance now when it has no ``after_step``. Loads ``[cache] load`` artifacts if the file exists.
-
-        Returns ``{"section.key": previous value}`` for the config values it changed.
-        """
-        import torch  # noqa: F401  (lazily, on purpose)
-
-        previous: dict[str, Any] = {}
-        for section, modname in CONFIG_MODULES.items():
-            values = getattr(self, section)
-            if not values:
-                continue
-            module = importlib.import_module(modname)
-            for key, value in values.items():
-                previous[f"{section}.{key}"] = _get_config(module, key)
-                _set_config(module, key, _to_torch_value(module, key, value))
-        if self.distributed.get("compiler_collectives"):
-            import torch._dynamo.config as dcfg
-
-            previous["dynamo.enable_compiler_collectives"] = dcfg.enable_compiler_collectives
-            dcfg.enable_compiler_collectives = True
-        if "guard_collectives" in self.distributed:
-            import torch.compiler
-
-            torch.compiler.set_enable_guard_collectives(bool(self.distributed["guard_collectives"]))
-        if self.stance and self.stance.get("after_step") is None:
-            self._set_stance()
-        if self.cache.get("load"):
-            self.load_cache_artifacts()
-        return previous
-
-    def on_step_end(self, step: int) -> list[str]:
-        """Per-step actions (call at the end of each training step, outside any compiled region).
-
-        - ``[stance] after_step``: set the stance once ``step >= after_step``;
-        - ``[distributed] barrier_after_step``: ``dist.barrier()`` at the end of that step (warm-up + barrier);
-        - ``[cache] save_after_step``: ``torch.compiler.save_cache_artifacts()`` written to ``[cache] save``.
-
-        Returns what was done, as short strings (for the collector's log).
-        """
-        done: list[str] = []
-        after = self.stance.get("after_step")
-        if self.stance and after is not None and step >= after and not self._stance_applied:
-            self._set_stance()
-            done.append(f"stance={self.stance.get('stance', 'default')}")
-        if self.distributed.get("barrier_after_step") == step:
-            import torch.distributed as dist
-
-            if dist.is_available() and dist.is_initialized():
-                dist.barrier()
-                done.append("barrier")
-        if self.cache.get("save") and self.cache.get("save_after_step", 0) == step:
-            if self.save_cache_artifacts():
-                done.append(f"saved cache artifacts to {self.cache['save']}")
-        return done
-
-    def _set_stance(self) -> None:
-        import torch.compiler
-
-        kwargs: dict[str, Any] = {}
-        if "skip_guard_eval_unsafe" in self.stance:
-            kwargs["skip_guard_eval_unsafe"] = self.stance["skip_guard_eval_unsafe"]
-        if "force_backend" in self.stance:
-            kwargs["force_backend"] = self.stance["force_backend"]
-        torch.compiler.set_stance(self.stance.get("stance", "default"), **kwargs)
-        self._stance_applied = True
-
-    def cache_path(self, key: str) -> Path | None:
-        """The ``[cache] load``/``save`` file, relative paths taken inside :attr:`base_dir`."""
+    def cache_file(self, key: str) -> Path | None:
+        """The real path of ``[cache] load``/``save`` (None when unset). InputError when it leaves the config's
+        real folder (symlinks followed) or the config has no folder, unless the caller allowed unsafe settings."""
         value = self.cache.get(key)
         if not value:
             return None
-        p = Path(value)
-        return p if p.is_absolute() or self.base_dir is None else Path(self.base_dir) / p
-
-    def load_cache_artifacts(self) -> bool:
-        """``torch.compiler.load_cache_artifacts`` from ``[cache] load`` when that file exists."""
-        path = self.cache_path("load")
-        if path is None or not path.is_file():
-            return False
-        import torch.compiler
-
-        torch.compiler.load_cache_artifacts(Path(path).read_bytes())
-        return True
-
-    def save_cache_artifacts(self) -> bool:
-        """``torch.compiler.save_cache_artifacts`` written to ``[cache] save`` (atomically)."""
-        path = self.cache_path("save")
-        if path is None:
-            return False
-        import torch.compiler
-
-        result = torch.compiler.save_cache_artifacts()
-        if result is None:
-            return False
-        blob = result[0]
-        tmp = Path(f"{path}.tmp{os.getpid()}")
-        tmp.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(blob)
-        os.replace(tmp, path)
-        return True
-
-    def mark_dynamic_inputs(self, args: tuple | list, kwargs: dict[str, Any] | None = None,
-                            fn: Callable[..., Any] | None = None) -> int:
-        """Call ``torch._dynamo.mark_dynamic`` on the inputs named in ``[mark_dynamic]``.
-
-        ``args``/``kwargs`` are the call's arguments; ``fn`` (the function or module being called) lets names
-        resolve to positional arguments through its signature. An arg ``"0"`` is the first positional
-        argument; ``"batch.x"`` is ``batch["x"]`` or ``batch.x``. Inputs that are missing or not tensors are
-        skipped. Returns how many dims were marked.
-        """
-        if not self.mark_dynamic:
-            return 0
-        import torch
-
-        kwargs = kwargs or {}
-        bound: dict[str, Any] = {}
-        if fn is not None:
-            import inspect
-
-            target = getattr(fn, "forward", fn)
-            try:
-                sig = inspect.signature(target)
-                bound = dict(sig.bind_partial(*args, **kwargs).arguments)
-            except (TypeError, ValueError):
-                bound = {}
-        count = 0
-        for m in self.mark_dynamic:
-            head, _, rest = m.arg.partition(".")
-            if head.isdigit():
-                idx = int(head)
-                value = args[idx] if idx < len(args) else None
-            else:
-                value = kwargs.get(head, bound.get(head))
-            for part in rest.split(".") if rest else []:
-                if value is None:
-                    break
-                value = value.get(part) if isinstance(value, dict) else getattr(value, part, None)
-            if not isinstance(value, torch.Tensor) or m.dim >= value.dim():
-                continue
-            extra = {k: v for k, v in (("min", m.min), ("max", m.max)) if v is not None}
-            torch._dynamo.mark_dynamic(value, m.dim, **extra)
-            count += 1
-        return count
-
-    def mark_dynamic_hook(self, module: Any) -> Any:
-        """Register a forward pre-hook on ``module`` (the outermost, e.g. the DDP wrapper) that marks its
-        inputs dynamic before every call; returns the hook handle (``.remove()`` to undo)."""
-
-        def hook(mod: Any, args: tuple, kwargs: dict[str, Any]) -> None:
-            inner = getattr(mod, "module", mod)
-            inner = getattr(inner, "_orig_mod", inner)
-            self.mark_dynamic_inputs(args, kwargs, fn=inner)
-
-        return module.register_forward_pre_hook(hook, with_kwargs=True)
+        return _cache_path(self.source, key, value, self.base_dir, self.unsafe_allowed)
 
 
 # ---------------------------------------------------------------------- loading
-def load_compile_config(path: str | Path, *, validate: ValidateMode = "auto",
-                        allow_unsafe: bool = False) -> CompileConfig:
-    """Read and check a compile-config TOML file.
-
-    ``validate="auto"`` checks torch config keys against the installed torch when torch is importable;
-    ``True`` requires torch; ``False`` only checks the structure. Settings the safety policy refuses
-    (:mod:`workbench.config_policy`) raise unless ``allow_unsafe`` (or the file's top-level
-    ``allow_unsafe = true``). Raises :class:`InputError` on any problem, naming the file and the key.
-    """
+def read_regular_file(path: str | Path, limit: int, what: str) -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most ``limit`` bytes; InputError naming it otherwise.
+    Opened without blocking (a FIFO cannot hang the read) and read no further than the limit."""
     p = Path(path)
     try:
-        if p.is_file() and p.stat().st_size > MAX_CONFIG_BYTES:
-            raise InputError(f"{p}: a compile config is at most {MAX_CONFIG_BYTES} bytes")
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise InputError(f"{p}: compile config not found") from None
+        raise InputError(f"{p}: {what} not found") from None
+    except OSError as exc:
+        raise InputError(f"{p}: cannot read the {what} ({exc.strerror or exc})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{p}: not a regular file; a {what} must be one")
+        if st.st_size > limit:
+            raise InputError(f"{p}: {st.st_size} bytes; a {what} is at most {limit} bytes")
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise InputError(f"{p}: over {limit} bytes; a {what} is at most {limit} bytes")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise InputError(f"{p}: cannot read the {what} ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+
+
+def load_compile_config(path: str | Path, *, validate: ValidateMode = "auto",
+                        allow_unsafe: bool = False) -> CompileConfig:
+    """Read and check a compile-config TOML file (a regular file of at most 1 MiB).
+
+    ``validate="auto"`` checks torch config keys against the installed torch when torch is importable;
+    ``True`` requires torch; ``False`` checks the structure and the allowlist only. Settings outside the
+    allowlist (:mod:`workbench.config_policy`) raise unless the caller passes ``allow_unsafe=True``. A ``[cache]
+    load`` bundle already in the folder is checked now (:mod:`workbench.compile_cache`). Raises
+    :class:`InputError` on any problem, naming the file and the key.
+    """
+    p = Path(path)
+    raw = read_regular_file(p, MAX_CONFIG_BYTES, "compile config")
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise InputError(f"{p}: not UTF-8 text (byte {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{p}: not valid TOML ({' '.join(str(exc).split())})") from None
     except RecursionError:
         raise InputError(f"{p}: not valid TOML (nested too deeply)") from None
-    except OSError as exc:
-        raise InputError(f"{p}: cannot read compile config ({exc.strerror})") from None
-    return _build(data, str(p), validate, allow_unsafe=allow_unsafe, base_dir=p.resolve().parent)
+    cfg = _build(data, str(p), validate, allow_unsafe=allow_unsafe, base_dir=os.path.realpath(p.parent))
+    bundle = cfg.cache_file("load")
+    if bundle is not None and os.path.lexists(bundle):
+        read_cache_bundle(cfg)
+    return cfg
+
+
+def read_cache_bundle(cfg: CompileConfig) -> bytes | None:
+    """The torch bytes of the ``[cache] load`` bundle, checked (:func:`workbench.compile_cache.check`); None when
+    the file does not exist. InputError naming the config, the key and the artifact refused."""
+    from workbench import compile_cache
+
+    path = cfg.cache_file("load")
+    if path is None or not os.path.lexists(path):
+        return None
+    where = f"{cfg.source}: [cache] load {cfg.cache['load']}"
+    try:
+        blob = read_regular_file(path, compile_cache.MAX_BUNDLE_BYTES, "compile-cache bundle")
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
+    return compile_cache.check(blob, where, allow_unsafe=cfg.unsafe_allowed)
+
+
+def _cache_path(source: str, key: str, value: str, base_dir: str | None, unsafe_ok: bool) -> Path:
+    if base_dir is None:
+        if unsafe_ok and os.path.isabs(value):
+            return Path(value)
+        raise InputError(f"{source}: [cache] {key} {value!r}: a config made from a dict has no folder to hold it; "
+                         f"load the config from a file")
+    folder = os.path.realpath(base_dir)
+    real = os.path.realpath(os.path.join(folder, value))
+    if not unsafe_ok and os.path.commonpath([folder, real]) != folder:
+        raise InputError(f"{source}: [cache] {key} {value!r} resolves to {real}, outside the config's folder "
+                         f"{folder} (a symlink?); {OPT_IN}")
+    return Path(real)
 
 
 def _closest(key: str, valid: list[str] | tuple[str, ...]) -> str:
@@ -431,7 +335,8 @@ def _config_keys(modname: str) -> tuple[Any, list[str]]:
     return module, keys
 
 
-def _entry_type(module: Any, key: str) -> Any:
+def torch_entry_type(module: Any, key: str) -> Any:
+    """The declared type of a torch config entry (``bool``, ``int | None``, ...), or None."""
     cfg = getattr(module, "_config", None)
     entry = cfg.get(key) if isinstance(cfg, dict) else None
     return getattr(entry, "value_type", None)
@@ -452,25 +357,29 @@ def _build(data: dict[str, Any], source: str, validate: ValidateMode, *, allow_u
            base_dir: str | Path | None = None) -> CompileConfig:
     if not isinstance(data, dict):
         raise InputError(f"{source}: a compile config is a TOML table")
-    data = dict(data)
-    file_unsafe = data.pop("allow_unsafe", False)
-    if not isinstance(file_unsafe, bool):
-        raise InputError(f"{source}: allow_unsafe must be true or false, got {type(file_unsafe).__name__}")
-    unsafe_ok = allow_unsafe or file_unsafe
-
-    def refuse(problem: str | None) -> None:
-        if problem and not unsafe_ok:
-            raise InputError(f"{source}: {problem}; refused by the safety policy (docs/compile-config.md)")
-
+    if "allow_unsafe" in data:
+        raise InputError(f"{source}: allow_unsafe in the file is refused: a config cannot lift its own policy; "
+                         f"only the caller's code can (load_compile_config(..., allow_unsafe=True) or "
+                         f"Collector(..., allow_unsafe=True))")
     for section, body in data.items():
         if section not in SECTIONS:
             raise InputError(f"{source}: unknown section [{section}]{_closest(section, SECTIONS)}"
                              f" (sections: {', '.join(SECTIONS)})")
         if not isinstance(body, dict):
             raise InputError(f"{source}: [{section}] must be a table, got {type(body).__name__}")
+
+    def allowed(section: str, key: str, value: Any) -> None:
+        """Refuse ``[section] key = value`` unless the allowlist admits it or the caller opted in."""
+        if allow_unsafe:
+            problem = policy.unsafe_value_problem(section, key, value)
+        else:
+            problem = policy.key_problem(section, key, value)
+        if problem:
+            raise InputError(f"{source}: {problem}" + ("" if allow_unsafe else f"; {OPT_IN}"))
+
     use_torch = _torch_available(validate, source)
     cfg = CompileConfig(source=source, base_dir=str(base_dir) if base_dir is not None else None,
-                        unsafe_allowed=bool(unsafe_ok))
+                        unsafe_allowed=bool(allow_unsafe))
 
     # torch config modules
     for section, modname in CONFIG_MODULES.items():
@@ -484,13 +393,11 @@ def _build(data: dict[str, Any], source: str, validate: ValidateMode, *, allow_u
         for k, v in body.items():
             _flatten(k, v, set(keys) if keys is not None else None, flat)
         for key, value in flat.items():
-            vtype = None
             if keys is not None:
                 if key not in keys:
                     raise _unknown(source, section, key, keys, modname)
-                vtype = _entry_type(module, key)
-                _check_config_value(source, section, key, value, vtype)
-            refuse(policy.torch_key_problem(section, key, value, vtype, typed=keys is not None))
+                _check_config_value(source, section, key, value, torch_entry_type(module, key))
+            allowed(section, key, value)
         setattr(cfg, section, flat)
 
     # torch.compile kwargs
@@ -505,32 +412,30 @@ def _build(data: dict[str, Any], source: str, validate: ValidateMode, *, allow_u
 
             valid = [p for p in inspect.signature(torch.compile).parameters if p != "model"]
             ind_module, ind_keys = _config_keys("torch._inductor.config")
-        for key, value in comp.items():
+        for key in comp:
             if key not in valid:
                 raise _unknown(source, "compile", key, valid, "torch.compile keyword arguments")
         for key, typ in (("fullgraph", bool), ("dynamic", bool), ("disable", bool), ("backend", str),
-                         ("mode", str), ("name", str), ("recompile_limit", int), ("isolate_recompiles", bool)):
+                         ("mode", str), ("name", str), ("recompile_limit", int), ("isolate_recompiles", bool),
+                         ("options", dict)):
             if key in comp:
                 _check_type(source, "compile", key, comp[key], typ)
         if "mode" in comp and comp["mode"] not in MODES:
             raise InputError(f"{source}: [compile] mode {comp['mode']!r} is not one of {', '.join(MODES)}"
                              f"{_closest(comp['mode'], MODES)}")
+        for key, value in comp.items():
+            allowed("compile", key, value)
         if "options" in comp:
-            _check_type(source, "compile", "options", comp["options"], dict)
             opts: dict[str, Any] = {}
             for k, v in comp["options"].items():
                 _flatten(k, v, set(ind_keys) if ind_keys is not None else None, opts)
             for key, value in opts.items():
-                vtype = None
                 if ind_keys is not None:
                     if key not in ind_keys:
                         raise _unknown(source, "compile.options", key, ind_keys, "torch._inductor.config")
-                    vtype = _entry_type(ind_module, key)
-                    _check_config_value(source, "compile.options", key, value, vtype)
-                refuse(policy.torch_key_problem("compile.options", key, value, vtype, typed=ind_keys is not None))
+                    _check_config_value(source, "compile.options", key, value, torch_entry_type(ind_module, key))
+                allowed("compile.options", key, value)
             comp["options"] = opts
-        if "backend" in comp:
-            refuse(policy.backend_problem("compile", "backend", comp["backend"], _backends(use_torch)))
         cfg.compile = comp
 
     # stance
@@ -544,8 +449,8 @@ def _build(data: dict[str, Any], source: str, validate: ValidateMode, *, allow_u
                          f"{_closest(stance['stance'], STANCES)}")
     if stance and "stance" not in stance:
         raise InputError(f"{source}: [stance] needs stance = \"...\" (one of {', '.join(STANCES)})")
-    if "force_backend" in stance:
-        refuse(policy.backend_problem("stance", "force_backend", stance["force_backend"], _backends(use_torch)))
+    for key, value in stance.items():
+        allowed("stance", key, value)
     cfg.stance = stance
 
     # env
@@ -557,9 +462,9 @@ def _build(data: dict[str, Any], source: str, validate: ValidateMode, *, allow_u
             env[key] = str(value)
         else:
             raise InputError(f"{source}: [env] {key} must be a string or number, got {type(value).__name__}")
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) or "\x00" in env[key]:
-            raise InputError(f"{source}: [env] {key!r} is not a valid environment variable name or value")
-        refuse(policy.env_problem(key, env[key]))
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,200}", key, re.ASCII):
+            raise InputError(f"{source}: [env] {key!r} is not a valid environment variable name")
+        allowed("env", key, env[key])
     cfg.env = env
 
     # mark_dynamic
@@ -571,27 +476,17 @@ def _build(data: dict[str, Any], source: str, validate: ValidateMode, *, allow_u
             if key not in spec:
                 raise _unknown(source, section, key, tuple(spec), f"workbench [{section}] keys")
             _check_type(source, section, key, value, spec[key])
-            if section == "cache" and key in ("load", "save"):
-                refuse(policy.cache_path_problem(key, value))
+            allowed(section, key, value)
         setattr(cfg, section, body)
+    for key in ("load", "save"):
+        if key in cfg.cache and cfg.base_dir is not None:
+            cfg.cache_file(key)         # inside the config's real folder, symlinks followed
 
     if use_torch:
         import torch
 
         cfg.validated_against = str(torch.__version__)
     return cfg
-
-
-def _backends(use_torch: bool) -> list[str] | None:
-    """The backend names the installed torch registers (None without torch)."""
-    if not use_torch:
-        return None
-    try:
-        import torch._dynamo
-
-        return list(torch._dynamo.list_backends(exclude_tags=())) + ["inductor"]
-    except Exception:  # noqa: BLE001 - an odd torch build: fall back to the fixed list
-        return None
 
 
 def _parse_mark_dynamic(source: str, body: dict[str, Any]) -> list[MarkDynamic]:
@@ -604,10 +499,11 @@ def _parse_mark_dynamic(source: str, body: dict[str, Any]) -> list[MarkDynamic]:
         if isinstance(spec, bool):
             raise bad(arg, "expected a dim, a list of dims or a table")
         if isinstance(spec, int):
-            out.append(MarkDynamic(arg, spec))
-            return
+            spec = {"dim": spec}
         if isinstance(spec, list):
             for item in spec:
+                if isinstance(item, list):
+                    raise bad(arg, "a list of dims holds dims or tables, not lists")
                 one(arg, item)
             return
         if not isinstance(spec, dict):
@@ -620,56 +516,20 @@ def _parse_mark_dynamic(source: str, body: dict[str, Any]) -> list[MarkDynamic]:
             raise bad(arg, "needs dim or dims")
         lo, hi = spec.get("min"), spec.get("max")
         for name, val in (("min", lo), ("max", hi)):
-            if val is not None and (isinstance(val, bool) or not isinstance(val, int)):
-                raise bad(arg, f"{name} must be an integer")
+            if val is not None and (why := policy.MARK_DYNAMIC_BOUND.problem(val)):
+                raise bad(arg, f"{name} {why}")
         if lo is not None and hi is not None and lo > hi:
             raise bad(arg, f"min {lo} > max {hi}")
         for d in dims if isinstance(dims, list) else [dims]:
-            if isinstance(d, bool) or not isinstance(d, int) or d < 0:
-                raise bad(arg, f"dim {d!r} must be a non-negative integer")
+            if why := policy.MARK_DYNAMIC_DIM.problem(d):
+                raise bad(arg, f"dim {why}")
             out.append(MarkDynamic(arg, d, lo, hi))
 
     for arg, spec in body.items():
-        if not re.fullmatch(r"[A-Za-z_0-9][\w]*(\.[\w]+)*", arg):
+        if not re.fullmatch(policy.MARK_DYNAMIC_ARG, arg, re.ASCII):
             raise bad(arg, "the key is an argument name, a positional index, or a dotted path")
         one(arg, spec)
     return out
-
-
-# ---------------------------------------------------------------------- applying helpers
-def _get_config(module: Any, key: str) -> Any:
-    obj = module
-    for part in key.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-def _set_config(module: Any, key: str, value: Any) -> None:
-    parts = key.split(".")
-    obj = module
-    for part in parts[:-1]:
-        obj = getattr(obj, part)
-    setattr(obj, parts[-1], value)
-
-
-def _resolve_callable(name: str) -> Any:
-    if hasattr(builtins, name):
-        return getattr(builtins, name)
-    modname, _, attr = name.rpartition(".")
-    return getattr(importlib.import_module(modname), attr)
-
-
-def _to_torch_value(module: Any, key: str, value: Any) -> Any:
-    """TOML has lists and strings; some config entries want sets or callables."""
-    vtype = _entry_type(module, key)
-    origin = getattr(vtype, "__origin__", vtype)
-    if key == "reorderable_logging_functions" and isinstance(value, list):
-        return {_resolve_callable(v) if isinstance(v, str) else v for v in value}
-    if origin in (set, frozenset) and isinstance(value, list):
-        return origin(value)
-    if origin is tuple and isinstance(value, list):
-        return tuple(value)
-    return value
 
 
 # ---------------------------------------------------------------------- writing
@@ -729,24 +589,42 @@ def _inline(table: dict[str, Any]) -> str | None:
     return "{ " + ", ".join(parts) + " }" if parts else None
 
 
+def writable_problem(config: dict[str, Any]) -> str | None:
+    """Why a recommender may not write ``config`` (a key outside :data:`~workbench.config_policy.RECOMMENDER_KEYS`
+    or the allowlist, or a value the allowlist refuses), or None."""
+    try:
+        policy.check_writable(config)
+        CompileConfig.from_dict(config, source="<written config>", validate=False)
+    except (ValueError, InputError) as exc:
+        return str(exc)
+    return None
+
+
 def dump_compile_config(config: dict[str, Any], comments: dict[str, str] | None = None,
                         header: str | None = None, footer: str | None = None) -> str:
-    """TOML text of ``config`` (sections → keys → values, as :meth:`CompileConfig.to_dict` returns) with comments.
+    """TOML text of ``config`` (sections → keys → values, as :meth:`CompileConfig.to_dict` returns) with comments,
+    as a recommender writes it.
 
     ``comments`` maps ``"section.key"`` (above that setting) or ``"section"`` (above the section) to text;
     ``header`` and ``footer`` become comment lines at the top and the end. Values are written by ``tomli_w``;
-    comment text is cut at every line break (:func:`comment_lines`). Only keys the recommender may write
-    (:data:`workbench.config_policy.RECOMMENDER_KEYS`) that pass the safety policy are accepted, and the text
-    is read back and must equal ``config`` exactly; otherwise ``ValueError``.
+    comment text is cut at every line break (:func:`comment_lines`). Only keys a recommender may write
+    (:data:`workbench.config_policy.RECOMMENDER_KEYS`) with values the allowlist admits are accepted, and the
+    text is read back and must equal ``config`` exactly; otherwise ``ValueError``.
     """
+    data = {s: b for s, b in ((s, _plain(b)) for s, b in config.items() if b) if b}
+    policy.check_writable(data)
+    return _dump(data, comments, header, footer, allow_unsafe=False)
+
+
+def _dump(config: dict[str, Any], comments: dict[str, str] | None, header: str | None, footer: str | None, *,
+          allow_unsafe: bool) -> str:
     import tomli_w
 
     comments = comments or {}
     data = {s: _plain(b) for s, b in config.items() if b}
     data = {s: b for s, b in data.items() if b}
-    policy.check_writable(data)
     try:
-        CompileConfig.from_dict(data, source="<written config>", validate=False)
+        CompileConfig.from_dict(data, source="<written config>", validate=False, allow_unsafe=allow_unsafe)
     except InputError as exc:
         raise ValueError(str(exc)) from None
     lines: list[str] = comment_lines(header)

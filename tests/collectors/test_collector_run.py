@@ -518,13 +518,13 @@ def test_sigkill_mid_run_leaves_completed_steps_readable(tmp_path):
 def test_compile_config_applied_in_thread_and_recorded(tmp_path):
     pytest.importorskip("workbench.compile_config")
     cfg = tmp_path / "cc.toml"
-    cfg.write_text('[dynamo]\nrecompile_limit = 3\n[compile]\ndynamic = false\n[env]\nTORCH_WB_TEST_VAR = "1"\n')
+    cfg.write_text('[dynamo]\nrecompile_limit = 3\n[compile]\ndynamic = false\n[env]\nTORCH_NCCL_TRACE_BUFFER_SIZE = "123"\n')
     import torch._dynamo.config as dcfg
 
-    before = dcfg.recompile_limit
+    before, env_before = dcfg.recompile_limit, os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE")
     try:
         c = Collector(tmp_path / "run", compile_config=cfg, profile_repeat=0)
-        assert os.environ["TORCH_WB_TEST_VAR"] == "1"                   # env applied at construction
+        assert os.environ["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "123"     # env applied at construction
         assert c.compile_kwargs == {"dynamic": False}
         with c:
             assert dcfg.recompile_limit == 3                       # config applied in this thread
@@ -540,7 +540,9 @@ def test_compile_config_applied_in_thread_and_recorded(tmp_path):
         assert run["compile_config_path"] == str(cfg.resolve())
     finally:
         dcfg.recompile_limit = before
-        os.environ.pop("TORCH_WB_TEST_VAR", None)
+        os.environ.pop("TORCH_NCCL_TRACE_BUFFER_SIZE", None)
+        if env_before is not None:
+            os.environ["TORCH_NCCL_TRACE_BUFFER_SIZE"] = env_before
 
 
 def test_compile_config_unknown_key_names_the_closest(tmp_path):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from workbench.collectors.apply import ConfigApplier
 from workbench.compile_config import CompileConfig, MarkDynamic, dump_compile_config, load_compile_config
 from workbench.errors import InputError
 
@@ -28,7 +29,7 @@ stance = "eager_on_recompile"
 after_step = 2
 [env]
 TORCH_COMPILE_DYNAMIC_SOURCES = "L['x']"
-TORCH_WB_FLAG = true
+TORCHDYNAMO_VERBOSE = true
 [mark_dynamic]
 x = { dim = 0, min = 2, max = 64 }
 "1" = [0, 1]
@@ -52,7 +53,7 @@ def test_load_full(tmp_path):
     assert cfg.dynamo["recompile_limit"] == 16
     assert cfg.inductor == {"fx_graph_cache": True, "triton.cudagraphs": False}
     assert cfg.compile_kwargs == {"dynamic": True, "backend": "aot_eager", "options": {"triton.cudagraphs": False}}
-    assert cfg.env == {"TORCH_COMPILE_DYNAMIC_SOURCES": "L['x']", "TORCH_WB_FLAG": "1"}
+    assert cfg.env == {"TORCH_COMPILE_DYNAMIC_SOURCES": "L['x']", "TORCHDYNAMO_VERBOSE": "1"}
     assert cfg.mark_dynamic == [MarkDynamic("x", 0, 2, 64), MarkDynamic("1", 0), MarkDynamic("1", 1)]
     assert cfg.validated_against is not None
     assert cfg.dynamic_sources() == "L['x']"
@@ -93,9 +94,13 @@ def test_errors_name_file_key_and_closest(tmp_path, text, needle):
 
 
 def test_structure_only_without_torch(tmp_path):
-    # validate=False is what happens when torch is not importable: unknown torch keys pass, structure is checked
-    cfg = load_compile_config(write(tmp_path, "[dynamo]\nnot_a_key = 1\n"), validate=False)
-    assert cfg.dynamo == {"not_a_key": 1} and cfg.validated_against is None
+    # validate=False is what happens when torch is not importable: the structure and the allowlist are checked
+    cfg = load_compile_config(write(tmp_path, "[dynamo]\nrecompile_limit = 4\n"), validate=False)
+    assert cfg.dynamo == {"recompile_limit": 4} and cfg.validated_against is None
+    with pytest.raises(InputError, match="not in the allowlist"):
+        load_compile_config(write(tmp_path, "[dynamo]\nnot_a_key = 1\n"), validate=False)
+    cfg = load_compile_config(write(tmp_path, "[dynamo]\nnot_a_key = 1\n"), validate=False, allow_unsafe=True)
+    assert cfg.dynamo == {"not_a_key": 1}
     with pytest.raises(InputError):
         load_compile_config(write(tmp_path, "[stance]\nstance = 'nope'\n"), validate=False)
 
@@ -105,44 +110,49 @@ def test_missing_file(tmp_path):
         load_compile_config(tmp_path / "nope.toml")
 
 
+def _applier(data: dict) -> ConfigApplier:
+    return ConfigApplier(CompileConfig.from_dict(data), lambda component, exc: None)
+
+
 def test_apply_env():
-    cfg = CompileConfig.from_dict({"env": {"TORCH_WB_TEST_VAR": "1"}})
     env: dict[str, str] = {}
-    prev = cfg.apply_env(env)
-    assert env == {"TORCH_WB_TEST_VAR": "1"} and prev == {"TORCH_WB_TEST_VAR": None}
+    prev = _applier({"env": {"TORCH_LOGS": "recompiles"}}).apply_env(env)
+    assert env == {"TORCH_LOGS": "recompiles"} and prev == {"TORCH_LOGS": None}
 
 
 def test_apply_in_thread_is_per_thread():
     import torch._dynamo.config as dcfg
     import torch._inductor.config as icfg
 
-    cfg = CompileConfig.from_dict({"dynamo": {"recompile_limit": 3, "reorderable_logging_functions": ["print"]},
-                                   "inductor": {"triton.cudagraphs": True}})
+    applier = _applier({"dynamo": {"recompile_limit": 3, "reorderable_logging_functions": ["print"]},
+                        "inductor": {"triton.cudagraphs": True}})
     seen = {}
 
     def worker():
-        prev = cfg.apply_in_thread()
+        prev = applier.apply_in_thread()
         seen["inside"] = (dcfg.recompile_limit, icfg.triton.cudagraphs, print in dcfg.reorderable_logging_functions)
         seen["prev"] = prev
+        applier.close(0)            # restores this thread's values
+        seen["after"] = dcfg.recompile_limit
 
     t = threading.Thread(target=worker)
     t.start()
     t.join()
     assert seen["inside"] == (3, True, True)
-    assert seen["prev"]["dynamo.recompile_limit"] == 8
+    assert seen["prev"]["dynamo.recompile_limit"] == 8 and seen["after"] == 8
     assert dcfg.recompile_limit == 8  # the main thread is untouched
 
 
 def test_mark_dynamic_inputs():
     import torch
 
-    cfg = CompileConfig.from_dict({"mark_dynamic": {"x": {"dim": 0, "min": 2, "max": 64}, "batch.y": 1}})
+    applier = _applier({"mark_dynamic": {"x": {"dim": 0, "min": 2, "max": 64}, "batch.y": 1}})
 
     def f(x, batch):
         return x
 
     x, y = torch.zeros(4, 3), torch.zeros(2, 5)
-    assert cfg.mark_dynamic_inputs((x,), {"batch": {"y": y}}, fn=f) == 2
+    assert len(applier.mark((x,), {"batch": {"y": y}}, f)) == 2
     assert 0 in getattr(x, "_dynamo_dynamic_indices", set())
     assert 1 in getattr(y, "_dynamo_dynamic_indices", set())
 
@@ -150,21 +160,32 @@ def test_mark_dynamic_inputs():
 def test_stance_after_step():
     import torch
 
-    cfg = CompileConfig.from_dict({"stance": {"stance": "eager_on_recompile", "after_step": 2}})
-    cfg.apply_in_thread()
+    applier = _applier({"stance": {"stance": "eager_on_recompile", "after_step": 2}})
+    applier.apply_in_thread()
     try:
-        assert cfg.on_step_end(1) == []
-        assert cfg.on_step_end(2) == ["stance=eager_on_recompile"]
-        assert cfg.on_step_end(3) == []
+        assert applier.on_step_end(1) == []
+        assert applier.on_step_end(2) == ["stance=eager_on_recompile"]
+        assert applier.on_step_end(3) == []
     finally:
         torch.compiler.set_stance("default")
+
+
+def test_a_config_built_by_hand_passes_the_allowlist_when_applied():
+    with pytest.raises(InputError, match="cpp.cxx"):
+        ConfigApplier(CompileConfig(inductor={"cpp.cxx": "/tmp/evil"}), lambda c, e: None)
+
+
+def test_dump_writes_any_allowed_key_and_reads_back(tmp_path):
+    cfg = load_compile_config(write(tmp_path, "[dynamo]\nsuppress_errors = true\n[inductor]\n\"cpp.threads\" = 4\n"))
+    again = CompileConfig.from_dict(tomllib.loads(cfg.dump(header="mine")))
+    assert again.to_dict() == cfg.to_dict() == {"dynamo": {"suppress_errors": True}, "inductor": {"cpp.threads": 4}}
 
 
 def test_import_needs_no_torch():
     import subprocess
     import sys
 
-    code = ("import sys, workbench.compile_config as c; "
+    code = ("import sys, workbench.compile_config as c, workbench.config_policy, workbench.compile_cache; "
             "c.CompileConfig.from_dict({'compile': {'dynamic': True}}, validate=False); "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

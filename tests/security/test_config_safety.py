@@ -101,13 +101,13 @@ def test_hostile_compile_log_through_apply(shared_dir, repo_dir, tmp_path):
     ('[env]\nNCCL_NET_PLUGIN = "evil"\n', "[env] NCCL_NET_PLUGIN"),
     ('[env]\nTORCHINDUCTOR_CACHE_DIR = "/tmp/x"\n', "[env] TORCHINDUCTOR_CACHE_DIR"),
     ('[env]\n"A=B" = "1"\n', "'A=B'"),
-    ('[env]\nTORCH_LOGS = "a\\nb"\n', "control character"),
+    ('[env]\nTORCH_LOGS = "a\\nb"\n', "[env] TORCH_LOGS"),
     ('[dynamo]\nreorderable_logging_functions = ["os.system"]\n', "reorderable_logging_functions"),
     ('[inductor]\n"cpp.cxx" = ["sh", "-c", "id"]\n', "cpp.cxx"),
     ('[inductor]\npost_grad_custom_post_pass = "x"\n', "post_grad_custom_post_pass"),
     ('[inductor]\n"trace.debug_dir" = "/tmp"\n', "trace.debug_dir"),
     ('[compile]\nbackend = "evilmod.backend"\n', "backend"),
-    ('[compile]\nbackend = "no_such_backend"\n', "not a registered backend"),
+    ('[compile]\nbackend = "no_such_backend"\n', "[compile] backend"),
     ('[compile]\noptions = { "triton.cudagraphs" = "yes" }\n', "triton.cudagraphs"),
     ('[stance]\nstance = "default"\nforce_backend = "x.y"\n', "force_backend"),
     ('[cache]\nsave = "/home/user/.bashrc"\n', "[cache] save"),
@@ -124,14 +124,17 @@ def test_policy_refuses_with_one_line(tmp_path, toml, where):
     assert "\n" not in msg and str(p) in msg and where in msg, msg
 
 
-def test_allow_unsafe_is_the_users_explicit_choice(tmp_path):
+def test_allow_unsafe_is_the_callers_explicit_choice_never_the_files(tmp_path):
     unsafe = '[env]\nLD_PRELOAD = "/tmp/x.so"\n[cache]\nsave = "/tmp/cache.bin"\n'
     p = tmp_path / "fixes.toml"
     p.write_text(unsafe)
     cfg = load_compile_config(p, allow_unsafe=True)
     assert cfg.env == {"LD_PRELOAD": "/tmp/x.so"} and cfg.unsafe_allowed
     p.write_text("allow_unsafe = true\n" + unsafe)
-    assert load_compile_config(p).unsafe_allowed
+    for caller in (False, True):      # the file's own opt-in is refused, whatever the caller says
+        with pytest.raises(InputError) as exc:
+            load_compile_config(p, allow_unsafe=caller)
+        assert "\n" not in str(exc.value) and str(p) in str(exc.value) and "allow_unsafe" in str(exc.value)
     # a recommender can never write the opt-in, nor an unsafe or unlisted key
     for bad in ({"allow_unsafe": True}, {"env": {"LD_PRELOAD": "x"}}, {"dynamo": {"suppress_errors": True}},
                 {"inductor": {"cpp.cxx": ["sh"]}}):
@@ -144,7 +147,32 @@ def test_cache_paths_resolve_inside_the_config_folder(tmp_path):
     p.parent.mkdir()
     p.write_text('[cache]\nsave = "compile_cache.bin"\nsave_after_step = 2\n')
     cfg = load_compile_config(p)
-    assert cfg.cache_path("save") == p.parent.resolve() / "compile_cache.bin"
+    assert cfg.cache_file("save") == p.parent.resolve() / "compile_cache.bin"
+
+
+@pytest.mark.parametrize("link", ["compile_cache.bin", "d/compile_cache.bin"])
+def test_cache_path_through_a_symlink_out_of_the_folder_is_refused(tmp_path, link):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "compile_cache.bin").write_bytes(b"x")
+    folder = tmp_path / "cfg"
+    folder.mkdir()
+    if "/" in link:
+        (folder / "d").symlink_to(outside)
+    else:
+        (folder / link).symlink_to(outside / "compile_cache.bin")
+    p = folder / "fixes.toml"
+    for key in ("load", "save"):
+        p.write_text(f'[cache]\n{key} = "{link}"\n')
+        with pytest.raises(InputError) as exc:
+            load_compile_config(p)
+        msg = str(exc.value)
+        assert "\n" not in msg and str(p) in msg and f"[cache] {key}" in msg and "outside the config's folder" in msg
+    # a symlink that stays inside the folder is fine
+    (folder / "real.bin").write_bytes(b"")
+    (folder / "inside.bin").symlink_to(folder / "real.bin")
+    p.write_text('[cache]\nsave = "inside.bin"\n')
+    assert load_compile_config(p).cache_file("save") == (folder / "real.bin").resolve()
 
 
 @pytest.mark.parametrize("content, where", [
@@ -165,3 +193,47 @@ def test_comments_never_become_settings():
                                header=HOSTILE, footer=HOSTILE)
     assert tomllib.loads(text) == {"dynamo": {"recompile_limit": 16}}
     assert "\x1b" not in text and "\u2028" not in text and "\x85" not in text
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "folder", "too-big"])
+def test_a_config_that_is_not_a_small_regular_file_is_one_line(tmp_path, kind):
+    """A FIFO would block a plain read and /dev/zero never ends: both are refused before a byte is read."""
+    import os
+
+    p = tmp_path / "fixes.toml"
+    if kind == "fifo":
+        os.mkfifo(p)
+    elif kind == "dev-zero":
+        p.symlink_to("/dev/zero")
+    elif kind == "folder":
+        p.mkdir()
+    else:
+        p.write_bytes(b"# " + b"x" * (1 << 20) + b"\n")
+    with pytest.raises(InputError) as exc:
+        load_compile_config(p)
+    msg = str(exc.value)
+    assert "\n" not in msg and str(p) in msg
+    assert ("at most" in msg) if kind == "too-big" else ("not a regular file" in msg), msg
+
+
+def test_collector_takes_the_opt_in_from_the_callers_code_and_records_it(tmp_path):
+    pytest.importorskip("torch")
+    from workbench.collectors import Collector
+
+    p = tmp_path / "fixes.toml"
+    p.write_text('[dynamo]\nrecompile_limit = 4\n[env]\nTORCH_WB_UNLISTED = "1"\n')
+    with pytest.raises(InputError, match=r"\[env\] TORCH_WB_UNLISTED"):
+        Collector(tmp_path / "run", compile_config=p, profile_repeat=0)
+    with pytest.raises(ValueError, match="allow_unsafe"):
+        Collector(tmp_path / "run", compile_config=p, profile_repeat=0, allow_unsafe="yes")
+    import os
+
+    try:
+        c = Collector(tmp_path / "run", compile_config=p, profile_repeat=0, allow_unsafe=True)
+        with c:
+            with c.step():
+                pass
+    finally:
+        os.environ.pop("TORCH_WB_UNLISTED", None)
+    meta = json.loads((tmp_path / "run/run.json").read_text())
+    assert meta["profile"]["allow_unsafe"] is True and meta["compile_config"]["env"] == {"TORCH_WB_UNLISTED": "1"}
