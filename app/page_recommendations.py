@@ -235,7 +235,7 @@ def apply(store: RunStore, rid: str) -> tuple[Path, str]:
         raise FileNotFoundError(f"the run folder {entry.path} no longer exists; nothing written")
     target = next_config_path(real)
     text = compute.recommendation_toml(compute.recommendations(store, rid), header=config_header(target))
-    CompileConfig.from_dict(tomllib.loads(text), validate="auto")
+    CompileConfig.from_dict(tomllib.loads(text), validate="auto", base_dir=real)   # [cache] paths checked in the run
     _write_new(store, rid, real, target.name, text)
     return entry.path / target.name, text
 
