@@ -12,12 +12,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from workbench.analyses.findings import Finding
 from workbench.analyses.kinds import Kind
+
+if TYPE_CHECKING:   # imported for the annotations only: both modules import this one
+    from workbench.analyses.rootcause import DeviceTime
+    from workbench.flight_recorder import HangTables
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,9 +42,9 @@ class Inputs:
     python_events: pl.DataFrame          # ``python_function`` events per rank (``rank``, ``events``)
     profiler_inflated: bool              # the traces were recorded with with_stack
     steps_by_rank: dict[int, list[int]]  # the analysed steps of each rank
-    device: Any                          # ``analyses.rootcause.DeviceTime`` of the analysed window
+    device: DeviceTime                   # the analysed window's device (or host) time per rank
     traced: dict[int, list[tuple[int, int]]]   # compile time the trace shows, per rank
-    hangs: Any                           # ``workbench.flight_recorder.HangTables`` (or None)
+    hangs: HangTables                    # Flight Recorder dumps and the collector's exit records
     found: tuple[Finding[Any], ...] = ()  # what the detectors before this one found
 
 

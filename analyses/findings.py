@@ -74,6 +74,7 @@ class Cost:
 
 
 E = TypeVar("E", bound=Evidence, covariant=True)
+EV = TypeVar("EV", bound=Evidence)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,9 +141,9 @@ def finding_id(kind: str | Kind, ranks: Sequence[int] = (), steps: Sequence[int]
     return f"{kind}:r{r}:s{s}" + (f":{key}" if key else "")
 
 
-def make_finding(kind: str | Kind, message: str, evidence: E, cost: Cost, *, ranks: Sequence[int] = (),
+def make_finding(kind: str | Kind, message: str, evidence: EV, cost: Cost, *, ranks: Sequence[int] = (),
                  steps: Sequence[int] = (), wall_ns: int | None = None, source: str = "", key: str = "",
-                 symptoms: Sequence[Finding[Evidence]] = ()) -> Finding[E]:
+                 symptoms: Sequence[Finding[Evidence]] = ()) -> Finding[EV]:
     """A :class:`Finding` with its id and its severity from :func:`severity_of` (``wall_ns``: the analysed wall
     time of the ranks concerned)."""
     kind = kind_spec(kind).kind
@@ -181,7 +182,7 @@ def _severity(kind: Kind, cost: Cost, wall_ns: int | None) -> Severity:
     return sev
 
 
-def rescore(f: Finding[E], wall_ns: int | None) -> Finding[E]:
+def rescore(f: Finding[EV], wall_ns: int | None) -> Finding[EV]:
     """``f`` with its severity recomputed for ``wall_ns`` (after its cost changed)."""
     return f.replace(severity=_severity(f.kind, f.cost, wall_ns))
 

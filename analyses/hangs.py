@@ -12,7 +12,8 @@ collector ``steps`` and ``compiles``.
   some ranks, or a different op, size or dtype, or the same call issued in different steps.
 * :func:`hang_findings` — ``desync`` / ``hang`` / ``rank_died`` findings: the first collective that does not match,
   the step each rank reached, what the odd rank was doing instead (compiling frame X since step N, in an extra
-  collective called from file:line, gone after step N) and the fix.
+  collective called from file:line, gone after step N) and what to change for this case (the evidence's ``fix``,
+  which the hang fixers of ``analyses/recommendations.py`` recommend; the message itself names no fix).
 * :func:`compiled_collective_findings` — ``compiled_desync``: a compiled graph whose collectives differ across
   ranks (found in the compile logs, before it hangs).
 

@@ -177,7 +177,7 @@ def register_fixer(evidence: type[E], *, kinds: Iterable[Kind] | None = None) ->
     def deco(fn: Fixer[E]) -> Fixer[E]:
         if any(r.fn is fn and r.evidence is evidence for r in _FIXERS):
             raise ValueError(f"fixer {fn.__qualname__} registered twice for {evidence.__name__}")
-        _FIXERS.append(_Registered(evidence, chosen, fn))  # type: ignore[arg-type]
+        _FIXERS.append(_Registered(evidence, chosen, fn))
         return fn
 
     return deco

@@ -31,8 +31,9 @@ from workbench import schema
 from workbench.analyses import metrics
 from workbench.analyses.detectors import Inputs, register_detector
 from workbench.analyses.findings import Cost, Finding, count_text, findings_frame, make_finding, ranks_text
+from workbench.analyses.kinds import CAUSES  # noqa: F401  (re-exported: schema.COMPILES points here)
 from workbench.analyses.kinds import (
-    CAUSES, COMPILE_TIME_NS, TIMEOUT_RISK_PCT, CacheDivergenceEvidence, CollectiveScheduleEvidence,
+    COMPILE_TIME_NS, TIMEOUT_RISK_PCT, CacheDivergenceEvidence, CollectiveScheduleEvidence,
     CompileGroupEvidence, CompileSkewEvidence, CompileTimeEvidence, ConfigDivergenceEvidence,
     DifferentProgramsEvidence, DivergentRecompileEvidence, Kind, RECOMPILE_KINDS, TimeoutRiskEvidence,
     recompile_kind,

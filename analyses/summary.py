@@ -255,11 +255,11 @@ def _num(v: Any, nd: int = 2) -> Any:
 
 def summarize_tables(tables: AnalysisTables, rank_ids: list[int], window: str) -> dict[str, Any]:
     """The JSON-ready summary of :func:`analysis_tables` output (what :func:`analyze` returns)."""
-    by_rank = {r["rank"]: r for r in tables["breakdown_by_rank"].iter_rows(named=True)}
-    wait = {r["rank"]: r for r in tables["collective_wait"].iter_rows(named=True)}
-    st = tables["step_table"]
-    compiles = {r["rank"]: r for r in tables["compiles_by_rank"].iter_rows(named=True)}
-    kct = tables["kernel_class_time"]
+    by_rank = {r["rank"]: r for r in tables.breakdown_by_rank.iter_rows(named=True)}
+    wait = {r["rank"]: r for r in tables.collective_wait.iter_rows(named=True)}
+    st = tables.step_table
+    compiles = {r["rank"]: r for r in tables.compiles_by_rank.iter_rows(named=True)}
+    kct = tables.kernel_class_time
     ranks: dict[str, dict[str, Any]] = {}
     for rank in sorted(set(rank_ids) | set(by_rank) | set(st["rank"].to_list())):
         b = by_rank.get(rank, {})
@@ -296,7 +296,7 @@ def summarize_tables(tables: AnalysisTables, rank_ids: list[int], window: str) -
         if not kct.is_empty():
             entry["kernel_time_ns"] = {r["kernel_class"]: r["total_ns"] for r in kct.filter(pl.col("rank") == rank).iter_rows(named=True)}
         ranks[str(rank)] = entry
-    inst = tables["collective_instances"]
+    inst = tables.collective_instances
     coll = {}
     if not inst.is_empty():
         real = inst.filter(~pl.col("p2p") & (pl.col("ranks_seen") > 1))
