@@ -9,27 +9,15 @@ naming the ranks and the reason, so a rerun whose fix never took effect says so 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
-from workbench.analyses.findings import KINDS, Cost, Evidence, Finding, declare_kind, make_finding, ranks_text
+from workbench.analyses.detectors import Inputs, register_detector
+from workbench.analyses.findings import Cost, Finding, make_finding, ranks_text
+from workbench.analyses.kinds import ConfigNotAppliedEvidence, Kind
 
-
-@dataclass(frozen=True, slots=True)
-class ConfigNotAppliedEvidence(Evidence):
-    setting: str                      # "compiler.dynamic_sources", "mark_dynamic.0:0", "compile.mode"
-    value: Any
-    reason: str
-    ranks: tuple[int, ...]
-    config_path: str | None
-
-
-if "config_not_applied" not in KINDS:
-    declare_kind("config_not_applied", ConfigNotAppliedEvidence,
-                 "A setting of the run's compile config did not take effect (the collector recorded why).",
-                 "none (the fix it carries did not run)", role="fact", hazard=True)
+__all__ = ["ConfigNotAppliedEvidence", "config_findings"]
 
 
 def _records(meta: dict[str, Any], fingerprints: pl.DataFrame | None) -> dict[int, list[dict[str, Any]]]:
@@ -49,7 +37,8 @@ def _records(meta: dict[str, Any], fingerprints: pl.DataFrame | None) -> dict[in
     return out
 
 
-def config_findings(meta: dict[str, Any], fingerprints: pl.DataFrame | None = None) -> list[Finding]:
+def config_findings(meta: dict[str, Any], fingerprints: pl.DataFrame | None = None
+                    ) -> list[Finding[ConfigNotAppliedEvidence]]:
     """One ``config_not_applied`` finding per setting some rank did not apply (ranks and reason in it)."""
     by_setting: dict[str, dict[str, Any]] = {}
     for rank, recs in sorted(_records(meta, fingerprints).items()):
@@ -67,8 +56,13 @@ def config_findings(meta: dict[str, Any], fingerprints: pl.DataFrame | None = No
         reason = "; ".join(e["reasons"])[:400]
         ranks = tuple(e["ranks"])
         out.append(make_finding(
-            "config_not_applied",
+            Kind.CONFIG_NOT_APPLIED,
             f"config {setting} not applied on {ranks_text(ranks)}: {reason}",
             ConfigNotAppliedEvidence(setting, e["value"], reason, ranks, path),
             Cost.none("none: the setting did not take effect"), ranks=ranks, source="applied", key=setting))
     return out
+
+
+@register_detector(Kind.CONFIG_NOT_APPLIED, needs=("meta", "fingerprints"), order=60)
+def _not_applied(x: Inputs) -> list[Finding[ConfigNotAppliedEvidence]]:
+    return config_findings(dict(x.meta), x.fingerprints)

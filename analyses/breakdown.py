@@ -22,8 +22,16 @@ Idle causes per stream follow HTA's ``get_idle_time_breakdown``: on each stream,
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 
+from workbench.analyses.detectors import Inputs, register_detector
+from workbench.analyses.findings import Cost, Finding, format_ns, make_finding
+from workbench.analyses.kinds import (
+    EXPOSED_COMM_PCT, EXPOSED_MEMCPY_PCT, IDLE_HOST_PCT, IDLE_PCT, ExposedCommEvidence, ExposedMemcpyEvidence,
+    IdleEvidence, Kind,
+)
 from workbench.analyses.window import Window, window_kernels
 
 #: HTA's default ``consecutive_kernel_delay`` is 30 in trace units, which are microseconds.
@@ -296,7 +304,7 @@ def breakdown_findings(
     by_rank: pl.DataFrame, main_stream_causes: pl.DataFrame | None = None, launch: pl.DataFrame | None = None,
     *, profiler_inflated: bool = False, steps_by_rank: dict[int, list[int]] | None = None,
     gaps: pl.DataFrame | None = None, segments: pl.DataFrame | None = None,
-) -> list:
+) -> list[Finding[Any]]:
     """Findings (:class:`workbench.analyses.findings.Finding`) from the per-rank breakdown, one per rank.
 
     * ``exposed_communication``: communication not hidden under compute ≥ 5 % of the window on the rank
@@ -318,24 +326,21 @@ def breakdown_findings(
     :func:`idle_gaps` rows (the host-wait ones of the main streams are read); ``segments``: :func:`time_breakdown`
     rows (``rank``, ``start``: where each step's activity begins).
     """
-    from workbench.analyses.findings import Cost, format_ns, make_finding
-    from workbench.analyses.kinds import ExposedCommEvidence, ExposedMemcpyEvidence, IdleEvidence
-
-    out: list = []
+    out: list[Finding[Any]] = []
     if by_rank is None or by_rank.is_empty():
         return out
     steps_of = steps_by_rank or {}
     bd = by_rank.filter(pl.col("window_ns") > 0)
-    for r in bd.filter(pl.col("comm_exposed_pct") >= 5.0).iter_rows(named=True):
+    for r in bd.filter(pl.col("comm_exposed_pct") >= EXPOSED_COMM_PCT).iter_rows(named=True):
         ev = ExposedCommEvidence(per_rank=({k: r[k] for k in ("rank", "comm_ns", "comm_exposed_ns", "comm_exposed_pct",
                                                                "comm_overlap_pct", "window_ns")},))
         out.append(make_finding(
-            "exposed_communication",
+            Kind.EXPOSED_COMMUNICATION,
             f"Communication not overlapped with compute takes {r['comm_exposed_pct']:.1f}% of the device time "
             f"on rank {r['rank']} (overlap {r['comm_overlap_pct'] or 0:.0f}% of communication time).",
             ev, Cost.measured(r["comm_exposed_ns"], "exposed communication time in the analysed window"),
             ranks=[r["rank"]], steps=steps_of.get(r["rank"], ()), source="breakdown"))
-    idle = bd.filter(pl.col("idle_pct") >= 20.0)
+    idle = bd.filter(pl.col("idle_pct") >= IDLE_HOST_PCT)
     if not idle.is_empty():
         causes = main_stream_causes if main_stream_causes is not None else pl.DataFrame()
         if not causes.is_empty():
@@ -369,16 +374,16 @@ def breakdown_findings(
             if host and between is not None:
                 row["between_steps_wait_ns"] = between.get(r["rank"], 0)
                 row["launch_gap_ns"] = max(0, int(r.get("host_ns") or 0) - row["between_steps_wait_ns"])
-                host = 100.0 * row["launch_gap_ns"] / r["window_ns"] >= 20.0
+                host = 100.0 * row["launch_gap_ns"] / r["window_ns"] >= IDLE_HOST_PCT
             cost = (Cost.measured(row["launch_gap_ns"], "launch gaps: host-wait gaps between the kernels of a step on "
                                                         "the main stream, in the analysed window")
                     if host and "launch_gap_ns" in row else Cost.measured(r["idle_ns"], "GPU idle time in the analysed window"))
-            if not host and r["idle_pct"] < 30.0:
+            if not host and r["idle_pct"] < IDLE_PCT:
                 continue
             ev = IdleEvidence(per_rank=(row,), short_kernel_pct=short_pct, profiler_inflated=profiler_inflated)
             if not host and row.get("launch_gap_ns") is not None:
                 out.append(make_finding(
-                    "gpu_idle",
+                    Kind.GPU_IDLE,
                     f"The GPU idles {r['idle_pct']:.1f}% of the analysed window on rank {r['rank']}, mostly between "
                     f"steps: {format_ns(row['between_steps_wait_ns'])} before the steps' first kernels (the "
                     "training loop, data loading, a synchronisation, the profiler's own step), against "
@@ -390,23 +395,33 @@ def breakdown_findings(
                 extra = (f" {short_pct:.0f}% of compute kernels run < 10 µs: launch overhead dominates."
                          if launch_bound else " The CPU does not queue work fast enough.")
                 out.append(make_finding(
-                    "launch_bound" if launch_bound else "host_bound",
+                    Kind.LAUNCH_BOUND if launch_bound else Kind.HOST_BOUND,
                     f"The GPU idles {r['idle_pct']:.1f}% of the time on rank {r['rank']}, "
                     f"{r['host_wait_pct']:.0f}% of it waiting for the host to launch kernels.{extra}{note}",
                     ev, cost, ranks=[r["rank"]], steps=steps_of.get(r["rank"], ()), source="breakdown"))
             else:
                 out.append(make_finding(
-                    "gpu_idle",
+                    Kind.GPU_IDLE,
                     f"The GPU idles {r['idle_pct']:.1f}% of the analysed window on rank {r['rank']} "
                     "(not mainly waiting on kernel launches: synchronisation, data loading or waiting on peers).",
                     ev, cost, ranks=[r["rank"]], steps=steps_of.get(r["rank"], ()), source="breakdown"))
-    for r in bd.filter(pl.col("memory_exposed_pct") >= 5.0).iter_rows(named=True):
+    for r in bd.filter(pl.col("memory_exposed_pct") >= EXPOSED_MEMCPY_PCT).iter_rows(named=True):
         ev = ExposedMemcpyEvidence(per_rank=({k: r[k] for k in ("rank", "memcpy_ns", "memset_ns", "memory_exposed_ns",
                                                                  "memory_exposed_pct")},))
         out.append(make_finding(
-            "exposed_memcpy",
+            Kind.EXPOSED_MEMCPY,
             f"Memory copies/sets run with nothing else on the GPU for {r['memory_exposed_pct']:.1f}% of the "
             f"time on rank {r['rank']} (pinned memory and non_blocking copies on a side stream hide them).",
             ev, Cost.measured(r["memory_exposed_ns"], "exposed copy time in the analysed window"),
             ranks=[r["rank"]], steps=steps_of.get(r["rank"], ()), source="breakdown"))
     return out
+
+
+@register_detector(Kind.EXPOSED_COMMUNICATION, Kind.HOST_BOUND, Kind.LAUNCH_BOUND, Kind.GPU_IDLE, Kind.EXPOSED_MEMCPY,
+                   needs=("breakdown_by_rank", "main_causes", "launch_stats", "profiler_inflated", "steps_by_rank",
+                          "idle_gaps", "breakdown"), order=10)
+def _detect(x: Inputs) -> list[Finding[Any]]:
+    """:func:`breakdown_findings` of the analysed window (launch gaps: the host-wait gaps inside steps)."""
+    return breakdown_findings(x.tables["breakdown_by_rank"], x.main_causes, x.tables["launch_stats"],
+                              profiler_inflated=x.profiler_inflated, steps_by_rank=x.steps_by_rank,
+                              gaps=x.tables["idle_gaps"], segments=x.tables["breakdown"])

@@ -25,9 +25,10 @@ from __future__ import annotations
 import polars as pl
 
 from workbench.analyses.breakdown import step_segments
+from workbench.analyses.detectors import Inputs, register_detector
 from workbench.analyses.findings import Cost, Finding, make_finding
-from workbench.analyses.kinds import PipelineBubbleEvidence
 from workbench.analyses.intervals import covered_between, merge_intervals
+from workbench.analyses.kinds import BUBBLE_PCT, Kind, PipelineBubbleEvidence
 from workbench.analyses.window import Window, window_steps
 
 FORWARD_PATTERN = r"(?i)(^|[^a-z])(forward|fwd)([^a-z]|$)"
@@ -156,7 +157,7 @@ def pipeline_bubbles(
     return out
 
 
-def bubble_findings(bubbles: pl.DataFrame, min_pct: float = 20.0) -> list[Finding]:
+def bubble_findings(bubbles: pl.DataFrame, min_pct: float = BUBBLE_PCT) -> list[Finding[PipelineBubbleEvidence]]:
     """Findings of kind ``pipeline_bubble``: ranks with several micro-batch forwards per step whose bubble is at
     least ``min_pct`` % of the step. Cost: the worst rank's summed bubble time."""
     if bubbles is None or bubbles.is_empty():
@@ -174,7 +175,7 @@ def bubble_findings(bubbles: pl.DataFrame, min_pct: float = 20.0) -> list[Findin
     mb = float(worst["mb"])
     theory = 100.0 * (stages - 1) / (mb + stages - 1) if stages > 1 else None
     return [make_finding(
-        "pipeline_bubble",
+        Kind.PIPELINE_BUBBLE,
         f"Pipeline bubbles take {worst['pct']:.0f}% of the step on rank {worst['rank']} "
         f"({per_rank.height} stage{'s' if per_rank.height != 1 else ''} above {min_pct:.0f}%; GPipe theory with "
         f"{stages} stage{'s' if stages != 1 else ''} and {mb:.0f} micro-batches: {theory or 0:.0f}%); the first "
@@ -183,3 +184,8 @@ def bubble_findings(bubbles: pl.DataFrame, min_pct: float = 20.0) -> list[Findin
         PipelineBubbleEvidence(tuple(per_rank.drop("steps").to_dicts()), theory, mb, stages),
         Cost.measured(worst["bubble_ns"], "step time not covered by any forward or backward on the worst stage"),
         ranks=per_rank["rank"].to_list(), steps=worst["steps"], source="bubbles")]
+
+
+@register_detector(Kind.PIPELINE_BUBBLE, needs=("bubbles",), order=40)
+def _detect(x: Inputs) -> list[Finding[PipelineBubbleEvidence]]:
+    return bubble_findings(x.tables["bubbles"])

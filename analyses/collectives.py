@@ -32,9 +32,10 @@ from typing import Literal
 
 import polars as pl
 
+from workbench.analyses.detectors import Inputs, register_detector
 from workbench.analyses.findings import Cost, Finding, make_finding
 from workbench.analyses.kinds import (
-    ClockOffsetEvidence, CollectiveDriftEvidence, CollectiveMismatchEvidence,
+    CLOCK_OFFSET_NS, DRIFT_NS, ClockOffsetEvidence, CollectiveDriftEvidence, CollectiveMismatchEvidence, Kind,
 )
 
 P2P = ("send", "recv", "sendrecv", "isend", "irecv", "p2p")
@@ -287,7 +288,7 @@ def collective_findings(
         if not bad.is_empty():
             first = bad.row(0, named=True)
             out.append(make_finding(
-                "collective_mismatch",
+                Kind.COLLECTIVE_MISMATCH,
                 f"{bad.height} collective call{'s disagree' if bad.height != 1 else ' disagrees'} across ranks, first in step {first['step']}: "
                 f"{first['mismatch']} (process group {first['pg_name'] or '?'}, call {first['order']}).",
                 CollectiveMismatchEvidence("disagree", bad.height, tuple(bad.head(5).select(
@@ -297,7 +298,7 @@ def collective_findings(
         missing = instances.filter(~pl.col("complete") & ~pl.col("p2p"))
         if not missing.is_empty():
             out.append(make_finding(
-                "collective_mismatch",
+                Kind.COLLECTIVE_MISMATCH,
                 f"{missing.height} collective call{'s were' if missing.height != 1 else ' was'} not found on every loaded rank of their process group "
                 "(different call counts per rank: a divergent code path, or profiler windows that cover "
                 "different calls).",
@@ -306,19 +307,19 @@ def collective_findings(
                 Cost.none("none (a call missing on some ranks hangs them, unless the windows differ)"),
                 steps=sorted(set(missing["step"].drop_nulls().to_list())), source="collectives", key="missing"))
     if offsets is not None and not offsets.is_empty() and aligned:
-        big = offsets.filter(pl.col("offset_ns").abs() > 100_000)
+        big = offsets.filter(pl.col("offset_ns").abs() > CLOCK_OFFSET_NS)
         if not big.is_empty():
             out.append(make_finding(
-                "clock_offset",
+                Kind.CLOCK_OFFSET,
                 "Ranks run on several hosts whose clocks differ (up to "
                 f"{big['offset_ns'].abs().max() / 1e6:.3f} ms); times were aligned using collective ends.",
                 ClockOffsetEvidence(tuple(offsets.to_dicts())), Cost.none("none (a fact about the clocks)"),
                 ranks=big["rank"].to_list(), source="collectives"))
     if drift is not None and not drift.is_empty():
-        d = drift.filter((pl.col("drift_ns").abs() > 1_000_000) & (pl.col("instances") >= 8) & (pl.col("steps") >= 3))
+        d = drift.filter((pl.col("drift_ns").abs() > DRIFT_NS) & (pl.col("instances") >= 8) & (pl.col("steps") >= 3))
         for r in d.sort(pl.col("drift_ns").abs(), descending=True).head(1).iter_rows(named=True):
             out.append(make_finding(
-                "collective_drift",
+                Kind.COLLECTIVE_DRIFT,
                 f"Rank {r['rank']} reaches collectives {'later' if r['drift_ns'] > 0 else 'earlier'} and "
                 f"{'later' if r['drift_ns'] > 0 else 'earlier'} relative to the other ranks: "
                 f"{r['drift_ns'] / 1e6:+.2f} ms over the window.",
@@ -327,3 +328,11 @@ def collective_findings(
                 Cost.none("none (a trend in arrival times, not time lost by itself)"),
                 ranks=[r["rank"]], source="collectives"))
     return out
+
+
+@register_detector(Kind.COLLECTIVE_MISMATCH, Kind.CLOCK_OFFSET, Kind.COLLECTIVE_DRIFT,
+                   needs=("collective_instances", "clock_offsets", "collective_drift", "ranks"), order=20)
+def _detect(x: Inputs) -> list[Finding]:
+    """:func:`collective_findings` of the matched collectives (clock offsets only when ranks span hosts)."""
+    return collective_findings(x.tables["collective_instances"], x.tables["clock_offsets"],
+                               x.tables["collective_drift"], aligned=spans_hosts(x.ranks))

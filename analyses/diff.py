@@ -14,6 +14,8 @@ show:
    ``cannot tell`` / ``not comparable``), matched by kind + ranks (+ compiled frame for recompile kinds), never by
    message text; the findings AFTER has and BEFORE had not. A timed finding absent from AFTER is ``fixed`` only
    when AFTER could have shown it and its cost per step was above the step-to-step spread (else ``cannot tell``).
+   How a finding's cost is compared (per window step, per collector step, or by occurrence) and whether one rerun
+   can show it gone are its kind's facts (``KindSpec.cost_scope``, ``one_shot``).
 3. The step-time change with its uncertainty (:class:`Change`: bootstrap CI of the median change and a
    Mann–Whitney rank-sum test on the per-step times of each side; too few steps or a CI that is neither clearly
    away from zero nor clearly within ±5 % gives ``"cannot tell"``).
@@ -37,6 +39,7 @@ import polars as pl
 from workbench.analyses.diff_stats import (  # noqa: F401  (re-exported: one import for the diff's users)
     MIN_STEPS, Change, Direction, StepStats, compare, job_step_times, median_change_ci, rank_sum_p, step_stats,
 )
+from workbench.analyses.findings import Finding
 from workbench.analyses.window import window_kernels, window_steps
 
 Verdict = Literal["fixed", "smaller", "unchanged", "worse", "cannot tell", "not comparable"]
@@ -46,14 +49,6 @@ Effect = Literal["different job", "warning", "expected", "note"]
 FINDING_TOLERANCE = 0.25
 TOP_N = 10
 
-#: Finding sources whose cost is a total over the profiler window (normalised by its step count), over the
-#: collector steps, or a count of events (compared by occurrence).
-_WINDOW_SOURCES = {"breakdown", "collectives", "bubbles", "overlap", "kernels", "rootcause"}
-_STEP_SOURCES = {"stragglers"}
-_EVENT_SOURCES = {"recompiles", "hangs", "applied", "summary", "collector"}
-#: Kinds whose occurrence one timing per run decides (the first compile's skew, a compile near the timeout): their
-#: absence from one rerun cannot tell a fix from host noise.
-_ONE_SHOT_TIMING = {"compile_skew", "timeout_risk"}
 #: What the AFTER run must have recorded to see a finding of each source again (table, description).
 _NEEDS = {"breakdown": ("kernels", "device data"), "overlap": ("kernels", "device data"),
           "kernels": ("kernels", "device data"), "collectives": ("collectives", "collectives"),
@@ -64,8 +59,8 @@ _NEEDS = {"breakdown": ("kernels", "device data"), "overlap": ("kernels", "devic
 # ----------------------------------------------------------------------------------------------- input
 @dataclass(frozen=True)
 class RunData:
-    """What the diff reads of one run: its tables (polars frames, all ranks), its findings (the FINDINGS view)
-    and ``run.json`` (``meta``)."""
+    """What the diff reads of one run: its tables (polars frames, all ranks), its typed root findings (symptoms under
+    them) and ``run.json`` (``meta``)."""
 
     name: str
     steps: pl.DataFrame
@@ -76,7 +71,7 @@ class RunData:
     fingerprints: pl.DataFrame
     ranks: pl.DataFrame
     breakdown: pl.DataFrame
-    findings: pl.DataFrame
+    findings: tuple[Finding[Any], ...]
     meta: Mapping[str, Any] = field(default_factory=dict)
     problems: tuple[str, ...] = ()                  # files unreadable or read in part (``run.problems``)
     skipped: pl.DataFrame = field(default_factory=pl.DataFrame)   # what reading dropped (``run.skipped``)
@@ -84,14 +79,17 @@ class RunData:
     @classmethod
     def from_run(cls, run: Any, tables: Any, name: str | None = None) -> RunData:
         """From an opened :class:`workbench.Run` and its ``analysis_tables(run)`` result (a mapping or an object
-        with ``breakdown`` / ``findings`` attributes)."""
+        with ``breakdown`` / ``roots`` attributes)."""
+        def get(obj: Any, key: str) -> Any:
+            return obj.get(key) if isinstance(obj, Mapping) else getattr(obj, key, None)
+
         def table(obj: Any, key: str) -> pl.DataFrame:
-            v = obj.get(key) if isinstance(obj, Mapping) else getattr(obj, key, None)
+            v = get(obj, key)
             return v if isinstance(v, pl.DataFrame) else pl.DataFrame()
         return cls(name=name or str(getattr(run, "name", "run")),
                    **{k: table(run, k) for k in ("steps", "kernels", "events", "collectives", "compiles",
                                                  "fingerprints", "ranks")},
-                   breakdown=table(tables, "breakdown"), findings=table(tables, "findings"),
+                   breakdown=table(tables, "breakdown"), findings=tuple(get(tables, "roots") or ()),
                    meta=dict(getattr(run, "meta", None) or {}),
                    problems=tuple(str(p) for p in getattr(run, "problems", None) or ()),
                    skipped=table(run, "skipped"))
@@ -457,38 +455,33 @@ class _F:
     message: str
     source: str
     cost_basis: str | None = None
+    scope: str = "run"          # KindSpec.cost_scope
+    one_shot: bool = False      # KindSpec.one_shot
 
 
 def _frame_of(evidence: Any) -> str | None:
     """The compiled frame a recompile finding is about (``co_name file``, as :func:`compiled_frames`), from its
-    evidence."""
-    if isinstance(evidence, str):
-        try:
-            evidence = orjson.loads(evidence) if evidence else {}
-        except orjson.JSONDecodeError:
-            return None
-    if not isinstance(evidence, Mapping) or not evidence.get("co_name"):
+    evidence's ``co_name`` and ``location`` (or ``co_filename:co_firstlineno``)."""
+    co_name = getattr(evidence, "co_name", None)
+    if not co_name:
         return None
-    loc = evidence.get("location")
-    if not loc and evidence.get("co_filename"):
-        loc = f"{evidence['co_filename']}:{evidence.get('co_firstlineno')}"
+    loc = getattr(evidence, "location", None)
+    if not loc and getattr(evidence, "co_filename", None):
+        loc = f"{evidence.co_filename}:{evidence.co_firstlineno}"
     if loc:
         path, sep, _line = str(loc).rpartition(":")
         loc = PurePath(path if sep else str(loc)).name
-    return f"{evidence['co_name']} {loc}" if loc else str(evidence["co_name"])
+    return f"{co_name} {loc}" if loc else str(co_name)
 
 
-def root_findings(findings: pl.DataFrame) -> list[_F]:
-    """The root findings of a FINDINGS view (symptoms are judged through their cause)."""
-    if findings.is_empty():
-        return []
-    f = findings.filter(pl.col("is_root")) if "is_root" in findings.columns else findings
+def root_findings(findings: Sequence[Finding[Any]]) -> list[_F]:
+    """The root findings as the diff compares them (symptoms are judged through their cause)."""
     out = []
-    for r in f.iter_rows(named=True):
-        out.append(_F(r.get("id"), r["kind"], tuple(sorted(r.get("ranks") or ())), tuple(sorted(r.get("steps") or ())),
-                      _frame_of(r.get("evidence")) if r.get("source") in _EVENT_SOURCES else None,
-                      r.get("severity") or "", r.get("cost_ns"), r.get("message") or "", r.get("source") or "",
-                      r.get("cost_basis")))
+    for f in findings:
+        spec = f.spec
+        out.append(_F(f.id, f.kind.value, tuple(sorted(f.ranks)), tuple(sorted(f.steps)),
+                      _frame_of(f.evidence) if spec.cost_scope == "run" else None, f.severity, f.cost_ns, f.message,
+                      f.source, f.cost.basis, spec.cost_scope, spec.one_shot))
     return out
 
 
@@ -504,8 +497,7 @@ def _per_step(f: _F, d: RunData) -> float | None:
     """The finding's cost per step of what it was measured over (window steps or collector steps)."""
     if f.cost_ns is None:
         return None
-    n = _window_steps(d) if f.source in _WINDOW_SOURCES else _collector_steps(d) if f.source in _STEP_SOURCES \
-        else 0
+    n = _window_steps(d) if f.scope == "window" else _collector_steps(d) if f.scope == "steps" else 0
     return f.cost_ns / n if n else None
 
 
@@ -565,12 +557,12 @@ def _judge(f: _F, g: _F | None, b: RunData, a: RunData, comp: Comparability) -> 
     noise = max(_spread(b), _spread(a))  # the step-to-step spread of either run: changes below it are noise
     if g is None:
         ok, why = _covers(a, f)
-        if ok and f.source in _STEP_SOURCES and _collector_steps(a) < MIN_STEPS:
+        if ok and f.scope == "steps" and _collector_steps(a) < MIN_STEPS:
             ok, why = False, f"AFTER has only {_collector_steps(a)} collector steps"
-        if ok and f.kind in _ONE_SHOT_TIMING:
+        if ok and f.one_shot:
             ok, why = False, "not in AFTER, but one timing a run decides it (one sample a side)"
         pb = base["before_per_step_ns"]
-        if ok and f.source not in _EVENT_SOURCES and pb is not None and pb < noise:
+        if ok and f.scope != "run" and pb is not None and pb < noise:
             ok, why = False, (f"not in AFTER, but it cost {_ms(pb)} per step, within the step-to-step spread "
                               f"({_ms(noise)})")
         if not ok:
@@ -580,7 +572,7 @@ def _judge(f: _F, g: _F | None, b: RunData, a: RunData, comp: Comparability) -> 
                               evidence=f"no {f.kind} on ranks {_ranks(f.ranks)} in {_looked_at(a, f.source)} "
                                        f"(was {_ms(f.cost_ns)})")
     after = dict(after_cost_ns=g.cost_ns, after_per_step_ns=_per_step(g, a), after_id=g.id)
-    if f.source in _EVENT_SOURCES:  # a recompile happens or not: judge by how often
+    if f.scope == "run":  # a recompile happens or not: judge by how often
         nb, na = max(len(f.steps), 1), max(len(g.steps), 1)
         verdict: Verdict = "smaller" if na < nb else "worse" if na > nb else "unchanged"
         return FindingVerdict(**base, **after, verdict=verdict,
@@ -588,7 +580,7 @@ def _judge(f: _F, g: _F | None, b: RunData, a: RunData, comp: Comparability) -> 
                                        f"{_ranks(f.ranks)} → {_ranks(g.ranks)}, cost {_ms(f.cost_ns)} → "
                                        f"{_ms(g.cost_ns)}")
     pb, pa = base["before_per_step_ns"], after["after_per_step_ns"]
-    if f.source in _STEP_SOURCES and min(_collector_steps(b), _collector_steps(a)) < MIN_STEPS:
+    if f.scope == "steps" and min(_collector_steps(b), _collector_steps(a)) < MIN_STEPS:
         return FindingVerdict(**base, **after, verdict="cannot tell",
                               evidence=f"still there, but only {_collector_steps(b)} and {_collector_steps(a)} "
                                        f"steps: too few to tell a change of its cost from noise")

@@ -1,12 +1,12 @@
-"""Findings: the typed problems analyses report, the registry of their kinds, and one severity rule.
+"""Findings: the typed problems analyses report, and one severity rule.
 
 * :class:`Cost` — what a finding costs, ``measured`` (from this run's own timings) or ``estimated``, and how.
 * :class:`Evidence` — base of the one evidence dataclass each kind declares (:mod:`workbench.analyses.kinds`).
 * :class:`Finding` — one problem: ``id``, ``kind``, ``severity``, ``ranks``, ``steps``, ``cost``, ``message``,
   ``evidence``, ``symptoms`` (the findings this one explains: a root cause's idle, exposed communication, waits),
   ``source``.
-* The kind registry: :func:`declare_kind` (once per kind, with its evidence type and definition),
-  :func:`register_fixer` (recommendations fill it), :func:`kind_spec`, :func:`fixers_for`, :data:`KINDS`.
+* Kinds are declared once in :mod:`workbench.analyses.kinds` (:class:`Kind`, :func:`kind_spec`); detectors register
+  in :mod:`workbench.analyses.detectors`, fixers in :mod:`workbench.analyses.recommendations`.
 * :func:`severity_of` — one rule for every kind, from the cost's share of the analysed wall time.
 * :func:`findings_frame` — the polars view (schema ``workbench.schema.FINDINGS``; one row per finding, symptoms
   included, ``cause_id`` pointing at their root); :func:`findings_to_dicts` — the JSON tree.
@@ -20,17 +20,17 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
 
 import orjson
 import polars as pl
 
+from workbench.analyses.kinds import KINDS, Evidence, Kind, KindSpec, Severity, declare_kind, kind_spec
 from workbench.schema import FINDINGS, conform, empty
 
 Basis = Literal["measured", "estimated"]
-Severity = Literal["high", "medium", "low", "info"]
 #: Severity order, most severe first (the one definition; sort keys use its index).
 SEVERITIES: tuple[str, ...] = ("high", "medium", "low", "info")
 #: Cost share of the analysed wall time at or above which a finding is ``high`` / ``medium`` (percent).
@@ -73,60 +73,59 @@ class Cost:
         return f"{format_ns(self.ns)} {self.basis} ({self.method})"
 
 
-@dataclass(frozen=True, slots=True)
-class Evidence:
-    """Base of every kind's evidence: a frozen dataclass of the numbers behind a finding."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
-
-
-def _plain(v: Any) -> Any:
-    if isinstance(v, Evidence):
-        return v.to_dict()
-    if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        return {f.name: _plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
-    if isinstance(v, (tuple, list)):
-        return [_plain(x) for x in v]
-    if isinstance(v, dict):
-        return {str(k): _plain(x) for k, x in v.items()}
-    return v
+E = TypeVar("E", bound=Evidence, covariant=True)
+EV = TypeVar("EV", bound=Evidence)
 
 
 @dataclass(frozen=True, slots=True)
-class Finding:
-    """One problem found in a run. ``symptoms`` are findings this one explains (their time is part of this cost)."""
+class Finding(Generic[E]):
+    """One problem found in a run. ``symptoms`` are findings this one explains (their time is part of this cost).
+    ``kind`` may be given as its string; it is kept as its :class:`Kind`."""
 
     id: str
-    kind: str
+    kind: Kind
     severity: Severity
     ranks: tuple[int, ...]
     steps: tuple[int, ...]
     cost: Cost
     message: str
-    evidence: Evidence
-    symptoms: tuple[Finding, ...] = ()
+    evidence: E
+    symptoms: tuple[Finding[Evidence], ...] = ()
     source: str = ""
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
             raise ValueError(f"severity must be one of {SEVERITIES}, not {self.severity!r}")
-        spec = KINDS.get(self.kind)
-        if spec is None:
-            raise KeyError(f"finding kind {self.kind!r} is not declared (analyses/kinds.py)")
+        spec = kind_spec(self.kind)
+        object.__setattr__(self, "kind", spec.kind)
         if not isinstance(self.evidence, spec.evidence):
-            raise TypeError(f"{self.kind} needs evidence {spec.evidence.__name__}, "
+            raise TypeError(f"{spec.kind.value} needs evidence {spec.evidence.__name__}, "
                             f"not {type(self.evidence).__name__}")
+
+    @property
+    def spec(self) -> KindSpec:
+        """Its kind's declaration."""
+        return KINDS[self.kind]
+
+    @property
+    def blamed_ranks(self) -> tuple[int, ...]:
+        """The ranks it blames (:meth:`Evidence.blamed`: the compiling ranks, the straggler, ...)."""
+        return self.evidence.blamed(self.ranks)
+
+    @property
+    def wait_reason(self) -> str | None:
+        """What the other ranks wait for when it is a root cause (``"compile"``, ``"data loading"``), or None."""
+        return self.evidence.wait_reason(self.spec.wait_reason)
 
     @property
     def cost_ns(self) -> int:
         """``cost.ns`` with unknown as 0 (for sorting and sums)."""
         return self.cost.ns or 0
 
-    def replace(self, **changes: Any) -> Finding:
+    def replace(self, **changes: Any) -> Finding[E]:
         return dataclasses.replace(self, **changes)
 
-    def walk(self) -> Iterable[tuple[Finding, Finding | None]]:
+    def walk(self) -> Iterable[tuple[Finding[Evidence], Finding[Evidence] | None]]:
         """This finding and every symptom below it, each with its root (None for this one)."""
         yield self, None
         for s in self.symptoms:
@@ -134,90 +133,20 @@ class Finding:
                 yield f, self
 
 
-# ---------------------------------------------------------------------------------------------- the registry
-Role = Literal["cause", "symptom", "fact"]
-Fixer = Callable[..., Any]
-
-
-@dataclass(slots=True)
-class KindSpec:
-    """A declared finding kind: its evidence type, one-line definition, how its cost is obtained, its role
-    (``cause``: can explain other findings' time; ``symptom``: can be explained by a cause; ``fact``: neither),
-    ``hazard`` (can hang or kill the job or silently change what runs: at least ``high`` whatever it costs),
-    ``diverges`` (ranks may run different programs: a desync risk, listed before every time cost, see
-    :func:`sort_findings`), and the fixers registered for it (best first)."""
-
-    name: str
-    evidence: type[Evidence]
-    definition: str
-    cost_method: str
-    role: Role = "cause"
-    hazard: bool = False
-    diverges: bool = False
-    estimate_severity: Severity | None = None   # the most severe an estimated cost of this kind may be
-    fixers: list[Fixer] = field(default_factory=list)
-
-
-#: Every declared kind by name (filled by :mod:`workbench.analyses.kinds` on import).
-KINDS: dict[str, KindSpec] = {}
-
-
-def declare_kind(name: str, evidence: type[Evidence], definition: str, cost_method: str, *,
-                 role: Role = "cause", hazard: bool = False, diverges: bool = False,
-                 estimate_severity: Severity | None = None) -> KindSpec:
-    """Declare a finding kind once. Declaring the same name twice is an error."""
-    if name in KINDS:
-        raise ValueError(f"finding kind {name!r} declared twice")
-    spec = KindSpec(name, evidence, definition, cost_method, role, hazard, diverges, estimate_severity)
-    KINDS[name] = spec
-    return spec
-
-
-def kind_spec(kind: str) -> KindSpec:
-    """The declaration of ``kind`` (KeyError when undeclared)."""
-    _load_kinds()
-    return KINDS[kind]
-
-
-def register_fixer(*kinds: str) -> Callable[[Fixer], Fixer]:
-    """Decorator: ``fn`` proposes fixes for findings of ``kinds`` (called in registration order)."""
-    _load_kinds()
-
-    def deco(fn: Fixer) -> Fixer:
-        for k in kinds:
-            if fn not in kind_spec(k).fixers:
-                kind_spec(k).fixers.append(fn)
-        return fn
-
-    return deco
-
-
-def fixers_for(kind: str) -> list[Fixer]:
-    """The fixers registered for ``kind`` (empty when none)."""
-    _load_kinds()
-    spec = KINDS.get(kind)
-    return list(spec.fixers) if spec else []
-
-
-def _load_kinds() -> None:
-    if not KINDS:
-        import workbench.analyses.kinds  # noqa: F401  (declares every kind)
-
-
 # ---------------------------------------------------------------------------------------------- building
-def finding_id(kind: str, ranks: Sequence[int] = (), steps: Sequence[int] = (), key: str = "") -> str:
+def finding_id(kind: str | Kind, ranks: Sequence[int] = (), steps: Sequence[int] = (), key: str = "") -> str:
     """Stable id: ``kind:r<ranks>:s<steps>[:key]``, e.g. ``divergent_recompile:r1:s8``."""
     r = ",".join(str(int(x)) for x in sorted(set(ranks))) or "-"
     s = ",".join(str(int(x)) for x in sorted(set(steps))) or "-"
     return f"{kind}:r{r}:s{s}" + (f":{key}" if key else "")
 
 
-def make_finding(kind: str, message: str, evidence: Evidence, cost: Cost, *, ranks: Sequence[int] = (),
+def make_finding(kind: str | Kind, message: str, evidence: EV, cost: Cost, *, ranks: Sequence[int] = (),
                  steps: Sequence[int] = (), wall_ns: int | None = None, source: str = "", key: str = "",
-                 symptoms: Sequence[Finding] = ()) -> Finding:
+                 symptoms: Sequence[Finding[Evidence]] = ()) -> Finding[EV]:
     """A :class:`Finding` with its id and its severity from :func:`severity_of` (``wall_ns``: the analysed wall
     time of the ranks concerned)."""
-    _load_kinds()
+    kind = kind_spec(kind).kind
     rk = tuple(sorted({int(r) for r in ranks if r is not None}))
     st = tuple(sorted({int(s) for s in steps if s is not None}))
     return Finding(
@@ -242,23 +171,23 @@ def severity_of(cost: Cost, wall_ns: int | None, *, hazard: bool = False) -> Sev
     return "high" if share >= HIGH_SHARE_PCT else "medium" if share >= MEDIUM_SHARE_PCT else "low"
 
 
-def _severity(kind: str, cost: Cost, wall_ns: int | None) -> Severity:
+def _severity(kind: Kind, cost: Cost, wall_ns: int | None) -> Severity:
     """:func:`severity_of` for ``kind``: its hazard flag, and an estimated cost no more severe than the kind
     declares (``estimate_severity``)."""
     spec = kind_spec(kind)
     sev = severity_of(cost, wall_ns, hazard=spec.hazard)
-    cap = spec.estimate_severity
+    cap = spec.estimate_cap
     if cap is not None and cost.basis == "estimated" and SEVERITIES.index(sev) < SEVERITIES.index(cap):
         return cap
     return sev
 
 
-def rescore(f: Finding, wall_ns: int | None) -> Finding:
+def rescore(f: Finding[EV], wall_ns: int | None) -> Finding[EV]:
     """``f`` with its severity recomputed for ``wall_ns`` (after its cost changed)."""
     return f.replace(severity=_severity(f.kind, f.cost, wall_ns))
 
 
-def rank_tier(f: Finding) -> int:
+def rank_tier(f: Finding[Evidence]) -> int:
     """Where ``f`` goes in the ranking, before its cost is looked at (the one ranking rule):
 
     0. kinds that can make ranks run different programs (``diverges``: config or version drift, different
@@ -268,16 +197,14 @@ def rank_tier(f: Finding) -> int:
     2. an estimated cost (a guess never outranks a measurement);
     3. no cost (zero or unknown): facts, risks and notes.
     """
-    _load_kinds()
-    spec = KINDS.get(f.kind)
-    if spec is not None and spec.diverges:
+    if f.spec.diverges:
         return 0
     if f.cost_ns <= 0:
         return 3
     return 1 if f.cost.basis == "measured" else 2
 
 
-def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
+def sort_findings(findings: Iterable[Finding[Any]]) -> list[Finding[Any]]:
     """Ranked by :func:`rank_tier`, then most costly first; ties: more severe first, then kind, then id."""
     order = {s: i for i, s in enumerate(SEVERITIES)}
     return sorted(findings, key=lambda f: (rank_tier(f), -f.cost_ns, order[f.severity], f.kind, f.id))
@@ -317,15 +244,15 @@ def _json(v: Any) -> str:
     return orjson.dumps(v, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS, default=str).decode()
 
 
-def findings_frame(findings: Iterable[Finding]) -> pl.DataFrame:
+def findings_frame(findings: Iterable[Finding[Any]]) -> pl.DataFrame:
     """The polars view (``workbench.schema.FINDINGS``): roots in the given order, each followed by its symptoms
     (``cause_id`` = the root's id, ``is_root`` false). ``evidence`` is JSON text for display only."""
     rows = []
     for root in findings:
         for f, cause in root.walk():
             rows.append({
-                "id": f.id, "kind": f.kind, "severity": f.severity, "ranks": list(f.ranks), "steps": list(f.steps),
-                "cost_ns": f.cost.ns if f.cost.ns is not None else 0, "cost_basis": f.cost.basis,
+                "id": f.id, "kind": f.kind.value, "severity": f.severity, "ranks": list(f.ranks),
+                "steps": list(f.steps), "cost_ns": f.cost.ns if f.cost.ns is not None else 0, "cost_basis": f.cost.basis,
                 "cost_method": f.cost.method, "evidence": _json(f.evidence.to_dict()), "message": f.message,
                 "source": f.source, "cause_id": cause.id if cause is not None else None, "is_root": cause is None,
             })
@@ -335,22 +262,28 @@ def findings_frame(findings: Iterable[Finding]) -> pl.DataFrame:
                                 infer_schema_length=None), FINDINGS)
 
 
-def finding_to_dict(f: Finding) -> dict[str, Any]:
+def finding_to_dict(f: Finding[Any]) -> dict[str, Any]:
     """One finding as a JSON-ready dict, its symptoms nested under ``symptoms``."""
     return {
-        "id": f.id, "kind": f.kind, "severity": f.severity, "ranks": list(f.ranks), "steps": list(f.steps),
+        "id": f.id, "kind": f.kind.value, "severity": f.severity, "ranks": list(f.ranks), "steps": list(f.steps),
         "cost_ns": f.cost.ns, "cost": {"ns": f.cost.ns, "basis": f.cost.basis, "method": f.cost.method},
         "message": f.message, "evidence": f.evidence.to_dict(), "source": f.source,
         "symptoms": [finding_to_dict(s) for s in f.symptoms],
     }
 
 
-def findings_to_dicts(findings: Iterable[Finding]) -> list[dict[str, Any]]:
+def findings_to_dicts(findings: Iterable[Finding[Any]]) -> list[dict[str, Any]]:
     """The findings tree as JSON-ready dicts (what ``workbench analyze --json`` prints under ``findings``)."""
     return [finding_to_dict(f) for f in findings]
 
 
-def flatten(findings: Iterable[Finding]) -> list[Finding]:
+def flatten(findings: Iterable[Finding[Any]]) -> list[Finding[Any]]:
     """Every finding, roots and symptoms, in tree order."""
     return [f for root in findings for f, _ in root.walk()]
 
+
+
+__all__ = ["Basis", "Cost", "Evidence", "Finding", "HIGH_SHARE_PCT", "KINDS", "Kind", "KindSpec", "MEDIUM_SHARE_PCT",
+           "SEVERITIES", "Severity", "count_text", "declare_kind", "finding_id", "finding_to_dict", "findings_frame",
+           "findings_to_dicts", "flatten", "format_ns", "kind_spec", "make_finding", "ranks_text", "rank_tier",
+           "rescore", "severity_of", "sort_findings"]

@@ -12,7 +12,8 @@ collector ``steps`` and ``compiles``.
   some ranks, or a different op, size or dtype, or the same call issued in different steps.
 * :func:`hang_findings` — ``desync`` / ``hang`` / ``rank_died`` findings: the first collective that does not match,
   the step each rank reached, what the odd rank was doing instead (compiling frame X since step N, in an extra
-  collective called from file:line, gone after step N) and the fix.
+  collective called from file:line, gone after step N) and what to change for this case (the evidence's ``fix``,
+  which the hang fixers of ``analyses/recommendations.py`` recommend; the message itself names no fix).
 * :func:`compiled_collective_findings` — ``compiled_desync``: a compiled graph whose collectives differ across
   ranks (found in the compile logs, before it hangs).
 
@@ -29,82 +30,15 @@ from typing import Any
 import orjson
 import polars as pl
 
-import workbench.analyses.kinds  # noqa: F401  (every other kind is declared before ours)
-from workbench.analyses.findings import KINDS, Cost, Evidence, Finding, make_finding
-from workbench.analyses.findings import declare_kind as _declare_kind
+from workbench.analyses.detectors import Inputs, register_detector
+from workbench.analyses.findings import Cost, Finding, make_finding
+from workbench.analyses.kinds import CompiledDesyncEvidence, JobFailureEvidence, Kind, kinds_where
 
-#: Kinds this module emits; every one ends (or will end) the job, so each is a hazard.
-JOB_FAILURE_KINDS: tuple[str, ...] = ("desync", "hang", "rank_died")
+#: Kinds that end (or will end) the job: listed first (plain strings, for polars filters).
+JOB_FAILURE_KINDS: tuple[str, ...] = tuple(k.value for k in kinds_where(ends_job=True))
 
 _TIMEOUT_WORDS = ("timed out", "timeout", "time out")
 _PEER_WORDS = ("connection reset", "closed by peer", "connection closed", "broken pipe", "peer")
-
-
-# ---------------------------------------------------------------------------------------------- evidence
-@dataclass(frozen=True, slots=True)
-class JobFailureEvidence(Evidence):
-    """What the ranks were doing when the job hung or died, around the first collective that did not match."""
-
-    problem: str                           # extra / missing / op / size / dtype / contents / misaligned / timeout / died
-    pg_name: str | None                    # process group of the first collective that does not match
-    pg_desc: str | None
-    seq: int | None                        # its collective sequence id in that group
-    op: str | None                         # what the other ranks issued there
-    sizes: str | None
-    dtypes: str | None
-    call_site: str | None                  # where the other ranks issued it
-    odd_ranks: tuple[int, ...]
-    odd: dict[int, str]                    # odd rank -> what it issued / did instead
-    odd_call_site: str | None              # file:line of the odd rank's call (Flight Recorder stack / fatal traceback)
-    steps_by_rank: dict[int, int | None]   # the step each rank reached
-    state_by_rank: dict[int, str]          # finished / timeout / peer_lost / error / aborted / gone / stalled
-    wait_ns_by_rank: dict[int, int]        # healthy ranks' time blocked in that collective (measured)
-    timeout_ms: int | None
-    compile_id: str | None                 # the odd rank's compile at that time, if any
-    co_name: str | None
-    compile_ns: int | None
-    compile_step: int | None
-    fix: str
-    sources: tuple[str, ...]               # flight_recorder / steps / fatal_traceback / compile_log / heartbeat
-
-
-@dataclass(frozen=True, slots=True)
-class CompiledDesyncEvidence(Evidence):
-    """A compiled graph whose collectives differ across ranks."""
-
-    compile_id: str
-    graph: str
-    index: int                             # first position where the ranks' collective lists differ
-    by_rank: dict[int, tuple[str, ...]]    # rank -> its collectives, "op group dtype[shape]"
-    odd_ranks: tuple[int, ...]
-    odd_call_site: str | None
-    fix: str
-
-
-def _declare() -> None:
-    def declare_kind(name: str, *args: Any, **kw: Any) -> None:   # once per kind, whoever imports first
-        if name not in KINDS:
-            _declare_kind(name, *args, **kw)
-
-    declare_kind("desync", JobFailureEvidence,
-                 "Ranks issued different collectives at one sequence id of a process group (missing on a rank, or "
-                 "a different op, size or dtype): the job hangs or aborts there.",
-                 "the healthy ranks' time blocked in that collective until the job failed (measured)", hazard=True,
-                 diverges=True)
-    declare_kind("hang", JobFailureEvidence,
-                 "Ranks timed out (or stalled) in a collective that one rank entered late or never, with no "
-                 "mismatch: that rank was busy elsewhere (compiling, in other code).",
-                 "the waiting ranks' time blocked in that collective until the timeout (measured)", hazard=True)
-    declare_kind("rank_died", JobFailureEvidence,
-                 "A rank ended (killed, crashed or aborted) while the others waited for it in a collective.",
-                 "the other ranks' time blocked in that collective until the job failed (measured)", hazard=True)
-    declare_kind("compiled_desync", CompiledDesyncEvidence,
-                 "A compiled graph issues different collectives on different ranks (from the compile logs): the "
-                 "job hangs or aborts when it runs.", "none (a hang risk found before it hangs)", role="fact",
-                 hazard=True, diverges=True)
-
-
-_declare()
 
 
 # ---------------------------------------------------------------------------------------------- steps
@@ -485,7 +419,7 @@ def hang_findings(entries: pl.DataFrame, status: pl.DataFrame, rank_state: pl.Da
                 out[r] = int(x["end_ns"] - t0)
         return out
 
-    def finding(kind: str, problem: str, message: str, odd: tuple[int, ...], pg: str | None, pg_desc: str | None,
+    def finding(kind: Kind, problem: str, message: str, odd: tuple[int, ...], pg: str | None, pg_desc: str | None,
                 seq: int | None, ref: dict[str, Any] | None, odd_text: dict[int, str], odd_site: str | None,
                 fix: str, comp: dict[str, Any] | None = None, extra_sources: tuple[str, ...] = ()) -> Finding:
         healthy = [r for r in rows if r not in odd]
@@ -508,7 +442,7 @@ def hang_findings(entries: pl.DataFrame, status: pl.DataFrame, rank_state: pl.Da
             compile_step=comp.get("compile_step") if comp else None, fix=fix,
             sources=tuple(dict.fromkeys(sources + list(extra_sources))))
         odd_steps = [steps_by_rank.get(r) for r in odd]
-        return make_finding(kind, message + " Fix: " + fix, ev, cost, ranks=odd,
+        return make_finding(kind, message, ev, cost, ranks=odd,
                             steps=[s for s in odd_steps if s is not None], wall_ns=_wall(steps, list(rows)),
                             source="hangs", key=f"pg{pg}:seq{seq}" if seq is not None else "")
 
@@ -579,7 +513,7 @@ def hang_findings(entries: pl.DataFrame, status: pl.DataFrame, rank_state: pl.Da
                    "(pad it, or exchange sizes first with all_gather)")
         if any(v is not None for v in steps_by_rank.values()):
             msg += f" Steps: {others_text(mm.odd_ranks)}."
-        return [finding("desync", mm.problem, msg, mm.odd_ranks, mm.pg_name, mm.pg_desc, mm.seq, ref, odd_text,
+        return [finding(Kind.DESYNC, mm.problem, msg, mm.odd_ranks, mm.pg_name, mm.pg_desc, mm.seq, ref, odd_text,
                         odd_site, fix)]
 
     if not bad:
@@ -616,7 +550,7 @@ def hang_findings(entries: pl.DataFrame, status: pl.DataFrame, rank_state: pl.Da
                + (f"; {_ranks_text(healthy)} {_were(healthy)} in {where(ref['pg_name'], ref['pg_desc'], ref['seq'])} "
                   f"{ref['op']} {_sizes_text(ref['in_sizes'], ref['in_dtypes'])} from {_short(ref['call_site'])} "
                   f"in step {ref.get('step')}" if ref else "") + ".")
-        return [finding("desync", "extra", msg, (r,), ref.get("pg_name") if ref else None,
+        return [finding(Kind.DESYNC, "extra", msg, (r,), ref.get("pg_name") if ref else None,
                         ref.get("pg_desc") if ref else None, ref.get("seq") if ref else None, ref, odd_text,
                         ev_c.odd_call_site, ev_c.fix, extra_sources=("fatal_traceback", "compile_log"))]
     if aborted:
@@ -647,7 +581,7 @@ def hang_findings(entries: pl.DataFrame, status: pl.DataFrame, rank_state: pl.Da
         else:
             fix = (f"give the tensor at {_short(x.get('fatal_call_site'))} the same shape and dtype on every rank "
                    "(pad it, or exchange sizes first with all_gather)")
-        return [finding("desync", problem, msg, (r,), ref.get("pg_name") if ref else None,
+        return [finding(Kind.DESYNC, problem, msg, (r,), ref.get("pg_name") if ref else None,
                         ref.get("pg_desc") if ref else None, ref.get("seq") if ref else None, ref, odd_text,
                         x.get("fatal_call_site"), fix, extra_sources=("fatal_traceback",))]
 
@@ -669,7 +603,7 @@ def hang_findings(entries: pl.DataFrame, status: pl.DataFrame, rank_state: pl.Da
         fix = ("find why the process ended (its log; dmesg for the OOM killer; preemption): nothing in the "
                "collectives is wrong. Restart from a checkpoint (torchrun --max-restarts) and keep checkpoints "
                "frequent enough")
-        return [finding("rank_died", "died", msg, tuple(dead), ref.get("pg_name") if ref else None,
+        return [finding(Kind.RANK_DIED, "died", msg, tuple(dead), ref.get("pg_name") if ref else None,
                         ref.get("pg_desc") if ref else None, ref.get("seq") if ref else None, ref, odd_text, None,
                         fix, extra_sources=("heartbeat",))]
 
@@ -721,7 +655,7 @@ def hang_findings(entries: pl.DataFrame, status: pl.DataFrame, rank_state: pl.Da
     else:
         fix = ("see what the late rank runs between its last collective and this one (its stack: py-spy dump; "
                "its log); a process-group timeout longer than that work")
-    return [finding("hang", "timeout", msg, tuple(late), ref.get("pg_name") if ref else None,
+    return [finding(Kind.HANG, "timeout", msg, tuple(late), ref.get("pg_name") if ref else None,
                     ref.get("pg_desc") if ref else None, ref.get("seq") if ref else None, ref, odd_text, None, fix,
                     comp, extra_sources=("compile_log",) if comp is not None else ())]
 
@@ -771,13 +705,13 @@ def compiled_collective_findings(graph_collectives: pl.DataFrame) -> list[Findin
         msg = (f"Compiled collectives differ: graph [{cid}] ({graph}) issues {n_coll} on "
                f"{_ranks_text(odd)} but {len(major)} on the others; first difference at position {idx} "
                f"({o[idx] if idx < len(o) else 'nothing'} vs {major[idx] if idx < len(major) else 'nothing'}) "
-               f"from {_short(site)}. Fix: {fix}")
-        out.append(make_finding("compiled_desync", msg, ev, Cost.none("a hang risk found in the compile logs"),
+               f"from {_short(site)}.")
+        out.append(make_finding(Kind.COMPILED_DESYNC, msg, ev, Cost.none("a hang risk found in the compile logs"),
                                 ranks=odd, source="hangs", key=f"{cid}:{graph}"))
     return out
 
 
-def job_failure_first(findings: list[Finding]) -> list[Finding]:
+def job_failure_first(findings: list[Finding[Any]]) -> list[Finding[Any]]:
     """``findings`` with the job-ending ones (desync, hang, rank_died) first: they explain why the run stopped."""
     first = [f for f in findings if f.kind in JOB_FAILURE_KINDS]
     return first + [f for f in findings if f.kind not in JOB_FAILURE_KINDS]
@@ -792,3 +726,10 @@ def hang_analysis(hang: Any, steps: pl.DataFrame, compiles: pl.DataFrame,
     compiled = compiled_collective_findings(hang.graph_collectives)
     return st, hang_findings(hang.entries, hang.status, hang.rank_state, steps, compiles, world_size,
                              compiled) + compiled
+
+
+@register_detector(Kind.DESYNC, Kind.HANG, Kind.RANK_DIED, Kind.COMPILED_DESYNC,
+                   needs=("hangs", "steps", "compiles", "world_size"), order=100, attributed=False)
+def _job_failures(x: Inputs) -> list[Finding[Any]]:
+    """Why the job stopped (:func:`hang_analysis` of the run's Flight Recorder and collector exit records)."""
+    return hang_analysis(x.hangs, x.steps, x.compiles, x.world_size)[1]

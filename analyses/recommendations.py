@@ -1,17 +1,19 @@
 """Recommendations: typed findings → ranked fixes (best first) → a compile config the collector applies.
 
-Each finding kind's fixers are registered in the kind registry (``@register_fixer("kind")``, see
-:mod:`workbench.analyses.findings`); a fixer takes the :class:`~workbench.analyses.findings.Finding` (its typed
+Fixers are registered against the evidence class they read (``@register_fixer(StragglerEvidence)``, narrowed with
+``kinds=`` where kinds share one class); a fixer takes the :class:`~workbench.analyses.findings.Finding` (its typed
 evidence) and returns :class:`Fix` es. Within a finding, fixes are ordered by ``gain``: the share of the finding's
 measured cost the fix is expected to remove (a dynamic graph removes a shape recompile's stall — 1.0; a raised
 recompile limit compiles every variant — it only stops the eager fallback; guard collectives make every rank
 compile together — the stall stays). Each fix says why it is ranked where it is (``why``).
 
-A fix is configuration (``config``: ``{section: {key: value}}`` of ``docs/compile-config.md``, restricted to settings
-that take effect through the plain collector surface — ``Collector(path, compile_config=...)`` with the user's own
-``torch.compile``) or code (``code_advice`` with ``location`` = file:line), never a config setting for what needs a
-code change. Per finding, the best config fix is marked ``apply`` (written by :func:`to_compile_config`); the
-others are listed as comments, best first.
+A fix is configuration (``config``: the :class:`Setting` s it writes — ``[section] key = value`` of
+``docs/compile-config.md``, restricted to settings that take effect through the plain collector surface —
+``Collector(path, compile_config=...)`` with the user's own ``torch.compile``) or code (``code`` with the
+:class:`CodeLine` it is about), never a config setting for what needs a code change. :func:`ranked_fixes` returns
+:class:`Recommendation` s: per finding, the best config fix is marked ``apply`` (written by
+:func:`to_compile_config`); the others are listed as comments, best first. :func:`recommendations_frame` is their
+polars view (``RECOMMENDATIONS``; :func:`recommend` returns it).
 
 Example:
     >>> recommend([]).height
@@ -23,18 +25,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import polars as pl
 
 from workbench import schema
-from workbench.analyses import applied as _applied  # noqa: F401  (declares config_not_applied)
-from workbench.analyses.findings import Finding, fixers_for, format_ns, register_fixer
+from workbench.analyses.findings import Finding, format_ns
 from workbench.analyses.kinds import (
-    CompileGroupEvidence, CompileSkewEvidence, ConfigDivergenceEvidence, DivergentRecompileEvidence,
-    PipelineBubbleEvidence, StragglerEvidence,
+    RECOMPILE_KINDS, CacheDivergenceEvidence, CollectiveWaitEvidence, CompiledDesyncEvidence, CompileGroupEvidence,
+    CompileSkewEvidence, CompileTimeEvidence, ConfigDivergenceEvidence, ConfigNotAppliedEvidence,
+    CollectiveScheduleEvidence, DivergentRecompileEvidence, Evidence, ExposedCommEvidence, ExposedMemcpyEvidence,
+    IdleEvidence, JobFailureEvidence, Kind, PipelineBubbleEvidence, StragglerEvidence, TimeoutRiskEvidence, kind_spec,
+    kinds_of,
 )
 from workbench.source_scan import SourceScan, SourceSite
 
@@ -58,19 +62,136 @@ RECOMMENDATIONS: dict[str, pl.DataType] = {
     "apply": pl.Boolean,            # goes into the compile config written by to_compile_config
 }
 
+#: A value a compile-config setting takes (what the TOML writer accepts).
+TomlValue = bool | int | float | str | list[Any] | dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One compile-config setting a fix writes: ``[section] key = value``."""
+
+    section: str
+    key: str
+    value: TomlValue
+
+    @property
+    def name(self) -> str:
+        return f"{self.section}.{self.key}"
+
+
+@dataclass(frozen=True, slots=True)
+class CodeLine:
+    """The line of the user's code a fix is about (``line`` None when only the file is known)."""
+
+    file: str
+    line: int | None = None
+
+    @classmethod
+    def parse(cls, location: str | None) -> CodeLine | None:
+        """``"/x/train.py:24"`` → ``CodeLine("/x/train.py", 24)``; text without a line number is kept whole."""
+        if not location:
+            return None
+        path, sep, line = location.rpartition(":")
+        return cls(path, int(line)) if sep and line.isdigit() else cls(location)
+
+    @classmethod
+    def of(cls, site: SourceSite) -> CodeLine:
+        return cls(site.file, site.line)
+
+    @property
+    def location(self) -> str:
+        """``file:line`` (the file alone when the line is unknown)."""
+        return self.file if self.line is None else f"{self.file}:{self.line}"
+
+
+#: Finds the line of the user's script a code fix is about, from the run's source scan: (site or None, what to
+#: say when there is none).
+Locator = Callable[[SourceScan], tuple[SourceSite | None, str]]
+
 
 @dataclass(frozen=True)
 class Fix:
-    """One way to fix a finding: ``gain`` is the expected share of its cost removed; ``why`` says why."""
+    """One way to fix a finding: ``gain`` is the expected share of its cost removed; ``why`` says why. ``config``:
+    the settings it writes; ``code``: what to change in the code, at ``site`` (or where ``about`` finds it in the
+    user's script)."""
 
     fix_id: str
     title: str
     effect: str
     gain: float
     why: str
-    config: dict[str, Any] | None = None
+    config: tuple[Setting, ...] = ()
     code: str | None = None
-    location: str | None = None
+    site: CodeLine | None = None
+    about: Locator | None = None
+
+    @property
+    def location(self) -> str | None:
+        return self.site.location if self.site is not None else None
+
+    def config_dict(self) -> dict[str, dict[str, TomlValue]]:
+        """``{section: {key: value}}`` of its settings, in order."""
+        out: dict[str, dict[str, TomlValue]] = {}
+        for st in self.config:
+            out.setdefault(st.section, {})[st.key] = st.value
+        return out
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """A fix ranked for a finding: ``rank`` 1 = do this first; ``apply``: written to the compile config;
+    ``finding_index``: the finding's position in the list given to :func:`ranked_fixes`."""
+
+    rank: int
+    fix: Fix
+    finding: Finding[Any]
+    finding_index: int
+    apply: bool
+
+
+# ------------------------------------------------------------------------ the fixer registry
+E = TypeVar("E", bound=Evidence)
+Fixer = Callable[[Finding[E]], list[Fix]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Registered:
+    evidence: type[Evidence]
+    kinds: frozenset[Kind]
+    fn: Callable[[Finding[Any]], list[Fix]]
+
+
+_FIXERS: list[_Registered] = []
+
+
+def register_fixer(evidence: type[E], *, kinds: Iterable[Kind] | None = None) -> Callable[[Fixer[E]], Fixer[E]]:
+    """Decorator: ``fn(finding)`` proposes fixes for findings whose evidence is ``evidence`` (of ``kinds`` only,
+    where several kinds share that class); fixers are called in registration order. A kind whose evidence is not
+    ``evidence`` is an error."""
+    mine = kinds_of(evidence)
+    chosen = frozenset(Kind(k) for k in kinds) if kinds is not None else frozenset(mine)
+    wrong = sorted(k.value for k in chosen if k not in mine)
+    if wrong or not chosen:
+        raise ValueError(f"register_fixer({evidence.__name__}): kinds {wrong or '(none)'} do not have that evidence")
+
+    def deco(fn: Fixer[E]) -> Fixer[E]:
+        if any(r.fn is fn and r.evidence is evidence for r in _FIXERS):
+            raise ValueError(f"fixer {fn.__qualname__} registered twice for {evidence.__name__}")
+        _FIXERS.append(_Registered(evidence, chosen, fn))
+        return fn
+
+    return deco
+
+
+def fixers_for(kind: Kind | str) -> list[Callable[[Finding[Any]], list[Fix]]]:
+    """The fixers registered for ``kind`` (empty when none), in registration order."""
+    k = kind_spec(kind).kind
+    return [r.fn for r in _FIXERS if k in r.kinds]
+
+
+def unregister_fixer(fn: Callable[..., list[Fix]]) -> None:
+    """Take ``fn`` out of the registry (tests that register their own)."""
+    _FIXERS[:] = [r for r in _FIXERS if r.fn is not fn]
 
 
 # ------------------------------------------------------------------------ reading sources
@@ -127,10 +248,11 @@ def _loc_in(*texts: str | None) -> str | None:
     return None
 
 
-def _group_location(ev: CompileGroupEvidence) -> str | None:
+def _group_location(ev: CompileGroupEvidence) -> CodeLine | None:
     """The user's line for a compile group: the graph break's line, the failing frame, else the frame."""
-    return (_loc_in(*ev.graph_breaks, ev.fail_reason, *ev.sources, *ev.reasons) or user_code(ev.fail_user_frame)
-            or (user_code(f"{ev.co_filename}:{ev.co_firstlineno}") if ev.co_filename else None))
+    return CodeLine.parse(
+        _loc_in(*ev.graph_breaks, ev.fail_reason, *ev.sources, *ev.reasons) or user_code(ev.fail_user_frame)
+        or (user_code(f"{ev.co_filename}:{ev.co_firstlineno}") if ev.co_filename else None))
 
 
 # ------------------------------------------------------------------------ shape fixes (shared)
@@ -145,13 +267,13 @@ def _dynamic_dim_fixes(source: str | None, dim: int | None, stall: bool) -> list
     fixes = [Fix("dynamic_sources", f"Treat {expr} dim {dim} as dynamic from the first compile", what, 1.0,
                  "removes the recompiles themselves; torch reads it at trace time, so it works with the user's own "
                  "torch.compile (even dynamic=False) and a model compiled before the collector",
-                 config={"compiler": {"dynamic_sources": f"{expr}:{dim}"}})]
+                 config=(Setting("compiler", "dynamic_sources", f"{expr}:{dim}"),))]
     arg = input_arg(expr)
     if arg is not None:
         fixes.append(Fix("mark_dynamic", f"Mark {expr} dim {dim} dynamic before each call", what, 0.95,
                          "the same dynamic graph, but the collector can only mark inputs of a model compiled after "
                          "Collector() (or given to collector.instrument)",
-                         config={"mark_dynamic": {arg: {"dim": dim}}}))
+                         config=(Setting("mark_dynamic", arg, {"dim": dim}),)))
     return fixes
 
 
@@ -165,9 +287,9 @@ def _same_shapes_fix(stall: bool) -> Fix:
 
 
 # ------------------------------------------------------------------------ per-kind fixers
-@register_fixer("divergent_recompile")
-def _divergent(f: Finding) -> list[Fix]:
-    ev: DivergentRecompileEvidence = f.evidence  # type: ignore[assignment]
+@register_fixer(DivergentRecompileEvidence)
+def _divergent(f: Finding[DivergentRecompileEvidence]) -> list[Fix]:
+    ev = f.evidence
     step = ev.step
     after = max(1, int(step) - 1) if step is not None else 1
     fixes: list[Fix] = []
@@ -175,18 +297,19 @@ def _divergent(f: Finding) -> list[Fix]:
         fixes += _dynamic_dim_fixes(ev.cause_source, source_dim(ev.cause_detail, ev.cause_source), stall=True)
         fixes.append(_same_shapes_fix(stall=True))
     else:
-        fixes += [Fix(fx.fix_id, fx.title, fx.effect, 0.98, "removes the guard failure itself", fx.config, fx.code,
-                      fx.location or user_code(ev.location)) for fx in _cause_fixes(ev.cause, ev.cause_source)]
+        fixes += [dataclasses.replace(fx, gain=0.98, why="removes the guard failure itself",
+                                      site=fx.site or CodeLine.parse(user_code(ev.location)))
+                  for fx in _cause_fixes(ev.cause, ev.cause_source)]
     fixes.append(Fix(
         "eager_on_recompile", f"After warm-up (step {after}), run new input variants eagerly",
         "a late new variant costs one slower eager step on that rank, not a compile that stalls every rank", 0.8,
         "removes most of the stall (an eager step instead of a compile) but that variant then runs uncompiled",
-        config={"stance": {"stance": "eager_on_recompile", "after_step": after}}))
+        config=(Setting("stance", "stance", "eager_on_recompile"), Setting("stance", "after_step", after))))
     fixes.append(Fix(
         "guard_collectives", "Make ranks agree before recompiling (guard collectives)",
         "all ranks recompile together (verified on gloo): no rank waits alone, no collective timeout", 0.1,
         "every rank then compiles too, so the step still takes the compile time: it prevents hangs and timeouts "
-        "more than it saves time", config={"distributed": {"guard_collectives": True}}))
+        "more than it saves time", config=(Setting("distributed", "guard_collectives", True),)))
     fixes.append(Fix(
         "warmup_barrier", "Warm up every input variant on all ranks, then barrier",
         "all compiles happen during warm-up on every rank at once", 0.5,
@@ -196,21 +319,18 @@ def _divergent(f: Finding) -> list[Fix]:
     return fixes
 
 
-@register_fixer(*[f"recompile_{c}" for c in (
-    "shape", "stride", "dtype", "device", "requires_grad", "grad_mode", "global_state", "tensor_meta", "int_arg",
-    "float_arg", "constant", "global", "module", "object_id", "type", "length", "backend", "cache_miss", "other")])
-def _recompile(f: Finding) -> list[Fix]:
-    ev: CompileGroupEvidence = f.evidence  # type: ignore[assignment]
+@register_fixer(CompileGroupEvidence, kinds=RECOMPILE_KINDS)
+def _recompile(f: Finding[CompileGroupEvidence]) -> list[Fix]:
+    ev = f.evidence
     source = ev.sources[0] if ev.sources else None
     if ev.cause == "shape":
         return [*_dynamic_dim_fixes(source, source_dim(ev.cause_detail, source), stall=False),
                 _same_shapes_fix(stall=False),
                 Fix("dynamic_true", "Compile with dynamic=True", "no shape recompiles at all", 0.9,
                     "every dim of every input becomes symbolic: kernels can be slower than marking one dim",
-                    config={"compile": {"dynamic": True}})]
+                    config=(Setting("compile", "dynamic", True),))]
     loc = _group_location(ev)
-    return [Fix(x.fix_id, x.title, x.effect, x.gain, x.why, x.config, x.code, x.location or loc)
-            for x in _cause_fixes(ev.cause, source)]
+    return [dataclasses.replace(x, site=x.site or loc) for x in _cause_fixes(ev.cause, source)]
 
 
 def _cause_fixes(cause: str | None, source: str | None) -> list[Fix]:
@@ -236,12 +356,12 @@ def _cause_fixes(cause: str | None, source: str | None) -> list[Fix]:
     if cause == "int_arg" and expr.startswith("L["):
         return [Fix("dynamic_int", f"Treat {expr} as a dynamic integer from the start", "one graph for every value",
                     1.0, "removes the recompiles (verified: 1 compile for 4 values)",
-                    config={"compiler": {"dynamic_sources": expr}}),
+                    config=(Setting("compiler", "dynamic_sources", expr),)),
                 Fix("int_as_tensor", f"Pass {expr} as a tensor", "no guard on its value", 0.98,
                     "a code change with the same effect", code=f"pass {expr} as a 0-d tensor")]
     if cause == "float_arg":
         return [Fix("specialize_float_off", "Do not specialize floats", "floats become symbolic inputs", 1.0,
-                    "removes the recompiles", config={"dynamo": {"specialize_float": False}}),
+                    "removes the recompiles", config=(Setting("dynamo", "specialize_float", False),)),
                 Fix("float_as_tensor", f"Pass {expr} as a tensor", "no recompile per value", 0.98,
                     "a code change with the same effect", code=f"pass {expr} as a 0-d tensor")]
     if cause in code:
@@ -252,9 +372,9 @@ def _cause_fixes(cause: str | None, source: str | None) -> list[Fix]:
                 "diagnosis only", code="run once with TORCH_LOGS=recompiles to see every failing guard")]
 
 
-@register_fixer("recompile_limit")
-def _limit(f: Finding) -> list[Fix]:
-    ev: CompileGroupEvidence = f.evidence  # type: ignore[assignment]
+@register_fixer(CompileGroupEvidence, kinds=(Kind.RECOMPILE_LIMIT,))
+def _limit(f: Finding[CompileGroupEvidence]) -> list[Fix]:
+    ev = f.evidence
     last = None
     for s in ev.sources:
         m = re.search(r"last guard failure: (\w+) (.*)$", s or "")
@@ -274,90 +394,94 @@ def _limit(f: Finding) -> list[Fix]:
         "new variants compile instead of silently running eager", 0.0,
         "every variant then compiles (one compile per variant): it trades the eager fallback for more compile "
         "time, so it comes after any fix that removes the variants",
-        config={"dynamo": {key: max(2 * lim, 16 if key == "recompile_limit" else 512)}}))
+        config=(Setting("dynamo", key, max(2 * lim, 16 if key == "recompile_limit" else 512)),)))
     fixes.append(Fix("fail_on_limit", "Fail loudly when the limit is hit", "no silent eager fallback", 0.0,
-                     "diagnosis: it stops the run", config={"dynamo": {"fail_on_recompile_limit_hit": True}}))
+                     "diagnosis: it stops the run", config=(Setting("dynamo", "fail_on_recompile_limit_hit", True),)))
     return fixes
 
 
-@register_fixer("graph_break")
-def _graph_break(f: Finding) -> list[Fix]:
-    ev: CompileGroupEvidence = f.evidence  # type: ignore[assignment]
+@register_fixer(CompileGroupEvidence, kinds=(Kind.GRAPH_BREAK,))
+def _graph_break(f: Finding[CompileGroupEvidence]) -> list[Fix]:
+    ev = f.evidence
     loc = _group_location(ev)
     t = ev.cause_detail or "other"
     code_first = "the code change removes the break for every use; the config only covers some forms"
     if t == "print":
         return [Fix("guard_print", "Skip the print while compiling", "no graph break", 1.0, code_first,
-                    code="if not torch.compiler.is_compiling(): print(...)", location=loc),
+                    code="if not torch.compiler.is_compiling(): print(...)", site=loc),
                 Fix("reorderable_print", "Let Dynamo move print() out of the graph",
                     "no graph break for print(str) (not for print(t.shape))", 0.8, "covers prints of plain strings",
-                    config={"dynamo": {"reorderable_logging_functions": ["print"]}})]
+                    config=(Setting("dynamo", "reorderable_logging_functions", ["print"]),))]
     if t == "logging":
         return [Fix("guard_logging", "Skip logging while compiling", "no graph break", 1.0, code_first,
-                    code="if not torch.compiler.is_compiling(): logger.info(...)", location=loc)]
+                    code="if not torch.compiler.is_compiling(): logger.info(...)", site=loc)]
     if t == "item":
         return [Fix("avoid_item", "Keep the value a tensor", "no host sync and no graph break", 1.0,
                     "removes both the break and the host-device sync",
-                    code="use the 0-d tensor directly instead of .item()/.tolist()", location=loc),
+                    code="use the 0-d tensor directly instead of .item()/.tolist()", site=loc),
                 Fix("capture_scalar_outputs", "Capture .item() in the graph", "no graph break at .item()", 0.8,
-                    "keeps one graph but the scalar is still read", config={"dynamo": {"capture_scalar_outputs": True}})]
+                    "keeps one graph but the scalar is still read",
+                    config=(Setting("dynamo", "capture_scalar_outputs", True),))]
     if t == "dynamic_output_shape":
         return [Fix("capture_dynamic_output_shape_ops", "Capture ops with data-dependent output shapes",
                     "no graph break at nonzero/unique/...", 0.9, "one graph with unbacked sizes",
-                    config={"dynamo": {"capture_dynamic_output_shape_ops": True}})]
+                    config=(Setting("dynamo", "capture_dynamic_output_shape_ops", True),))]
     if t == "data_dependent_branch":
         return [Fix("branchless", "Replace the data-dependent if with torch.where or torch.cond",
                     "no graph break: one graph for both branches", 1.0, "no config can trace a Python branch on a "
                     "tensor's value", code="y = torch.where(cond, a(x), b(x)) for cheap branches, or "
-                    "torch.cond(cond, true_fn, false_fn, (x,))", location=loc)]
+                    "torch.cond(cond, true_fn, false_fn, (x,))", site=loc)]
     if t == "explicit":
         return [Fix("remove_graph_break", "Remove the explicit torch._dynamo.graph_break()", "one graph", 1.0,
-                    "the break is in the code", code="delete the graph_break() call", location=loc)]
+                    "the break is in the code", code="delete the graph_break() call", site=loc)]
     return [Fix("isolate_unsupported", "Move the unsupported call out of the compiled region",
                 "one graph for the compiled part", 1.0, "the break is in the code",
                 code="move it outside, wrap it with @torch.compiler.disable, or register it as a custom op",
-                location=loc)]
+                site=loc)]
 
 
-@register_fixer("compile_failure")
-def _failure(f: Finding) -> list[Fix]:
-    ev: CompileGroupEvidence = f.evidence  # type: ignore[assignment]
+@register_fixer(CompileGroupEvidence, kinds=(Kind.COMPILE_FAILURE,))
+def _failure(f: Finding[CompileGroupEvidence]) -> list[Fix]:
+    ev = f.evidence
     if ev.cause == "graph_break":
         return [*_graph_break(f), Fix("fullgraph_off", "Allow graph breaks (fullgraph=False) until the code is fixed",
                                       "the compile succeeds with a graph break instead of raising", 0.5,
-                                      "the frame compiles in pieces", config={"compile": {"fullgraph": False}})]
+                                      "the frame compiles in pieces",
+                                      config=(Setting("compile", "fullgraph", False),))]
     return [Fix("inspect_failure", f"Fix the compile error ({ev.cause_detail})", "the frame compiles", 1.0,
                 "the error is in the code or the compiler", code=(ev.fail_reason or "")[:300],
-                location=_group_location(ev))]
+                site=_group_location(ev))]
 
 
 _CACHE = Fix("cache_warm_start", "Warm-start the compile caches from the previous run",
              "later runs hit the FX graph and AOTAutograd caches (verified): compile time falls on every rank", 0.7,
              "cuts compile time on the next runs, not this one",
-             config={"cache": {"load": "compile_cache.bin", "save": "compile_cache.bin", "save_after_step": 3},
-                     "inductor": {"fx_graph_cache": True}})
+             config=(Setting("cache", "load", "compile_cache.bin"), Setting("cache", "save", "compile_cache.bin"),
+                     Setting("cache", "save_after_step", 3), Setting("inductor", "fx_graph_cache", True)))
 
 
-@register_fixer("divergent_cache", "compile_time")
-def _compile_time(f: Finding) -> list[Fix]:
+@register_fixer(CacheDivergenceEvidence)
+@register_fixer(CompileTimeEvidence)
+def _compile_time(f: Finding[CacheDivergenceEvidence | CompileTimeEvidence]) -> list[Fix]:
     return [_CACHE, _shared_cache("")]
 
 
 def _shared_cache(slow: str) -> Fix:
     return Fix("shared_cache_dir", f"Give every rank the same warm compile cache{slow}",
                "no rank compiles from a cold cache", 0.7, "needs storage every rank shares",
-               code="set TORCHINDUCTOR_CACHE_DIR to a directory every rank shares, warmed by a previous run")
+               code="set TORCHINDUCTOR_CACHE_DIR to a directory every rank shares, warmed by a previous run",
+               about=_compile_site)
 
 
-@register_fixer("compile_skew")
-def _compile_skew(f: Finding) -> list[Fix]:
+@register_fixer(CompileSkewEvidence)
+def _compile_skew(f: Finding[CompileSkewEvidence]) -> list[Fix]:
     """Which fix a compile skew gets, by the cache hits and misses on its evidence: a warm cache only helps when the
     slow rank missed the compile caches where the others hit them (a cold cache). Without such a miss — the caches
     unused (e.g. an ``aot_eager``/``eager`` backend), or the same hits and misses on every rank — the slow rank's
     host compiles slower, which no cache config removes: that becomes a code/ops fix at the ``torch.compile`` line
     and the cache fixes are kept as alternatives that are not written (gain 0). Without the counts (no compile
     log) the cache fixes stay; nothing is written when nobody waited for the compile."""
-    ev: CompileSkewEvidence = f.evidence  # type: ignore[assignment]
+    ev = f.evidence
     shared = _shared_cache(f" (rank {ev.slowest_rank} compiled {format_ns(ev.skew_ns)} longer)")
     if f.cost.ns == 0:   # nobody waited for it: nothing to write
         return [dataclasses.replace(shared, gain=0.0, why="the other ranks did not wait for this compile")]
@@ -378,94 +502,138 @@ def _compile_skew(f: Finding) -> list[Fix]:
                "every rank finishes its first compile together: the others stop waiting for it", 0.9,
                f"{why}: the rank's host or its compiler is slower, which a warm cache does not change",
                code=f"compare rank {ev.slowest_rank}'s host with a fast rank's (CPU load and other processes, "
-                    "cores and threads per rank, clock, a custom backend or compiler options set on that rank only)")
+                    "cores and threads per rank, clock, a custom backend or compiler options set on that rank only)",
+               about=_compile_site)
     return [slow] + [dataclasses.replace(x, gain=0.0, why=f"not written: {why}") for x in fixes]
 
 
-@register_fixer("nccl_timeout_risk")
-def _timeout(f: Finding) -> list[Fix]:
+@register_fixer(TimeoutRiskEvidence)
+def _timeout(f: Finding[TimeoutRiskEvidence]) -> list[Fix]:
     return [Fix("raise_timeout", "Raise the collective timeout above the worst compile time",
                 "a slow compile on one rank no longer kills the job", 0.0, "a risk, not lost time",
                 code="dist.init_process_group(..., timeout=datetime.timedelta(minutes=30))"),
             Fix("guard_collectives", "Make ranks recompile together", "no rank waits alone in a collective", 0.0,
-                "a risk, not lost time", config={"distributed": {"guard_collectives": True}}), _CACHE]
+                "a risk, not lost time", config=(Setting("distributed", "guard_collectives", True),)), _CACHE]
 
 
-@register_fixer("divergent_collective_schedule")
-def _schedule(f: Finding) -> list[Fix]:
+@register_fixer(CollectiveScheduleEvidence)
+def _schedule(f: Finding[CollectiveScheduleEvidence]) -> list[Fix]:
     return [Fix("same_graph_all_ranks", "Make every rank compile the same graph",
                 "one collective order on every rank: no mismatched collectives, no hang", 1.0, "removes the cause",
                 code="keep shapes, configs and versions identical across ranks"),
             Fix("no_comm_reorder", "Turn off inductor's compute/communication reordering",
                 "collectives keep program order on every rank", 0.8, "may lose some overlap",
-                config={"inductor": {"reorder_for_compute_comm_overlap": False}})]
+                config=(Setting("inductor", "reorder_for_compute_comm_overlap", False),))]
 
 
-@register_fixer("divergent_config", "divergent_fingerprint")
-def _drift(f: Finding) -> list[Fix]:
-    ev: ConfigDivergenceEvidence = f.evidence  # type: ignore[assignment]
+@register_fixer(ConfigDivergenceEvidence)
+def _drift(f: Finding[ConfigDivergenceEvidence]) -> list[Fix]:
+    ev = f.evidence
     return [Fix("same_environment", f"Use one environment on every rank ({ev.field} differs)",
                 "identical compiles, cache keys and collective schedules on every rank", 1.0,
                 "the difference comes from how the ranks were launched: no config applied by one rank fixes it",
                 code="export the same TORCH*/NCCL* variables on every rank (one launcher script), pin "
-                     "torch/triton/CUDA/NCCL in one image, and apply one compile config everywhere")]
+                     "torch/triton/CUDA/NCCL in one image, and apply one compile config everywhere",
+                about=_environment_site)]
 
 
-@register_fixer("straggler")
-def _straggler(f: Finding) -> list[Fix]:
-    ev: StragglerEvidence = f.evidence  # type: ignore[assignment]
-    data = (ev.data_wait_median_ns or 0) > 2 * (ev.others_data_wait_median_ns or 0) + 1_000_000
-    if data:
+@register_fixer(StragglerEvidence)
+def _straggler(f: Finding[StragglerEvidence]) -> list[Fix]:
+    ev = f.evidence
+    if ev.slow_data_loading:
         return [Fix("faster_data_loading", f"Speed up data loading on rank {ev.rank}",
                     f"its data wait ({format_ns(ev.data_wait_median_ns)} per step, others "
                     f"{format_ns(ev.others_data_wait_median_ns)}) leaves the critical path; the others stop waiting",
                     1.0, "the rank's median data wait explains its lateness",
                     code="DataLoader(num_workers>=4, pin_memory=True, persistent_workers=True, prefetch_factor=4); "
-                         "check that rank's storage / host for contention")]
+                         "check that rank's storage / host for contention", about=_batch_fetch_site)]
     return [Fix("balance_ranks", f"Find what makes rank {ev.rank} slower",
                 "every rank reaches the collectives together: the others' wait goes away", 1.0,
                 "the cause is outside the compile config",
-                code="compare the rank's host, clocks, data shard size and background processes with a fast rank")]
+                code="compare the rank's host, clocks, data shard size and background processes with a fast rank",
+                about=_batch_fetch_site)]
 
 
-@register_fixer("exposed_communication", "collective_wait")
-def _comm(f: Finding) -> list[Fix]:
+@register_fixer(ExposedCommEvidence)
+@register_fixer(CollectiveWaitEvidence)
+def _comm(f: Finding[ExposedCommEvidence | CollectiveWaitEvidence]) -> list[Fix]:
     return [Fix("overlap_comm", "Overlap the gradient all-reduce with backward",
                 "collective time hides behind the backward pass", 0.8,
                 "overlap is bounded by the backward compute left when each bucket is ready",
                 code="DDP(model, bucket_cap_mb=25) instead of one all-reduce after backward; or "
-                     "dist.all_reduce(..., async_op=True) per layer and wait() before optimizer.step()")]
+                     "dist.all_reduce(..., async_op=True) per layer and wait() before optimizer.step()",
+                about=_overlap_site)]
 
 
-@register_fixer("pipeline_bubble")
-def _bubble(f: Finding) -> list[Fix]:
-    ev: PipelineBubbleEvidence = f.evidence  # type: ignore[assignment]
+@register_fixer(PipelineBubbleEvidence)
+def _bubble(f: Finding[PipelineBubbleEvidence]) -> list[Fix]:
+    ev = f.evidence
     m, p = ev.microbatches, ev.stages
     now = f" (now {m:g} per step, {p} stages)" if m and p else ""
     return [Fix("more_microbatches", f"Use more micro-batches per step{now}",
                 "GPipe's bubble is (p-1)/(m+p-1): 4x the micro-batches cuts it about 3x", 0.7,
                 "the bubble shrinks with m but never vanishes",
                 code="ScheduleGPipe(stage, n_microbatches=4*m) with a smaller micro-batch, or an interleaved "
-                     "1F1B schedule (ScheduleInterleaved1F1B) with several stages per rank")]
+                     "1F1B schedule (ScheduleInterleaved1F1B) with several stages per rank", about=_microbatch_site)]
 
 
-@register_fixer("launch_bound", "host_bound")
-def _launch(f: Finding) -> list[Fix]:
+@register_fixer(IdleEvidence, kinds=(Kind.LAUNCH_BOUND, Kind.HOST_BOUND))
+def _launch(f: Finding[IdleEvidence]) -> list[Fix]:
     return [Fix("cuda_graphs", "Replay the step's kernels as a CUDA graph (mode=\"reduce-overhead\")",
                 "one launch per graph instead of one per kernel: the launch gaps go", 0.8,
                 "removes launch overhead when shapes are static; needs static input addresses, and a graph covers only the "
                 "compiled function: keep the loss, backward and optimizer update inside it",
-                config={"compile": {"mode": "reduce-overhead"}}),
+                config=(Setting("compile", "mode", "reduce-overhead"),)),
             Fix("fuse_small_ops", "Fewer, larger kernels", "less launch overhead", 0.5, "a code change",
                 code="batch small ops (torch._foreach_*, fused optimizers: AdamW(fused=True)), larger micro-batches")]
 
 
-@register_fixer("exposed_memcpy")
-def _memcpy(f: Finding) -> list[Fix]:
+@register_fixer(ExposedMemcpyEvidence)
+def _memcpy(f: Finding[ExposedMemcpyEvidence]) -> list[Fix]:
     return [Fix("pin_memory", "Copy from pinned host memory, asynchronously",
                 "host→device copies overlap compute instead of blocking the stream", 0.8,
                 "pageable copies are staged and synchronous",
-                code="DataLoader(..., pin_memory=True) and x.to(device, non_blocking=True)")]
+                code="DataLoader(..., pin_memory=True) and x.to(device, non_blocking=True)", about=_h2d_site)]
+
+
+# ------------------------------------------------------------------------ hangs: why the job stopped
+@register_fixer(JobFailureEvidence, kinds=(Kind.DESYNC,))
+def _desync(f: Finding[JobFailureEvidence]) -> list[Fix]:
+    ev = f.evidence
+    return [Fix("same_collectives", "Issue the same collectives, with the same tensors, on every rank of the group",
+                "the group's collectives match again: no desync, no hang", 1.0,
+                "removes the cause: a collective or tensor that depends on the rank", code=ev.fix,
+                site=CodeLine.parse(ev.odd_call_site or ev.call_site))]
+
+
+@register_fixer(JobFailureEvidence, kinds=(Kind.HANG,))
+def _hang(f: Finding[JobFailureEvidence]) -> list[Fix]:
+    ev = f.evidence
+    if ev.compile_id is not None:
+        return [Fix("no_one_rank_recompile", f"Stop the one-rank recompile of {ev.co_name} [{ev.compile_id}]",
+                    "every rank reaches the collective in time: no timeout", 1.0,
+                    "the late rank was compiling while the others waited", code=ev.fix)]
+    return [Fix("find_late_work", "Find what the late rank runs instead of the collective",
+                "every rank reaches the collective in time: no timeout", 1.0,
+                "the late rank was busy elsewhere; nothing in the collectives is wrong", code=ev.fix)]
+
+
+@register_fixer(JobFailureEvidence, kinds=(Kind.RANK_DIED,))
+def _rank_died(f: Finding[JobFailureEvidence]) -> list[Fix]:
+    ev = f.evidence
+    return [Fix("find_why_rank_ended", "Find why the rank ended, and restart from a checkpoint",
+                "the job survives (or resumes after) the loss of a rank", 1.0,
+                "the others only waited for it: the cause is in that process, not the collectives", code=ev.fix,
+                site=CodeLine.parse(ev.odd_call_site))]
+
+
+@register_fixer(CompiledDesyncEvidence)
+def _compiled_desync(f: Finding[CompiledDesyncEvidence]) -> list[Fix]:
+    ev = f.evidence
+    return [Fix("same_compiled_collectives", "Issue the same collectives on every rank inside the compiled region",
+                "the compiled graph is the same on every rank: it cannot desynchronise the group", 1.0,
+                "removes the cause: a rank-dependent branch around a collective", code=ev.fix,
+                site=CodeLine.parse(ev.odd_call_site))]
 
 
 # ------------------------------------------------------------------------ the line a code fix is about
@@ -483,84 +651,88 @@ def _first(scan: SourceScan, kind: str, pred: Any = None, prefer_loop: bool = Fa
     return got[0] if got else None
 
 
-def _site_for(fix_id: str, scan: SourceScan) -> tuple[SourceSite | None, str]:
-    """The site of ``scan`` a code fix ``fix_id`` is about, and what to say when there is none."""
-    name = scan.filename
-    if fix_id in ("faster_data_loading", "balance_ranks"):
-        return (_first(scan, "batch_fetch"),
-                f"no batch fetch (a `for batch in loader:` loop or a `next(...)` before the step) found in {name}")
-    if fix_id == "overlap_comm":
-        wrapper = _first(scan, "ddp") or _first(scan, "fsdp")
-        return (wrapper or _first(scan, "collective", lambda s: "blocking" in s.detail, prefer_loop=True),
-                f"no DDP/FSDP construction and no blocking collective in {name}")
-    if fix_id == "more_microbatches":
-        return (_first(scan, "microbatch_count", lambda s: s.detail == "passed to the schedule")
-                or _first(scan, "pipeline_schedule", lambda s: not s.detail.endswith("not set"))
-                or _first(scan, "microbatch_count") or _first(scan, "pipeline_schedule"),
-                f"no pipeline schedule or micro-batch count set in {name}")
-    if fix_id == "same_environment":
-        return (_first(scan, "config_set", lambda s: s.detail.endswith("rank-conditional")),
-                f"no line of {name} sets a compile setting or TORCH* variable per rank: the difference comes from "
-                "the launch environment")
-    if fix_id == "pin_memory":
-        return (_first(scan, "dataloader", lambda s: "pin_memory=True" not in s.detail)
-                or _first(scan, "h2d_copy", lambda s: s.in_loop and s.detail == "blocking"),
-                f"no DataLoader and no blocking host-to-device copy in the loop of {name}")
-    if fix_id in ("faster_host_compile", "shared_cache_dir"):
-        return _first(scan, "compile"), f"no torch.compile call in {name}"
-    return None, ""
+def _batch_fetch_site(scan: SourceScan) -> tuple[SourceSite | None, str]:
+    return (_first(scan, "batch_fetch"), "no batch fetch (a `for batch in loader:` loop or a `next(...)` before the "
+            f"step) found in {scan.filename}")
+
+
+def _overlap_site(scan: SourceScan) -> tuple[SourceSite | None, str]:
+    wrapper = _first(scan, "ddp") or _first(scan, "fsdp")
+    return (wrapper or _first(scan, "collective", lambda s: "blocking" in s.detail, prefer_loop=True),
+            f"no DDP/FSDP construction and no blocking collective in {scan.filename}")
+
+
+def _microbatch_site(scan: SourceScan) -> tuple[SourceSite | None, str]:
+    return (_first(scan, "microbatch_count", lambda s: s.detail == "passed to the schedule")
+            or _first(scan, "pipeline_schedule", lambda s: not s.detail.endswith("not set"))
+            or _first(scan, "microbatch_count") or _first(scan, "pipeline_schedule"),
+            f"no pipeline schedule or micro-batch count set in {scan.filename}")
+
+
+def _environment_site(scan: SourceScan) -> tuple[SourceSite | None, str]:
+    return (_first(scan, "config_set", lambda s: s.detail.endswith("rank-conditional")),
+            f"no line of {scan.filename} sets a compile setting or TORCH* variable per rank: the difference comes "
+            "from the launch environment")
+
+
+def _h2d_site(scan: SourceScan) -> tuple[SourceSite | None, str]:
+    return (_first(scan, "dataloader", lambda s: "pin_memory=True" not in s.detail)
+            or _first(scan, "h2d_copy", lambda s: s.in_loop and s.detail == "blocking"),
+            f"no DataLoader and no blocking host-to-device copy in the loop of {scan.filename}")
+
+
+def _compile_site(scan: SourceScan) -> tuple[SourceSite | None, str]:
+    return _first(scan, "compile"), f"no torch.compile call in {scan.filename}"
 
 
 def locate(fx: Fix, scan: SourceScan | None) -> Fix:
-    """``fx`` with ``location`` set to the line of the user's script it is about (from ``scan``, the run's source
-    sites), or its advice saying that the script has no such line. Fixes that already name a line (graph
-    breaks, from the compile log), config fixes and runs without a scan are left as they are."""
-    if fx.code is None or fx.location or scan is None:
+    """``fx`` with ``site`` set to the line of the user's script it is about (its ``about`` locator on ``scan``, the
+    run's source sites), or its advice saying that the script has no such line. Fixes that already name a line
+    (graph breaks, from the compile log), config fixes and runs without a scan are left as they are."""
+    if fx.code is None or fx.site is not None or scan is None:
         return fx
     if not scan.sites:
         return fx if not scan.note else dataclasses.replace(fx, code=f"{fx.code} (no line: {scan.note})")
-    site, missing = _site_for(fx.fix_id, scan)
+    site, missing = fx.about(scan) if fx.about is not None else (None, "")
     if site is not None and site.kind == "ddp":     # DDP is there already: its buckets are what to change
-        return dataclasses.replace(fx, location=site.location, code=(
+        return dataclasses.replace(fx, site=CodeLine.of(site), code=(
             f"DDP is built here ({site.detail}): buckets too small or too few to overlap backward; use the default "
             f"bucket_cap_mb=25 or larger, and no extra blocking collective after backward (here: {site.snippet})"))
     if site is not None and site.kind == "fsdp":
-        return dataclasses.replace(fx, location=site.location, code=(
+        return dataclasses.replace(fx, site=CodeLine.of(site), code=(
             "FSDP is built here: prefetch the next all-gather so it overlaps compute (FSDP2: "
             "module.set_modules_to_forward_prefetch / set_modules_to_backward_prefetch; FSDP1: forward_prefetch=True, "
             f"backward_prefetch=BackwardPrefetch.BACKWARD_PRE), and no blocking collective after backward "
             f"(here: {site.snippet})"))
     if site is not None:
-        return dataclasses.replace(fx, location=site.location, code=f"{fx.code} (here: {site.snippet})")
+        return dataclasses.replace(fx, site=CodeLine.of(site), code=f"{fx.code} (here: {site.snippet})")
     return dataclasses.replace(fx, code=f"{fx.code} ({missing})") if missing else fx
 
 
 # ------------------------------------------------------------------------ ranking and the config file
-def _fixes(f: Finding) -> list[Fix]:
+def _fixes(f: Finding[Any]) -> list[Fix]:
     out: list[Fix] = []
     for fixer in fixers_for(f.kind):
         out += fixer(f)
     if not out:
-        out = [Fix(f"investigate_{f.kind}", f"Investigate: {f.kind}", "see the finding", 0.0,
+        out = [Fix(f"investigate_{f.kind.value}", f"Investigate: {f.kind.value}", "see the finding", 0.0,
                    "no fix is registered for this kind", code=f.message)]
     return sorted(out, key=lambda x: -x.gain)  # stable: a fixer's own order breaks ties
 
 
-def recommend(findings: Sequence[Finding] | Any, *, sites: Any = None) -> pl.DataFrame:
-    """Ranked fixes (RECOMMENDATIONS) for the typed root-cause ``findings`` (``analysis_tables(run).roots``):
-    findings most costly first, and within one finding the fixes by expected gain. The best config fix of each
-    finding has ``apply`` = True unless an earlier fix already set the same key. ``sites``: the run's
-    ``source_sites`` (``run.meta["source_sites"]`` or a ``SourceScan``) — code fixes then name the line they are
-    about (:func:`locate`), or say in words that the script has no such line. :func:`recommend_run` passes a run's.
-    A FINDINGS polars frame is refused: it has lost the typed evidence the fixers read."""
+def ranked_fixes(findings: Sequence[Finding[Any]] | Any, *, sites: Any = None) -> list[Recommendation]:
+    """Ranked fixes for the typed root-cause ``findings`` (``analysis_tables(run).roots``): findings most costly
+    first, and within one finding the fixes by expected gain. The best config fix of each finding is applied
+    unless an earlier fix already set the same key. ``sites``: the run's ``source_sites``
+    (``run.meta["source_sites"]`` or a ``SourceScan``) — code fixes then name the line they are about
+    (:func:`locate`), or say in words that the script has no such line. A FINDINGS polars frame is refused: it has
+    lost the typed evidence the fixers read."""
     if isinstance(findings, pl.DataFrame):
         raise TypeError("recommend() takes the typed findings (analysis_tables(run).roots or run.findings()), "
                         "not the FINDINGS frame")
-    roots = list(getattr(findings, "roots", findings))
-    if not roots:
-        return schema.empty(RECOMMENDATIONS)
+    roots: list[Finding[Any]] = list(getattr(findings, "roots", findings))
     order = sorted(range(len(roots)), key=lambda i: (-roots[i].cost_ns, i))
-    rows: list[dict[str, Any]] = []
+    out: list[Recommendation] = []
     taken: set[tuple[str, str]] = set()
     scan = _scan_of(sites)
     for i in order:
@@ -570,69 +742,124 @@ def recommend(findings: Sequence[Finding] | Any, *, sites: Any = None) -> pl.Dat
             fx = locate(fx, scan)
             apply = False
             if fx.config and not applied and fx.gain > 0:
-                keys = {(sec, k) for sec, body in fx.config.items() for k in body}
+                keys = {(st.section, st.key) for st in fx.config}
                 if not keys & taken:
                     apply = applied = True
                     taken |= keys
                 elif keys <= taken:
                     applied = True  # an earlier fix already set exactly this
-            rows.append({
-                "fix_id": fx.fix_id, "title": fx.title, "finding_kind": f.kind, "finding_id": f.id,
-                "finding_index": i, "severity": f.severity, "cost_ns": f.cost.ns, "cost_basis": f.cost.basis,
-                "gain": float(fx.gain), "why": fx.why, "evidence": f.message, "expected_effect": fx.effect,
-                "config": json.dumps(fx.config) if fx.config else None, "code_advice": fx.code,
-                "location": fx.location, "apply": apply,
-            })
-    df = pl.DataFrame(rows, schema_overrides={k: v for k, v in RECOMMENDATIONS.items() if k != "rank"})
-    df = df.with_columns(pl.int_range(1, df.height + 1, dtype=pl.Int32).alias("rank"))
-    return schema.conform(df, RECOMMENDATIONS)
+            out.append(Recommendation(len(out) + 1, fx, f, i, apply))
+    return out
 
 
-def recommend_run(run: Any, findings: Sequence[Finding] | Any, *, sites: Any = None) -> pl.DataFrame:
-    """:func:`recommend` for ``findings`` of ``run`` (a :class:`workbench.Run`): its code fixes name the lines of the
-    run's recorded ``source_sites`` (``run.json``), or of ``sites`` when given (a script scanned afresh)."""
+def ranked_fixes_run(run: Any, findings: Sequence[Finding[Any]] | Any, *, sites: Any = None) -> list[Recommendation]:
+    """:func:`ranked_fixes` for ``findings`` of ``run`` (a :class:`workbench.Run`): its code fixes name the lines of
+    the run's recorded ``source_sites`` (``run.json``), or of ``sites`` when given (a script scanned afresh)."""
     if sites is None:
         sites = (getattr(run, "meta", None) or {}).get("source_sites")
-    return recommend(findings, sites=sites)
+    return ranked_fixes(findings, sites=sites)
 
 
-def to_compile_config(recommendations: pl.DataFrame, *, header: str | None = None) -> str:
-    """The applied config fixes as compile-config TOML, a comment above each setting naming its finding; the
-    alternatives and the code fixes follow as comments at the end, best first."""
+def recommendations_frame(recs: Sequence[Recommendation]) -> pl.DataFrame:
+    """The polars view of ranked fixes (``RECOMMENDATIONS``; ``config`` as JSON text, for display only)."""
+    if not recs:
+        return schema.empty(RECOMMENDATIONS)
+    rows = [{
+        "rank": r.rank, "fix_id": r.fix.fix_id, "title": r.fix.title, "finding_kind": r.finding.kind.value,
+        "finding_id": r.finding.id, "finding_index": r.finding_index, "severity": r.finding.severity,
+        "cost_ns": r.finding.cost.ns, "cost_basis": r.finding.cost.basis, "gain": float(r.fix.gain),
+        "why": r.fix.why, "evidence": r.finding.message, "expected_effect": r.fix.effect,
+        "config": json.dumps(r.fix.config_dict()) if r.fix.config else None, "code_advice": r.fix.code,
+        "location": r.fix.location, "apply": r.apply,
+    } for r in recs]
+    return schema.conform(pl.DataFrame(rows, schema_overrides=RECOMMENDATIONS), RECOMMENDATIONS)
+
+
+def recommend(findings: Sequence[Finding[Any]] | Any, *, sites: Any = None) -> pl.DataFrame:
+    """:func:`recommendations_frame` of :func:`ranked_fixes` (the RECOMMENDATIONS view)."""
+    return recommendations_frame(ranked_fixes(findings, sites=sites))
+
+
+def recommend_run(run: Any, findings: Sequence[Finding[Any]] | Any, *, sites: Any = None) -> pl.DataFrame:
+    """:func:`recommendations_frame` of :func:`ranked_fixes_run`."""
+    return recommendations_frame(ranked_fixes_run(run, findings, sites=sites))
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """What the compile config says of one ranked fix."""
+
+    rank: int
+    fix_id: str
+    title: str
+    kind: str
+    message: str
+    effect: str
+    why: str | None
+    settings: tuple[Setting, ...]
+    config_text: str | None
+    code: str | None
+    location: str | None
+    apply: bool
+
+
+def _entries(recs: Sequence[Recommendation] | pl.DataFrame) -> list[_Entry]:
+    if not isinstance(recs, pl.DataFrame):
+        return [_Entry(r.rank, r.fix.fix_id, r.fix.title, r.finding.kind.value, r.finding.message, r.fix.effect,
+                       r.fix.why, r.fix.config, json.dumps(r.fix.config_dict()) if r.fix.config else None, r.fix.code,
+                       r.fix.location, r.apply) for r in recs]
+    # the RECOMMENDATIONS frame, for callers not yet passing ranked_fixes (its config column read back)
+    out = []
+    for r in recs.iter_rows(named=True):
+        body = json.loads(r["config"]) if r["config"] else {}
+        settings = tuple(Setting(sec, k, v) for sec, kv in body.items() for k, v in kv.items())
+        out.append(_Entry(r["rank"], r["fix_id"], r["title"], r["finding_kind"], r["evidence"], r["expected_effect"],
+                          r.get("why"), settings, r["config"], r["code_advice"], r["location"], bool(r["apply"])))
+    return out
+
+
+def to_compile_config(recs: Sequence[Recommendation] | pl.DataFrame, *, header: str | None = None) -> str:
+    """The applied config fixes of ``recs`` (:func:`ranked_fixes`) as compile-config TOML, a comment above each
+    setting naming its finding; the alternatives and the code fixes follow as comments at the end, best first.
+    (The RECOMMENDATIONS frame is still accepted, for the callers that pass it.)"""
     from workbench.compile_config import dump_compile_config, writable_problem
 
+    entries = _entries(recs)
     data: dict[str, dict[str, Any]] = {}
     comments: dict[str, str] = {}
     not_written: list[str] = []
-    for r in recommendations.filter(pl.col("apply")).iter_rows(named=True):
-        config = json.loads(r["config"])
+    for e in entries:
+        if not e.apply:
+            continue
+        config: dict[str, dict[str, Any]] = {}
+        for st in e.settings:
+            config.setdefault(st.section, {})[st.key] = st.value
         problem = writable_problem(config)   # a value built from a hostile log the allowlist refuses: not written
         if problem:
-            not_written.append(f"  #{r['rank']} {r['fix_id']} ({r['finding_kind']}): {_one_line(problem, 200)}")
+            not_written.append(f"  #{e.rank} {e.fix_id} ({e.kind}): {_one_line(problem, 200)}")
             continue
-        for sec, body in config.items():
-            dest = data.setdefault(sec, {})
-            for k, v in body.items():
-                if k in dest:
-                    continue
-                dest[k] = v
-                comments[f"{sec}.{k}"] = (f"fix #{r['rank']} {r['fix_id']}: {r['title']}\n"
-                                          f"answers {r['finding_kind']}: {_one_line(r['evidence'])}\n"
-                                          f"expected: {r['expected_effect']}"
-                                          + (f"\nwhy first: {r['why']}" if r.get("why") else ""))
+        for st in e.settings:
+            dest = data.setdefault(st.section, {})
+            if st.key in dest:
+                continue
+            dest[st.key] = st.value
+            comments[st.name] = (f"fix #{e.rank} {e.fix_id}: {e.title}\n"
+                                 f"answers {e.kind}: {_one_line(e.message)}\n"
+                                 f"expected: {e.effect}"
+                                 + (f"\nwhy first: {e.why}" if e.why else ""))
     lines = [header or "Compile config written by `workbench recommend`: apply with "
              "Collector(..., compile_config=\"<this file>\")",
              "Every setting below says which finding it answers. Validate: workbench.compile_config.load_compile_config"]
     tail: list[str] = ["", " Refused by the config allowlist (docs/compile-config.md):", *not_written] \
         if not_written else []
-    rest = recommendations.filter(~pl.col("apply"))
-    if rest.height:
+    rest = [e for e in entries if not e.apply]
+    if rest:
         tail += ["", " Alternatives and code fixes (not applied), best first:"]
-        for r in rest.iter_rows(named=True):
-            loc = f" at {r['location']}" if r["location"] else ""
-            tail.append(f"  #{r['rank']} {r['fix_id']} ({r['finding_kind']}): {r['title']}{loc}")
-            for part in (f"config {r['config']}" if r["config"] else "",
-                         f"code: {r['code_advice']}" if r["code_advice"] else ""):
+        for e in rest:
+            loc = f" at {e.location}" if e.location else ""
+            tail.append(f"  #{e.rank} {e.fix_id} ({e.kind}): {e.title}{loc}")
+            for part in (f"config {e.config_text}" if e.config_text else "",
+                         f"code: {e.code}" if e.code else ""):
                 if part:
                     tail.append(f"      {_one_line(part, 200)}")
     # every text from a trace or log goes through dump_compile_config's comment writer (no line of it can
@@ -645,11 +872,9 @@ def _one_line(s: str | None, n: int = 240) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
-@register_fixer("config_not_applied")
-def _not_applied(f: Finding) -> list[Fix]:
-    from workbench.analyses.applied import ConfigNotAppliedEvidence
-
-    ev: ConfigNotAppliedEvidence = f.evidence  # type: ignore[assignment]
+@register_fixer(ConfigNotAppliedEvidence)
+def _not_applied(f: Finding[ConfigNotAppliedEvidence]) -> list[Fix]:
+    ev = f.evidence
     return [Fix("make_setting_apply", f"Make {ev.setting} take effect", "the fix the config carries runs", 1.0,
                 "until it applies, the rerun cannot show whether the fix works",
                 code=f"{ev.reason}. For [compile]/[mark_dynamic], create the Collector before calling torch.compile; "

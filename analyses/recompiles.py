@@ -29,14 +29,16 @@ import polars as pl
 
 from workbench import schema
 from workbench.analyses import metrics
+from workbench.analyses.detectors import Inputs, register_detector
 from workbench.analyses.findings import Cost, Finding, count_text, findings_frame, make_finding, ranks_text
+from workbench.analyses.kinds import CAUSES  # noqa: F401  (re-exported: schema.COMPILES points here)
 from workbench.analyses.kinds import (
-    CacheDivergenceEvidence, CollectiveScheduleEvidence, CompileGroupEvidence, CompileSkewEvidence,
-    CompileTimeEvidence, ConfigDivergenceEvidence, DifferentProgramsEvidence, DivergentRecompileEvidence,
-    TimeoutRiskEvidence,
+    COMPILE_TIME_NS, TIMEOUT_RISK_PCT, CacheDivergenceEvidence, CollectiveScheduleEvidence,
+    CompileGroupEvidence, CompileSkewEvidence, CompileTimeEvidence, ConfigDivergenceEvidence,
+    DifferentProgramsEvidence, DivergentRecompileEvidence, Kind, RECOMPILE_KINDS, TimeoutRiskEvidence,
+    recompile_kind,
 )
 
-from workbench.analyses.kinds import CAUSES  # noqa: E402  (declared once, with the finding kinds)
 #: Graph-break types (``cause_detail`` when ``cause == "graph_break"``).
 GRAPH_BREAK_TYPES: tuple[str, ...] = (
     "print", "logging", "data_dependent_branch", "item", "dynamic_output_shape", "explicit", "skipped_function",
@@ -305,7 +307,7 @@ def different_programs(compiles: pl.DataFrame) -> Finding | None:
     frames = {int(r): tuple(sorted(set(v))) for r, v in c.group_by("rank").agg(pl.col("_code")).iter_rows()}
     example, ranks = next(iter(only_on.items()))
     return make_finding(
-        "different_programs",
+        Kind.DIFFERENT_PROGRAMS,
         f"Ranks compile different code: {count_text(len(only_on), 'frame')} compiled on some ranks only (e.g. {example} "
         f"on {ranks_text(ranks)}). They run different programs, so their compiles are not compared "
         "across ranks; check that every rank runs the same model and code path.",
@@ -547,7 +549,7 @@ def skew_findings(cands: list[tuple[str, str | None, dict[int, int], dict[int, i
             if skew >= SKEW_NOTE_NS:
                 slow = max(durs, key=durs.get)
                 out.append(make_finding(
-                    "compile_skew", f"{head} took {_s(skew)} longer on rank {slow} than on the fastest rank; no step "
+                    Kind.COMPILE_SKEW, f"{head} took {_s(skew)} longer on rank {slow} than on the fastest rank; no step "
                     "or collective times were recorded, so whether the others waited for it is not known.",
                     CompileSkewEvidence(cid, co_name, int(skew), int(slow), durs, step, cache_hits_by_rank=hits,
                                         cache_misses_by_rank=misses),
@@ -565,7 +567,7 @@ def skew_findings(cands: list[tuple[str, str | None, dict[int, int], dict[int, i
                     f"{ranks_text(w.wait_by_rank)} waited up to {_s(wait)}, {_s(w.held_ns)} of it after the "
                     "second-latest rank arrived")
             out.append(make_finding(
-                "compile_skew", f"{head} took {_s(extra)} longer on rank {last} than on the fastest rank, and rank "
+                Kind.COMPILE_SKEW, f"{head} took {_s(extra)} longer on rank {last} than on the fastest rank, and rank "
                 f"{last} arrived last in step {step}: {held} ({w.method}).", ev,
                 Cost.measured(w.held_ns, f"{w.method}: its arrival minus the second-latest's"), ranks=list(durs),
                 steps=at, source="recompiles", key=cid))
@@ -581,7 +583,7 @@ def skew_findings(cands: list[tuple[str, str | None, dict[int, int], dict[int, i
                f"it held the others back {_s(w.held_ns)} in step {step}, under the 1 s a start-up skew must reach "
                "to tell it from ranks starting and compiling at different speeds under load")
         out.append(make_finding(
-            "compile_skew", f"{head} took {_s(max(skew, extra))} longer on rank {slow} than on the fastest rank, but "
+            Kind.COMPILE_SKEW, f"{head} took {_s(max(skew, extra))} longer on rank {slow} than on the fastest rank, but "
             f"{'the other ranks did not wait for it' if last != slow else 'it is not counted as a root cause'}: "
             f"{why} ({w.method}).",
             CompileSkewEvidence(cid, co_name, int(skew), int(slow), durs, step, dict(w.wait_by_rank), w.held_ns,
@@ -600,7 +602,7 @@ def recompile_findings(compiles: pl.DataFrame, **kwargs: Any) -> pl.DataFrame:
 
 def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None = None,
                            collectives: pl.DataFrame | None = None, fingerprints: pl.DataFrame | None = None,
-                           timeout_s: float | None = None, startup_compile_s: float = 60.0,
+                           timeout_s: float | None = None, startup_compile_s: float = COMPILE_TIME_NS / 1e9,
                            arrivals: pl.DataFrame | None = None) -> list[Finding]:
     """Typed findings from the compiles table (plus steps/collectives/fingerprints when given).
 
@@ -641,16 +643,16 @@ def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None
             cost = Cost(d["wait_ns"], d["cost_basis"], d["cost_method"])
             verb = "waited" if cost.basis == "measured" else "waited an estimated"
             out.append(make_finding(
-                "divergent_recompile",
+                Kind.DIVERGENT_RECOMPILE,
                 f"{ranks_txt.capitalize()} alone recompiled {d['co_name']} ({d['compile_id']}) {step_txt}{cause_txt}; "
                 f"the compile took {_s(d['duration_ns'])} while {waiting} {verb} {_s(d['wait_ns'])} "
                 f"({d['cost_method']}).",
                 ev, cost, ranks=list(d["ranks"]) + list(d["missing_ranks"]), steps=[d["step"]],
                 source="recompiles", key=d["compile_id"] if div.height > 1 else ""))
             ratio = (d["duration_ns"] or 0) / 1e9 / timeout
-            if ratio >= 0.1:
+            if ratio >= TIMEOUT_RISK_PCT / 100:
                 out.append(make_finding(
-                    "nccl_timeout_risk",
+                    Kind.NCCL_TIMEOUT_RISK,
                     f"The divergent compile {d['compile_id']} on {ranks_txt} took {_s(d['duration_ns'])}, "
                     f"{ratio:.0%} of the {timeout:.0f} s collective timeout: a slower compile (inductor, bigger "
                     f"model) would kill the job with a collective timeout.",
@@ -682,7 +684,7 @@ def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None
             miss_ranks = sorted(rk for rk in misses if misses[rk])
             if hit_ranks and miss_ranks:
                 out.append(make_finding(
-                    "divergent_cache",
+                    Kind.DIVERGENT_CACHE,
                     f"Compile {r['_id']} hit the compile cache on {ranks_text(hit_ranks)} but missed on "
                     f"{ranks_text(miss_ranks)}: "
                     f"the missing ranks compile longer and the others wait.",
@@ -695,7 +697,7 @@ def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None
                 for rk, s in scheds.items():
                     groups.setdefault(s, []).append(rk)
                 out.append(make_finding(
-                    "divergent_collective_schedule",
+                    Kind.DIVERGENT_COLLECTIVE_SCHEDULE,
                     f"Inductor scheduled the collectives of {r['_id']} differently on different ranks "
                     f"({len(groups)} schedules): ranks can issue mismatched collectives and hang.",
                     CollectiveScheduleEvidence(r["_id"], tuple({"ranks": v, "schedule": list(k)}
@@ -714,13 +716,13 @@ def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None
             vals = {r["rank"]: tuple(sorted(r[col])) for r in per.iter_rows(named=True) if r[col]}
             if len(set(vals.values())) > 1:
                 out.append(make_finding(
-                    "divergent_config",
+                    Kind.DIVERGENT_CONFIG,
                     f"The {what} differs across ranks: ranks can compile different graphs, recompile at different "
                     f"times and hang.",
                     ConfigDivergenceEvidence(col, {int(k): list(v) for k, v in vals.items()}),
                     Cost.none("none (a hang risk)"), ranks=list(vals), source="recompiles", key=col))
     if fingerprints is not None and fingerprints.height > 1:
-        from_logs = {f.evidence.field for f in out if f.kind == "divergent_config"}
+        from_logs = {f.evidence.field for f in out if isinstance(f.evidence, ConfigDivergenceEvidence)}
         same_as = {"torch": "torch_version", "config_hash": "config_hash"}
         for col in ("torch", "triton", "cuda", "cudnn", "nccl", "python", "config_hash"):
             if col not in fingerprints.columns or same_as.get(col) in from_logs:
@@ -728,7 +730,7 @@ def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None
             vals = {r["rank"]: r[col] for r in fingerprints.select("rank", col).iter_rows(named=True)}
             if len(set(vals.values())) > 1:
                 out.append(make_finding(
-                    "divergent_fingerprint",
+                    Kind.DIVERGENT_FINGERPRINT,
                     f"{col} differs across ranks ({', '.join(f'rank {k}: {v}' for k, v in vals.items())}).",
                     ConfigDivergenceEvidence(col, {int(k): v for k, v in vals.items()}),
                     Cost.none("none (a hang risk)"), ranks=list(vals), source="recompiles", key=col))
@@ -777,19 +779,19 @@ def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None
             ranks_txt = ranks_text(g["ranks"])
             if cause == "limit":
                 out.append(make_finding(
-                    "recompile_limit",
+                    Kind.RECOMPILE_LIMIT,
                     f"{where} hit the recompile limit on {ranks_txt} ({src}): the frame now runs eager, "
                     "silently, for every new input variant.",
                     ev, compile_cost, ranks=g["ranks"], steps=g["steps"], source="recompiles", key=key))
             elif cause == "graph_break" and set(g["statuses"]) == {"failed"}:
                 out.append(make_finding(
-                    "compile_failure",
+                    Kind.COMPILE_FAILURE,
                     f"fullgraph=True compile of {where} failed on {ranks_txt} at a graph break: {src}.",
                     ev, Cost.none("none (the compile raised)"), ranks=g["ranks"], steps=g["steps"],
                     source="recompiles", key=key))
             elif cause == "graph_break":
                 out.append(make_finding(
-                    "graph_break",
+                    Kind.GRAPH_BREAK,
                     f"Graph break in {where} on {ranks_txt}: {src}. The frame still compiles, split into "
                     "pieces that run with Python in between (its runtime cost is not measured: compare a run "
                     "without the break).",
@@ -797,13 +799,13 @@ def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None
                     ranks=g["ranks"], steps=g["steps"], source="recompiles", key=key))
             elif cause == "compile_error":
                 out.append(make_finding(
-                    "compile_failure",
+                    Kind.COMPILE_FAILURE,
                     f"Compiling {where} failed on {ranks_txt} ({g['cause_detail']}): {src}.",
                     ev, Cost.none("none (the frame runs eager or the job stops)"), ranks=g["ranks"],
                     steps=g["steps"], source="recompiles", key=key))
             else:
                 out.append(make_finding(
-                    f"recompile_{cause}",
+                    recompile_kind(cause),
                     f"{count_text(g['count'], 'recompile')} of {where} caused by {cause}: {src} "
                     f"({_s(total)} of compile time on {ranks_txt}).",
                     ev, compile_cost, ranks=g["ranks"], steps=g["steps"], source="recompiles", key=key))
@@ -813,9 +815,24 @@ def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None
     worst = per_rank.sort("ns", descending=True).row(0, named=True) if per_rank.height else None
     if worst and worst["ns"] and worst["ns"] / 1e9 >= startup_compile_s:
         out.append(make_finding(
-            "compile_time",
+            Kind.COMPILE_TIME,
             f"Compiling took {_s(worst['ns'])} on rank {worst['rank']}: a compile-cache warm start would cut "
             f"start-up.",
             CompileTimeEvidence({int(r["rank"]): int(r["ns"] or 0) for r in per_rank.iter_rows(named=True)}),
             Cost.none("none in the steps (start-up time)"), ranks=per_rank["rank"].to_list(), source="recompiles"))
     return out
+
+
+@register_detector(Kind.DIVERGENT_RECOMPILE, Kind.NCCL_TIMEOUT_RISK, Kind.DIFFERENT_PROGRAMS, Kind.DIVERGENT_CACHE,
+                   Kind.DIVERGENT_COLLECTIVE_SCHEDULE, Kind.DIVERGENT_CONFIG, Kind.DIVERGENT_FINGERPRINT,
+                   Kind.COMPILE_SKEW, *sorted(RECOMPILE_KINDS), Kind.RECOMPILE_LIMIT, Kind.GRAPH_BREAK,
+                   Kind.COMPILE_FAILURE, Kind.COMPILE_TIME,
+                   needs=("compiles", "steps", "matched", "collectives", "fingerprints", "timeout_s", "hangs"), order=50)
+def _detect(x: Inputs) -> list[Finding]:
+    """:func:`recompile_finding_list` with every step's collective arrivals from the Flight Recorder."""
+    from workbench.analyses.hangs import collective_arrivals
+
+    return recompile_finding_list(x.compiles, steps=x.steps,
+                                  collectives=x.matched if not x.matched.is_empty() else x.collectives,
+                                  fingerprints=x.fingerprints, timeout_s=x.timeout_s,
+                                  arrivals=collective_arrivals(x.hangs.entries, x.steps))

@@ -19,23 +19,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import polars as pl
 
+from workbench.analyses.detectors import Inputs, register_detector
 from workbench.analyses.findings import (
-    Cost, Finding, count_text, format_ns, kind_spec, make_finding, ranks_text, rescore, sort_findings,
+    Cost, Evidence, Finding, count_text, format_ns, kind_spec, make_finding, ranks_text, rescore, sort_findings,
 )
 from workbench.analyses.kinds import (
-    CollectiveWaitEvidence, CompileGroupEvidence, CompileSkewEvidence, CompilingEvidence, ConfigDivergenceEvidence,
-    DivergentRecompileEvidence, PipelineBubbleEvidence, StragglerEvidence,
+    EXPOSED_COMM_PCT, RECOMPILE_KINDS, CollectiveWaitEvidence, CompileGroupEvidence, CompileSkewEvidence,
+    CompilingEvidence, ConfigDivergenceEvidence, DivergentRecompileEvidence, ExposedCommEvidence, Kind,
+    PipelineBubbleEvidence, StragglerEvidence, odd_ranks,
 )
 
 Spans = list[tuple[int, int]]
 #: Symptom time under a cause shorter than this is attributed (taken off the symptom) but not listed.
 MIN_SYMPTOM_NS = 1_000_000
-#: Share of the unexplained window a symptom's remainder must reach to stay a finding of its own (percent).
-REMAINDER_PCT: dict[str, float] = {"host_bound": 20.0, "launch_bound": 20.0, "gpu_idle": 30.0,
-                                   "exposed_communication": 5.0, "exposed_memcpy": 5.0}
 
 
 # ---------------------------------------------------------------------------------------------- interval lists
@@ -104,9 +104,10 @@ class DeviceTime:
     steps: dict[int, list[int]] = field(default_factory=dict)  # the analysed steps of host-timed ranks
     p2p: dict[int, Spans] = field(default_factory=dict)   # point-to-point communication (a pipeline's waits)
 
-    def of(self, kind: str) -> dict[int, Spans]:
-        return {"host_bound": self.idle, "launch_bound": self.idle, "gpu_idle": self.idle,
-                "exposed_communication": self.exposed_comm, "exposed_memcpy": self.exposed_memory}.get(kind, {})
+    def of(self, kind: Kind) -> dict[int, Spans]:
+        """The intervals a symptom of ``kind`` is (its ``symptom_time``; none for other kinds)."""
+        name = kind_spec(kind).symptom_time
+        return getattr(self, name) if name is not None else {}
 
 
 _COMM_OP = r"^(gloo:|nccl:|c10d::|record_param_comms)"
@@ -190,11 +191,9 @@ def device_time(window_kernels: pl.DataFrame, events: pl.DataFrame | None = None
     return out
 
 
-def host_comm_findings(device: DeviceTime, min_pct: float = 5.0) -> list[Finding]:
+def host_comm_findings(device: DeviceTime, min_pct: float = EXPOSED_COMM_PCT) -> list[Finding[ExposedCommEvidence]]:
     """``exposed_communication`` for ranks timed from the host (:func:`host_time`): collectives the training
     threads waited for, with no host op running, ≥ ``min_pct`` % of the analysed profiler steps."""
-    from workbench.analyses.kinds import ExposedCommEvidence
-
     out = []
     for rank in sorted(device.host):
         win, exp, comm = length(device.window[rank]), length(device.exposed_comm[rank]), length(device.comm[rank])
@@ -203,7 +202,7 @@ def host_comm_findings(device: DeviceTime, min_pct: float = 5.0) -> list[Finding
         row = {"rank": rank, "comm_ns": comm, "comm_exposed_ns": exp, "comm_exposed_pct": 100.0 * exp / win,
                "comm_overlap_pct": 100.0 * (comm - exp) / comm if comm else None, "window_ns": win}
         out.append(make_finding(
-            "exposed_communication",
+            Kind.EXPOSED_COMMUNICATION,
             f"The host waits for communication with nothing else running {row['comm_exposed_pct']:.1f}% of the "
             f"analysed steps on rank {rank} (a CPU run: collectives that the training threads block on; overlap "
             f"{row['comm_overlap_pct'] or 0:.0f}% of communication time).",
@@ -214,7 +213,7 @@ def host_comm_findings(device: DeviceTime, min_pct: float = 5.0) -> list[Finding
 
 
 # ---------------------------------------------------------------------------------------------- cause time
-def cause_spans(f: Finding, compiles: pl.DataFrame, matched: pl.DataFrame, steps: pl.DataFrame,
+def cause_spans(f: Finding[Any], compiles: pl.DataFrame, matched: pl.DataFrame, steps: pl.DataFrame,
                 all_ranks: Sequence[int] = (), device: DeviceTime | None = None) -> dict[int, Spans]:
     """Per rank, the time ``f`` explains (empty for findings that explain no time). A ``compiling`` finding
     explains its compiles' time on every rank (``all_ranks``): the others wait for the compiling rank."""
@@ -261,44 +260,36 @@ def cause_spans(f: Finding, compiles: pl.DataFrame, matched: pl.DataFrame, steps
 
 
 # ---------------------------------------------------------------------------------------------- attribution
-def _rank_of(f: Finding) -> int | None:
+def _rank_of(f: Finding[Any]) -> int | None:
     return f.ranks[0] if len(f.ranks) == 1 else None
 
 
-_NOUN: dict[str, str] = {"host_bound": "GPU idle waiting for the host", "launch_bound": "GPU idle waiting for launches",
-                         "gpu_idle": "GPU idle", "exposed_communication": "exposed communication",
-                         "exposed_memcpy": "exposed memory copies"}
-
-
-def _child(symptom: Finding, cause: Finding, ns: int) -> Finding:
+def _child(symptom: Finding[Any], cause: Finding[Any], ns: int) -> Finding[Any]:
     rank = _rank_of(symptom)
     method = f"{symptom.cost.method}, while {_cause_text(cause)} was under way"
     return symptom.replace(
         id=f"{symptom.id}@{cause.id}", cost=Cost.measured(ns, method), steps=cause.steps or symptom.steps,
-        message=f"{_NOUN.get(symptom.kind, symptom.kind)} on rank {rank}: {format_ns(ns)} while "
+        message=f"{symptom.spec.noun} on rank {rank}: {format_ns(ns)} while "
                 f"{_cause_text(cause)} was under way.",
         symptoms=())
 
 
-def _cause_text(cause: Finding) -> str:
+def _cause_text(cause: Finding[Any]) -> str:
     """``"the divergent recompile of rank 1 at step 8"``: a cause named in words (no id)."""
-    ev = cause.evidence
-    who = (ev.compiling_ranks if isinstance(ev, DivergentRecompileEvidence) else (ev.rank,)
-           if isinstance(ev, StragglerEvidence) else (ev.slowest_rank,) if isinstance(ev, CompileSkewEvidence)
-           else cause.ranks)
+    who = cause.blamed_ranks
     steps = cause.steps
     at = "" if not steps else f" at step {steps[0]}" if len(steps) == 1 else f" in steps {steps[0]}-{steps[-1]}"
-    return f"the {cause.kind.replace('_', ' ')} of {ranks_text(who)}{at}" if who else f"the {cause.kind}"
+    return f"the {cause.spec.noun} of {ranks_text(who)}{at}" if who else f"the {cause.kind.value}"
 
 
-def _wait_child(cause: Finding) -> Finding | None:
+def _wait_child(cause: Finding[Any]) -> Finding[CollectiveWaitEvidence] | None:
     """The collective waits a divergent recompile's cost was measured from, as its symptom."""
     ev = cause.evidence
     if not isinstance(ev, DivergentRecompileEvidence) or not ev.wait_by_rank or not cause.cost.method.startswith(
             "collective wait"):
         return None
     return make_finding(
-        "collective_wait",
+        Kind.COLLECTIVE_WAIT,
         f"{_waited_text(ev.wait_by_rank)} in the collectives of step {ev.step} for the compile of "
         f"{ranks_text(ev.compiling_ranks)}.",
         CollectiveWaitEvidence(dict(ev.wait_by_rank), len(ev.wait_by_rank), (ev.step,) if ev.step is not None else ()),
@@ -317,27 +308,14 @@ def _waited_text(wait_by_rank: dict[int, int]) -> str:
     return f"{who[0].upper()}{who[1:]} waited {said}"
 
 
-def _odd_ranks(by_rank: dict) -> set[int]:
-    """Ranks whose value differs from the one most ranks have (none when no value has a majority)."""
-    counts: dict[str, list[int]] = {}
-    for r, v in by_rank.items():
-        counts.setdefault(repr(v), []).append(int(r))
-    if len(counts) < 2:
-        return set()
-    groups = sorted(counts.values(), key=len, reverse=True)
-    if len(groups[0]) == len(groups[1]):
-        return set()
-    return {r for g in groups[1:] for r in g}
-
-
-def link_config_causes(findings: Sequence[Finding]) -> list[Finding]:
+def link_config_causes(findings: Sequence[Finding[Any]]) -> list[Finding[Any]]:
     """A compile skew whose slow rank is the rank with a different config (``divergent_config`` /
     ``divergent_fingerprint``) goes under that config finding, which takes its time as an estimated cost."""
     findings = list(findings)
     configs = [f for f in findings if isinstance(f.evidence, ConfigDivergenceEvidence)]
     skews = [f for f in findings if isinstance(f.evidence, CompileSkewEvidence)]
     for c in configs:
-        odd = _odd_ranks(c.evidence.by_rank)
+        odd = odd_ranks(c.evidence.by_rank)
         mine = [s for s in skews if s.evidence.slowest_rank in odd and s in findings]
         if not mine:
             continue
@@ -366,20 +344,20 @@ def _break_lines(ev: CompileGroupEvidence) -> set[int]:
     return out
 
 
-def link_compile_causes(findings: Sequence[Finding]) -> list[Finding]:
+def link_compile_causes(findings: Sequence[Finding[Any]]) -> list[Finding[Any]]:
     """One root per compile problem: a frame's recompiles go under the ``recompile_limit`` they ran into, and the
     recompiles of a graph break's resume function (``torch_dynamo_resume_in_<fn>_at_<line>``, e.g. a float from
     ``.item()`` specialised per value) go under that ``graph_break``; the root's cost is their compile time and
     its steps are the steps of those compiles (with its own)."""
     findings = list(findings)
     groups = [f for f in findings if isinstance(f.evidence, CompileGroupEvidence)]
-    recompiles = [f for f in groups if f.kind.startswith("recompile_") and f.kind != "recompile_limit"]
+    recompiles = [f for f in groups if f.kind in RECOMPILE_KINDS]
     for root in groups:
         ev = root.evidence
-        if root.kind == "recompile_limit":
+        if root.kind == Kind.RECOMPILE_LIMIT:
             mine = [r for r in recompiles if _frame(r.evidence) == _frame(ev) and r in findings]
             why = "compile time of the frame's recompiles until the limit and at it (compile log)"
-        elif root.kind == "graph_break":
+        elif root.kind == Kind.GRAPH_BREAK:
             lines = _break_lines(ev)
             mine = [r for r in recompiles if r in findings and any(
                 (r.evidence.co_name or "") == f"torch_dynamo_resume_in_{ev.co_name}_at_{ln}" for ln in lines)]
@@ -388,7 +366,7 @@ def link_compile_causes(findings: Sequence[Finding]) -> list[Finding]:
             continue
         if not mine:
             continue
-        total = sum(r.cost_ns for r in mine) + (root.cost_ns if root.kind == "recompile_limit" else 0)
+        total = sum(r.cost_ns for r in mine) + (root.cost_ns if root.kind == Kind.RECOMPILE_LIMIT else 0)
         steps = tuple(sorted({s for g in (root, *mine) for s in g.steps}))   # the steps its cost comes from
         linked = root.replace(symptoms=root.symptoms + tuple(mine), cost=Cost.measured(total, why), steps=steps,
                               message=f"{root.message} It caused "
@@ -398,16 +376,16 @@ def link_compile_causes(findings: Sequence[Finding]) -> list[Finding]:
     return findings
 
 
-def attribute(findings: Sequence[Finding], *, device: DeviceTime, compiles: pl.DataFrame, matched: pl.DataFrame,
-              steps: pl.DataFrame, wall_ns: dict[int, int]) -> list[Finding]:
+def attribute(findings: Sequence[Finding[Any]], *, device: DeviceTime, compiles: pl.DataFrame,
+              matched: pl.DataFrame, steps: pl.DataFrame, wall_ns: dict[int, int]) -> list[Finding[Any]]:
     """Root causes with their symptoms under them, most costly first (see the module docstring)."""
     findings = link_compile_causes(link_config_causes(findings))
-    causes = [f for f in sort_findings(findings) if kind_spec(f.kind).role == "cause"]
+    causes = [f for f in sort_findings(findings) if f.spec.role == "cause"]
     all_ranks = sorted(set(device.window) | set(wall_ns))
     spans = {c.id: cause_spans(c, compiles, matched, steps, all_ranks, device) for c in causes}
-    children: dict[str, list[Finding]] = {c.id: [] for c in causes}
-    roots: list[Finding] = [f for f in findings if kind_spec(f.kind).role != "symptom"]
-    for s in (f for f in findings if kind_spec(f.kind).role == "symptom"):
+    children: dict[str, list[Finding[Any]]] = {c.id: [] for c in causes}
+    roots: list[Finding[Any]] = [f for f in findings if f.spec.role != "symptom"]
+    for s in (f for f in findings if f.spec.role == "symptom"):
         rank = _rank_of(s)
         remaining = device.of(s.kind).get(rank, []) if rank is not None else []
         if not remaining:
@@ -430,7 +408,7 @@ def attribute(findings: Sequence[Finding], *, device: DeviceTime, compiles: pl.D
             continue
         rest = max(0, s.cost_ns - explained)
         window = length(subtract(device.window.get(rank, []), claimed))
-        if window > 0 and 100.0 * rest / window >= REMAINDER_PCT.get(s.kind, 5.0):
+        if window > 0 and 100.0 * rest / window >= (s.spec.threshold_pct or 0.0):
             roots.append(s.replace(
                 cost=Cost.measured(rest, f"{s.cost.method}, outside the time its causes explain"),
                 message=f"{s.message} ({format_ns(explained)} of it is explained by the causes above; "
@@ -446,12 +424,12 @@ def attribute(findings: Sequence[Finding], *, device: DeviceTime, compiles: pl.D
     return sort_findings(out)
 
 
-def _wall(f: Finding, wall_ns: dict[int, int]) -> int | None:
+def _wall(f: Finding[Any], wall_ns: dict[int, int]) -> int | None:
     vals = [wall_ns[r] for r in f.ranks if r in wall_ns] or list(wall_ns.values())
     return max(vals) if vals else None
 
 
-def _cap(f: Finding, wall_ns: dict[int, int]) -> Finding:
+def _cap(f: Finding[Any], wall_ns: dict[int, int]) -> Finding[Any]:
     """``f`` with its cost capped at the analysed wall time of its ranks (a cost cannot exceed the run)."""
     wall = _wall(f, wall_ns)
     if wall and f.cost.ns is not None and f.cost.ns > wall:
@@ -471,7 +449,8 @@ def trace_compile_spans(events: pl.DataFrame) -> dict[int, Spans]:
 
 
 def compiling_finding(compiles: pl.DataFrame, traced: dict[int, Spans], window: dict[int, Spans],
-                      explained: dict[int, Spans], explained_ids: set[tuple[int, str]]) -> Finding | None:
+                      explained: dict[int, Spans], explained_ids: set[tuple[int, str]]
+                      ) -> Finding[CompilingEvidence] | None:
     """``compiling``: compile time inside the analysed device window that no other compile finding explains.
 
     Compile time comes from the compile logs (rows not named by ``explained_ids``) and from the trace's own
@@ -499,7 +478,7 @@ def compiling_finding(compiles: pl.DataFrame, traced: dict[int, Spans], window: 
         return None
     worst = max(ns, key=ns.get)
     return make_finding(
-        "compiling",
+        Kind.COMPILING,
         f"torch.compile ran inside the profiler window on {ranks_text(ns)} "
         f"({format_ns(ns[worst])} on rank {worst}, seen in the {seen_in}): idle time and the other ranks' waits "
         "in that time are the compiler's, not slow host code or a straggler.",
@@ -507,6 +486,37 @@ def compiling_finding(compiles: pl.DataFrame, traced: dict[int, Spans], window: 
                           tuple(merge(inside)), seen_in),
         Cost.measured(ns[worst], f"compile time inside the analysed window ({seen_in})"),
         ranks=sorted(ns), source="rootcause")
+
+
+# ---------------------------------------------------------------------------------------------- detectors
+@register_detector(Kind.EXPOSED_COMMUNICATION, needs=("device",), order=80)
+def _host_comm(x: Inputs) -> list[Finding[ExposedCommEvidence]]:
+    """CPU ranks: the collectives the host blocked on (:func:`host_comm_findings`)."""
+    return host_comm_findings(x.device)
+
+
+def _explained_compiles(findings: Iterable[Finding[Evidence]]) -> set[tuple[int, str]]:
+    """(rank, compile id) of every compile a compile-log finding already names."""
+    out: set[tuple[int, str]] = set()
+    for f in findings:
+        ev = f.evidence
+        if isinstance(ev, DivergentRecompileEvidence):
+            out |= {(r, ev.compile_id) for r in ev.compiling_ranks}
+        elif isinstance(ev, CompileGroupEvidence):
+            out |= {(r, cid) for r in f.ranks for cid in ev.compile_ids}
+    return out
+
+
+@register_detector(Kind.COMPILING, needs=("found", "compiles", "matched", "steps", "device", "traced"), order=90)
+def _compiling(x: Inputs) -> list[Finding[CompilingEvidence]]:
+    """:func:`compiling_finding` for the compile time the earlier compile-log findings do not explain."""
+    explained: dict[int, Spans] = {}
+    for f in x.found:  # time the compile-log findings already explain, per rank
+        if isinstance(f.evidence, (CompileGroupEvidence, DivergentRecompileEvidence)):
+            for r, sp in cause_spans(f, x.compiles, x.matched, x.steps, sorted(x.device.window)).items():
+                explained[r] = merge(explained.get(r, []) + sp)
+    comp = compiling_finding(x.compiles, x.traced, x.device.window, explained, _explained_compiles(x.found))
+    return [comp] if comp is not None else []
 
 
 __all__ = ["attribute", "cause_spans", "compiling_finding", "device_time", "DeviceTime", "host_comm_findings",

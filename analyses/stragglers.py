@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from workbench.analyses.detectors import Inputs, register_detector
 from workbench.analyses.findings import Cost, Finding, make_finding
-from workbench.analyses.kinds import StragglerEvidence
+from workbench.analyses.kinds import Kind, StragglerEvidence
 from workbench.analyses.metrics import NOISE_Z, consistency_z, robust_upper
 
 
@@ -254,7 +255,7 @@ def straggler_findings(ranks: pl.DataFrame, min_share_pct: float = 1.0, min_held
                    "the others: slow data loading.")
         since = f" since step {best['first_step']}" if best["first_step"] is not None else ""
         out.append(make_finding(
-            "straggler",
+            Kind.STRAGGLER,
             f"Rank {rank} holds the other ranks back{since} ({best['trend']}): it was last in "
             f"{best['held_pct']:.0f}% of {best['events']} {best['signal'].replace('_', ' ')}, typically costing "
             f"{best['typical_held_ns'] / 1e6:.1f} ms in all ({best['typical_share_pct'] or 0:.1f}% of the "
@@ -273,3 +274,8 @@ def straggler_findings(ranks: pl.DataFrame, min_share_pct: float = 1.0, min_held
             ranks=[rank], steps=[best["first_step"]] if best["first_step"] is not None else [],
             source="stragglers"))
     return out
+
+
+@register_detector(Kind.STRAGGLER, needs=("stragglers",), order=30)
+def _detect(x: Inputs) -> list[Finding[StragglerEvidence]]:
+    return straggler_findings(x.tables["stragglers"])

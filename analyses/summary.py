@@ -13,26 +13,22 @@ from typing import Any
 
 import polars as pl
 
+from workbench.analyses import applied, bubbles, hangs, recompiles, stragglers  # noqa: F401  (register detectors)
 from workbench.analyses import metrics
-from workbench.analyses.breakdown import (
-    KERNEL_WAIT_NS, breakdown_by_rank, breakdown_findings,
-)
-from workbench.analyses.bubbles import bubble_findings, step_idle
+from workbench.analyses.breakdown import KERNEL_WAIT_NS, breakdown_by_rank
+from workbench.analyses.bubbles import step_idle
 from workbench.analyses.collectives import (
-    clock_offsets, collective_drift, collective_findings, collective_instances, collective_wait_by_rank,
-    match_collectives, spans_hosts,
+    clock_offsets, collective_drift, collective_instances, collective_wait_by_rank, match_collectives,
 )
+from workbench.analyses.detectors import Inputs, register_detector, run_detectors
 from workbench.analyses.findings import Cost, Finding, findings_frame, findings_to_dicts, make_finding
-from workbench.analyses.applied import config_findings
-from workbench.analyses.hangs import collective_arrivals, hang_analysis, job_failure_first
-from workbench.analyses.kinds import CompileGroupEvidence, DivergentRecompileEvidence, ProfilerOverheadEvidence
+from workbench.analyses.hangs import job_failure_first
+from workbench.analyses.kinds import Kind, ProfilerOverheadEvidence
 from workbench.analyses.overlap import comm_compute_overlap
 from workbench.analyses.per_rank import event_tables
-from workbench.analyses.recompiles import classify_compiles, recompile_finding_list
-from workbench.analyses.rootcause import (
-    attribute, cause_spans, compiling_finding, host_comm_findings, merge, trace_compile_spans,
-)
-from workbench.analyses.stragglers import step_times, straggler_findings, straggler_ranks
+from workbench.analyses.recompiles import classify_compiles
+from workbench.analyses.rootcause import attribute, trace_compile_spans
+from workbench.analyses.stragglers import step_times, straggler_ranks
 from workbench.analyses.window import Window
 from workbench.flight_recorder import run_hangs
 from workbench.schema import COLLECTIVES, COMPILES, FINGERPRINTS, RANKS, STEPS, conform, empty
@@ -111,36 +107,31 @@ def _declared(name: str, frame: pl.DataFrame | None) -> pl.DataFrame:
     return conform(frame, sch) if not extra else conform(frame, sch).hstack(frame.select(extra))
 
 
-def _profiler_overhead(python_events: pl.DataFrame, ranks: pl.DataFrame) -> Finding | None:
+def _with_stack_ranks(python_events: pl.DataFrame) -> pl.DataFrame:
+    """The ranks whose traces hold ``python_function`` events (recorded with ``with_stack``), with their counts."""
+    if python_events.is_empty() or "events" not in python_events.columns:
+        return python_events.clear()
+    return python_events.filter(pl.col("events") > 0)
+
+
+@register_detector(Kind.PROFILER_OVERHEAD, needs=("python_events", "ranks"), order=70)
+def _profiler_overhead(x: Inputs) -> list[Finding[ProfilerOverheadEvidence]]:
     """``profiler_overhead`` when the traces hold ``python_function`` events (recorded with ``with_stack``);
     ``python_events``: their count per rank (``rank``, ``events``; ``per_rank.rank_tables``)."""
-    if python_events.is_empty() or "events" not in python_events.columns:
-        return None
-    py = python_events.filter(pl.col("events") > 0)
+    py = _with_stack_ranks(x.python_events)
     if py.is_empty():
-        return None
+        return []
     with_stack = sorted(set(py["rank"].to_list()))
     shapes: list[int] = []
-    if "record_shapes" in ranks.columns:
-        shapes = sorted(ranks.filter(pl.col("record_shapes").fill_null(False))["rank"].to_list())
-    return make_finding(
-        "profiler_overhead",
+    if "record_shapes" in x.ranks.columns:
+        shapes = sorted(x.ranks.filter(pl.col("record_shapes").fill_null(False))["rank"].to_list())
+    return [make_finding(
+        Kind.PROFILER_OVERHEAD,
         f"The trace of rank {', '.join(map(str, with_stack))} was recorded with with_stack=True"
         f"{' and record_shapes=True' if shapes else ''}: the profiler then slows every host-side op, so host time "
         "and host-bound idle in this window are inflated. Record without them to measure the host cost.",
         ProfilerOverheadEvidence(tuple(with_stack), int(py["events"].sum()), tuple(shapes)),
-        Cost.none("none (it inflates the host time measured in the window)"), ranks=with_stack, source="summary")
-
-
-def _explained_compiles(findings: list[Finding]) -> set[tuple[int, str]]:
-    out: set[tuple[int, str]] = set()
-    for f in findings:
-        ev = f.evidence
-        if isinstance(ev, DivergentRecompileEvidence):
-            out |= {(r, ev.compile_id) for r in ev.compiling_ranks}
-        elif isinstance(ev, CompileGroupEvidence):
-            out |= {(r, cid) for r in f.ranks for cid in ev.compile_ids}
-    return out
+        Cost.none("none (it inflates the host time measured in the window)"), ranks=with_stack, source="summary")]
 
 
 def _steps_by_rank(breakdown: pl.DataFrame) -> dict[int, list[int]]:
@@ -215,40 +206,20 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
     out["kernel_class_time"] = ev["kernel_class_time"]
     out["compiles_by_rank"] = compiles_by_rank(compiles)
 
-    overhead = _profiler_overhead(ev["python_events"], ranks)
     main = ev["main_streams"]
     main_causes = out["idle_by_stream"].join(main, on=["rank", "stream"], how="semi") if not main.is_empty() else None
-    hangs = run_hangs(run)
-    found: list[Finding] = [
-        *breakdown_findings(out["breakdown_by_rank"], main_causes, out["launch_stats"],
-                            profiler_inflated=overhead is not None, steps_by_rank=_steps_by_rank(bd),
-                            gaps=gaps, segments=bd),  # launch gaps: the host-wait gaps inside steps
-        *collective_findings(out["collective_instances"], out["clock_offsets"], out["collective_drift"],
-                             aligned=spans_hosts(ranks)),
-        *straggler_findings(out["stragglers"]),
-        *bubble_findings(out["bubbles"]),
-        *recompile_finding_list(compiles, steps=steps, collectives=matched if not matched.is_empty() else colls,
-                                fingerprints=fingerprints, timeout_s=timeout_s,
-                                arrivals=collective_arrivals(hangs.entries, steps)),  # every step's arrivals (FR)
-        *config_findings(getattr(run, "meta", None) or {}, fingerprints),  # analyses/applied.py
-    ]
-    if overhead is not None:
-        found.append(overhead)
     device = ev["device_time"]
-    found += host_comm_findings(device)  # CPU ranks: collectives the host blocked on
-    explained: dict[int, list] = {}
-    for f in found:  # time the compile-log findings already explain, per rank
-        if isinstance(f.evidence, (CompileGroupEvidence, DivergentRecompileEvidence)):
-            for r, sp in cause_spans(f, compiles, matched, steps, sorted(device.window)).items():
-                explained[r] = merge(explained.get(r, []) + sp)
-    comp = compiling_finding(compiles, traced, device.window, explained, _explained_compiles(found))
-    if comp is not None:
-        found.append(comp)
+    inputs = Inputs(
+        steps=steps, collectives=colls, matched=matched, ranks=ranks, compiles=compiles, fingerprints=fingerprints,
+        meta=getattr(run, "meta", None) or {}, world_size=getattr(run, "world_size", None), timeout_s=timeout_s,
+        tables=out, main_causes=main_causes, python_events=ev["python_events"],
+        profiler_inflated=not _with_stack_ranks(ev["python_events"]).is_empty(), steps_by_rank=_steps_by_rank(bd),
+        device=device, traced=traced, hangs=run_hangs(run))
+    found = run_detectors(inputs)   # analyses/detectors.py: every registered detector, in order
     wall = metrics.wall_ns(steps) or {r: sum(e - s for s, e in w) for r, w in device.window.items()}
     roots = attribute(found, device=device, compiles=compiles, matched=matched, steps=steps, wall_ns=wall)
     # why the job stopped comes first; its cost is the other ranks' blocked time, not capped at its own ranks' wall
-    roots = job_failure_first([*hang_analysis(hangs, steps, compiles, getattr(run, "world_size", None))[1],
-                               *roots])  # analyses/hangs.py
+    roots = job_failure_first([*run_detectors(inputs, attributed=False), *roots])  # analyses/hangs.py
     tables = {name: _declared(name, frame) for name, frame in out.items()}
     return AnalysisTables(**tables, findings=findings_frame(roots), roots=tuple(roots))
 
@@ -284,11 +255,11 @@ def _num(v: Any, nd: int = 2) -> Any:
 
 def summarize_tables(tables: AnalysisTables, rank_ids: list[int], window: str) -> dict[str, Any]:
     """The JSON-ready summary of :func:`analysis_tables` output (what :func:`analyze` returns)."""
-    by_rank = {r["rank"]: r for r in tables["breakdown_by_rank"].iter_rows(named=True)}
-    wait = {r["rank"]: r for r in tables["collective_wait"].iter_rows(named=True)}
-    st = tables["step_table"]
-    compiles = {r["rank"]: r for r in tables["compiles_by_rank"].iter_rows(named=True)}
-    kct = tables["kernel_class_time"]
+    by_rank = {r["rank"]: r for r in tables.breakdown_by_rank.iter_rows(named=True)}
+    wait = {r["rank"]: r for r in tables.collective_wait.iter_rows(named=True)}
+    st = tables.step_table
+    compiles = {r["rank"]: r for r in tables.compiles_by_rank.iter_rows(named=True)}
+    kct = tables.kernel_class_time
     ranks: dict[str, dict[str, Any]] = {}
     for rank in sorted(set(rank_ids) | set(by_rank) | set(st["rank"].to_list())):
         b = by_rank.get(rank, {})
@@ -325,7 +296,7 @@ def summarize_tables(tables: AnalysisTables, rank_ids: list[int], window: str) -
         if not kct.is_empty():
             entry["kernel_time_ns"] = {r["kernel_class"]: r["total_ns"] for r in kct.filter(pl.col("rank") == rank).iter_rows(named=True)}
         ranks[str(rank)] = entry
-    inst = tables["collective_instances"]
+    inst = tables.collective_instances
     coll = {}
     if not inst.is_empty():
         real = inst.filter(~pl.col("p2p") & (pl.col("ranks_seen") > 1))

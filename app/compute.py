@@ -17,6 +17,7 @@ from workbench.analyses import diff as diff_analysis
 from workbench.analyses import recommendations as recs_analysis
 from workbench.analyses import recompiles as recompiles_analysis
 from workbench.analyses import summary as summary_analysis
+from workbench.analyses.kinds import Kind
 from workbench.app.store import RunStore
 
 
@@ -37,7 +38,9 @@ def tables(store: RunStore, rid: str) -> summary_analysis.AnalysisTables:
 
 def table(store: RunStore, rid: str, key: str) -> pl.DataFrame:
     """One analysis frame by name (a field of :class:`workbench.analyses.summary.AnalysisTables`)."""
-    return tables(store, rid)[key]
+    if key not in summary_analysis.AnalysisTables.names():
+        raise KeyError(key)
+    return getattr(tables(store, rid), key)
 
 
 def summary(store: RunStore, rid: str) -> dict[str, Any]:
@@ -84,7 +87,7 @@ def symptoms_of(f: pl.DataFrame, root_id: str) -> pl.DataFrame:
 
 def straggler_findings(store: RunStore, rid: str) -> pl.DataFrame:
     """The straggler rows of the run's findings."""
-    return findings(store, rid).filter(pl.col("kind") == "straggler")
+    return findings(store, rid).filter(pl.col("kind") == Kind.STRAGGLER.value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,14 +154,26 @@ def recommendation_findings(store: RunStore, rid: str) -> Any:
     return list(tables(store, rid).roots)
 
 
+def ranked_fixes(store: RunStore, rid: str) -> list[recs_analysis.Recommendation]:
+    """:func:`workbench.analyses.recommendations.ranked_fixes_run` (typed), as ``workbench recommend``."""
+    return _cached(store, rid, "ranked_fixes",
+                   lambda: recs_analysis.ranked_fixes_run(store.run(rid), recommendation_findings(store, rid)))
+
+
 def recommendations(store: RunStore, rid: str) -> pl.DataFrame:
-    """:func:`workbench.analyses.recommendations.recommend` (RECOMMENDATIONS rows), as ``workbench recommend``."""
+    """The RECOMMENDATIONS view of :func:`ranked_fixes` (what the page's grid shows)."""
     return _cached(store, rid, "recommendations",
-                   lambda: recs_analysis.recommend_run(store.run(rid), recommendation_findings(store, rid)))
+                   lambda: recs_analysis.recommendations_frame(ranked_fixes(store, rid)))
+
+
+def compile_config_toml(store: RunStore, rid: str, header: str | None = None) -> str:
+    """The compile-config TOML of the run's applied fixes (:func:`~workbench.analyses.recommendations.to_compile_config`
+    of :func:`ranked_fixes`)."""
+    return recs_analysis.to_compile_config(ranked_fixes(store, rid), header=header)
 
 
 def recommendation_toml(recs: pl.DataFrame, header: str | None = None) -> str:
-    """The compile-config TOML of the applied fixes (:func:`~workbench.analyses.recommendations.to_compile_config`)."""
+    """:func:`compile_config_toml` for callers that still pass the RECOMMENDATIONS frame."""
     return recs_analysis.to_compile_config(recs, header=header)
 
 

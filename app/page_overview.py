@@ -10,8 +10,8 @@ import polars as pl
 from dash import Input, Output, dcc, html
 
 from workbench import figures
-from workbench.analyses.findings import ranks_text
-from workbench.app import compute
+from workbench.analyses.findings import kind_spec, ranks_text
+from workbench.app import compute, page_breakdown, page_drift, page_hangs, page_pipeline, page_recompiles
 from workbench.app.components import (
     bar_list, col, duration_column, error_panel, fmt_time, grid, ms_column, ns_to_ms, plural, run_problems, safe,
     section, stats_row,
@@ -22,15 +22,13 @@ PATH = "/"
 NAME = "Overview"
 KEY = "overview"
 
-#: The page that explains each finding kind best (kinds not listed link to the Breakdown).
-KIND_PAGE: dict[str, tuple[str, str]] = {
-    "divergent_recompile": ("/recompiles", "Recompiles"), "recompile_shape": ("/recompiles", "Recompiles"),
-    "recompile": ("/recompiles", "Recompiles"), "graph_break": ("/recompiles", "Recompiles"),
-    "compiling": ("/recompiles", "Recompiles"), "different_programs": ("/recompiles", "Recompiles"),
-    "recompile_limit": ("/recompiles", "Recompiles"), "compile_failed": ("/recompiles", "Recompiles"),
-    "straggler": ("/drift", "Drift"), "collective_drift": ("/drift", "Drift"), "data_wait": ("/drift", "Drift"),
-    "collective_skew": ("/drift", "Drift"), "pipeline_bubble": ("/pipeline", "Pipeline"),
-}
+#: The pages a finding can link to, by their KEY (``KindSpec.page``).
+_PAGES = {p.KEY: (p.PATH, p.NAME) for p in (page_breakdown, page_drift, page_hangs, page_pipeline, page_recompiles)}
+
+
+def kind_page(kind: str) -> tuple[str, str]:
+    """(path, name) of the page that explains ``kind`` best (its ``KindSpec.page``)."""
+    return _PAGES[kind_spec(kind).page]
 
 
 def kind_title(kind: str | None) -> str:
@@ -195,7 +193,7 @@ def timeline_href(rid: str, row: dict[str, Any]) -> str:
 
 
 def _root_item(rid: str, i: int, row: dict[str, Any], symptoms: pl.DataFrame) -> html.Div:
-    page, page_name = KIND_PAGE.get(row["kind"], ("/breakdown", "Breakdown & overlap"))
+    page, page_name = kind_page(row["kind"])
     where = [ranks_text(row["ranks"]) if row["ranks"] else "no rank"]
     if row.get("steps"):
         where.append(("step " if len(row["steps"]) == 1 else "steps ") + ", ".join(map(str, row["steps"][:12])))

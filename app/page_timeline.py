@@ -85,37 +85,32 @@ def step_window(store: RunStore, rid: str, step: int, ranks: list[int] | None) -
     return figures.time_bounds(s, k)
 
 
-#: What a root cause of each kind makes the others wait for, in the timeline's annotations.
-_WAIT_REASON = {"divergent_recompile": "compile", "recompile_shape": "compile", "recompile": "compile",
-                "compiling": "compile", "straggler": "late arrival", "data_wait": "data loading",
-                "graph_break": "compile"}
-
-
 def wait_annotations(store: RunStore, rid: str) -> pl.DataFrame:
-    """Where a root cause made other ranks wait: per root cause with a known wait (compile, straggler, data
-    loading), the largest collective waits in its steps of the ranks that were not the last to arrive —
-    ``rank``, ``start``, ``end``, ``text`` ("rank 0 waits here 2.57 s for rank 1's compile")."""
+    """Where a root cause made other ranks wait: per root cause with a known wait (``Finding.wait_reason``: a
+    compile, a straggler's late arrival or its data loading), the largest collective waits in its steps of the
+    ranks that were not the last to arrive — ``rank``, ``start``, ``end``, ``text`` ("rank 0 waits here 2.57 s for
+    rank 1's compile")."""
     from workbench.app import compute
     from workbench.app.components import fmt_time
 
     def go():
         cols = {"rank": pl.Int32, "start": pl.Int64, "end": pl.Int64, "text": pl.String}
         try:
-            roots = compute.root_causes(store, rid)
+            roots = compute.tables(store, rid).roots
             matched = compute.table(store, rid, "collectives")
         except Exception:  # noqa: BLE001 - no annotations rather than no timeline
             return pl.DataFrame(schema=cols)
-        if roots.is_empty() or matched.is_empty():
+        if not roots or matched.is_empty():
             return pl.DataFrame(schema=cols)
         rows: list[dict] = []
-        for r in roots.iter_rows(named=True):
-            reason = _WAIT_REASON.get(r["kind"])
-            if reason is None or not r["steps"]:
+        for r in roots:
+            reason = r.wait_reason
+            if reason is None or not r.steps:
                 continue
-            m = matched.filter(pl.col("step").is_in(r["steps"]) & (pl.col("wait_ns") >= 1_000_000)
+            m = matched.filter(pl.col("step").is_in(list(r.steps)) & (pl.col("wait_ns") >= 1_000_000)
                                & ~pl.col("p2p"))
-            if r["ranks"]:
-                m = m.filter(pl.col("last_rank").is_in(r["ranks"]) | (len(r["ranks"]) > 1))
+            if r.ranks:
+                m = m.filter(pl.col("last_rank").is_in(list(r.ranks)) | (len(r.ranks) > 1))
             for w in m.sort("wait_ns", descending=True).unique(["rank", "step"], keep="first").head(4).iter_rows(
                     named=True):
                 rows.append({"rank": w["rank"], "start": w["arrival"], "end": w["arrival"] + w["wait_ns"],

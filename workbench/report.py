@@ -157,16 +157,11 @@ def build_report(run: Any, *, title: str | None = None, timeline: bool = True) -
 
     # recommendations
     def recs():
-        from workbench.analyses.recommendations import recommend_run, to_compile_config
+        from workbench.analyses.recommendations import ranked_fixes_run, recommendations_frame, to_compile_config
+        from workbench.analyses.summary import run_findings
 
-        try:
-            from workbench.commands.recommend import run_findings
-
-            fnd = list(tables.roots) if tables else run_findings(run)  # the analyses above, not run again
-        except ImportError:
-            fnd = f
-        r = recommend_run(run, fnd)
-        return r, to_compile_config(r)
+        fixes = ranked_fixes_run(run, list(tables.roots) if tables else run_findings(run))  # the analyses above
+        return recommendations_frame(fixes), to_compile_config(fixes)
     got = attempt("recommendations", recs)
     if got is not None:
         rep.recommendations, rep.compile_config = got

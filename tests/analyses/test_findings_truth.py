@@ -140,19 +140,35 @@ def test_analysis_tables_are_typed_and_declared() -> None:
 
 
 def test_registry_declares_every_kind_once_with_its_evidence() -> None:
+    from workbench.analyses import recommendations as R
+    from workbench.analyses.kinds import CollectiveDriftEvidence, Kind, StragglerEvidence
+
     assert F.KINDS and all(dataclasses.is_dataclass(spec.evidence) for spec in F.KINDS.values())
     with pytest.raises(ValueError):
         F.declare_kind("straggler", F.Evidence, "again", "none")
+    with pytest.raises(ValueError):  # not a name of Kind
+        F.declare_kind("straggler_2", F.Evidence, "new", "none")
+    with pytest.raises(KeyError):
+        F.make_finding("recompile", "m", CompileGroupEvidence("shape", None, (), None, None, None, (), 1, None),
+                       F.Cost.none())
     with pytest.raises(TypeError):  # evidence of another kind is refused
         F.make_finding("straggler", "m", CompileGroupEvidence("shape", None, (), None, None, None, (), 1, None),
                        F.Cost.none())
+    f = F.make_finding("recompile_shape", "m", CompileGroupEvidence("shape", None, (), None, None, None, (), 1, None),
+                       F.Cost.none())
+    assert f.kind is Kind.RECOMPILE_SHAPE and f.kind == "recompile_shape"
 
-    @F.register_fixer("collective_drift")
-    def fixer(f):
+    @R.register_fixer(CollectiveDriftEvidence)
+    def fixer(f: F.Finding[CollectiveDriftEvidence]) -> list[R.Fix]:
         return []
 
-    assert fixer in F.fixers_for("collective_drift")
-    F.kind_spec("collective_drift").fixers.remove(fixer)
+    try:
+        assert fixer in R.fixers_for(Kind.COLLECTIVE_DRIFT) and fixer not in R.fixers_for(Kind.STRAGGLER)
+        with pytest.raises(ValueError):   # a kind whose evidence is another class
+            R.register_fixer(StragglerEvidence, kinds=(Kind.COLLECTIVE_DRIFT,))
+    finally:
+        R.unregister_fixer(fixer)
+    assert fixer not in R.fixers_for(Kind.COLLECTIVE_DRIFT)
 
 
 def test_severity_rule() -> None:

@@ -150,5 +150,5 @@ def test_stage0_lateness_is_the_gpipe_drain(run, extra):
 def test_no_straggler_on_balanced_pipeline(run):
     from workbench.analyses.summary import analysis_tables
 
-    found = analysis_tables(run)["findings"]
+    found = analysis_tables(run).findings
     assert found.filter(pl.col("kind") == "straggler").is_empty()

@@ -18,10 +18,14 @@ pytestmark = pytest.mark.slow
 COST_TOLERANCE = 0.25
 
 
-def _analyze(path: Path) -> dict:
+def _cli():
     from workbench.cli import app
 
-    result = CliRunner().invoke(app, ["analyze", str(path), "--json"])
+    return app
+
+
+def _analyze(path: Path) -> dict:
+    result = CliRunner().invoke(_cli(), ["analyze", str(path), "--json"])
     assert result.exit_code == 0, (result.output[-2000:], result.exception)
     return json.loads(result.output)
 
@@ -56,7 +60,12 @@ def test_analyze_leads_with_the_planted_failure(hang_runs, name, kind, problem):
     assert ev["pg_name"] == "0" and ev["pg_desc"] == "default_pg", ev
     # the sequence id the healthy ranks were blocked in: the planted call's, or (extra call) the one it paired with
     assert ev["seq"] == truth["collective"]["seq"], (ev["seq"], truth["collective"])
-    assert ev["fix"] and "Fix:" in top["message"]
+    # the advice is a fix of `workbench recommend` (a hang fixer), not text in the message
+    assert ev["fix"] and "Fix:" not in top["message"]
+    result = CliRunner().invoke(_cli(), ["recommend", str(hang_runs.path(name)), "--json"])
+    assert result.exit_code == 0, result.output[-2000:]
+    fixes = [r for r in json.loads(result.output)["recommendations"] if r["finding_id"] == top["id"]]
+    assert fixes and fixes[0]["code_advice"] == ev["fix"] and not fixes[0]["fix_id"].startswith("investigate_"), fixes
     for r in range(truth["world_size"]):
         assert ev["steps_by_rank"][str(r)] is not None, ev["steps_by_rank"]
 
