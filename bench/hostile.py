@@ -7,7 +7,9 @@ handled / crash / hang / internal error / wrong / silent / executed, then every 
     python bench/hostile.py --case kineto-fifo-0 --keep   # one case, its folder kept to look at
 
 Each case runs in a subprocess with a wall-clock timeout and a 3 GiB address-space limit (tests/hostile/harness.py
-says how a case lands in a column). Exit status 0 when every case is handled, else 1.
+says how a case lands in a column). The code under test is the workbench this interpreter has installed, so
+``/path/to/other/checkout/.venv/bin/python bench/hostile.py`` tests that checkout. Exit status 0 when every case
+is handled, else 1.
 """
 
 from __future__ import annotations

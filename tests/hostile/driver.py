@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import sys
-from pathlib import Path
 
 
 def _fail(exc: BaseException) -> None:
@@ -115,5 +114,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     main()

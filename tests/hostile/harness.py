@@ -13,7 +13,8 @@ column: executed > crash > hang > internal error > wrong > silent > handled (the
   missing.
 - **handled**: none of these.
 
-A case runs in its own folder: ``in/`` (the inputs), ``outside/`` (what must stay untouched; symlinks point here),
+The code under test is the ``workbench`` that ``sys.executable`` imports (its editable install): run the bench with
+another checkout's interpreter to test that checkout. A case runs in its own folder: ``in/`` (the inputs), ``outside/`` (what must stay untouched; symlinks point here),
 ``home/`` and ``tmp/`` (``HOME``, ``XDG_CACHE_HOME``, ``TMPDIR``: the user cache dir the contract allows).
 """
 
@@ -36,7 +37,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
 DRIVER = HERE / "driver.py"
 
 #: Columns, most severe first; "handled" is the only good one.
@@ -203,8 +203,9 @@ def _env(ctx: Ctx) -> dict[str, str]:
     env.update(HOME=str(ctx.home), XDG_CACHE_HOME=str(ctx.home / ".cache"), TMPDIR=str(ctx.tmp),
                TORCHINDUCTOR_CACHE_DIR=str(ctx.home / "inductor"), COLUMNS="160", LINES="50",
                POLARS_MAX_THREADS="2", OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1",
-               PYTHONPATH=os.pathsep.join([str(REPO), str(HERE)]))
+               )
     env.pop("TERM", None)
+    env.pop("PYTHONPATH", None)   # the code under test is the workbench the interpreter has installed
     return env
 
 
