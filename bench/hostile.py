@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         done[0] += 1
         if not args.quiet:
             print(f"[{done[0]:>3}/{len(cases)}] {r.column:<14} {r.id} ({r.seconds:.1f} s)"
-                  + (f": {r.reason}" if r.reason else ""), file=sys.stderr, flush=True)
+                  + (f": {r.reason}" if r.reason else "") + (f"\n      kept: {r.folder}" if r.folder else ""),
+                  file=sys.stderr, flush=True)
 
     results = run_cases(args.seed, [c.id for c in cases], jobs=args.jobs, workdir=args.workdir, keep=args.keep,
                         on_result=progress)

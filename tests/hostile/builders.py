@@ -153,7 +153,8 @@ def compile_log(rank: int, frames: int, rng: random.Random, *, co_name: str = "f
 
 def compile_log_name(rank: int, rng: random.Random) -> str:
     """A name as torch gives a rank's TORCH_TRACE log."""
-    return f"dedicated_log_torch_trace_rank_{rank}_{''.join(rng.choice('abcdefghijklmnopqrstuvwxyz0123456789') for _ in range(8))}.log"
+    tail = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(8))
+    return f"dedicated_log_torch_trace_rank_{rank}_{tail}.log"
 
 
 # --------------------------------------------------------------------------------------------- run directories

@@ -14,8 +14,9 @@ column: executed > crash > hang > internal error > wrong > silent > handled (the
 - **handled**: none of these.
 
 The code under test is the ``workbench`` that ``sys.executable`` imports (its editable install): run the bench with
-another checkout's interpreter to test that checkout. A case runs in its own folder: ``in/`` (the inputs), ``outside/`` (what must stay untouched; symlinks point here),
-``home/`` and ``tmp/`` (``HOME``, ``XDG_CACHE_HOME``, ``TMPDIR``: the user cache dir the contract allows).
+another checkout's interpreter to test that checkout. A case runs in its own folder: ``in/`` (the inputs),
+``outside/`` (what must stay untouched; symlinks point here), ``home/`` and ``tmp/`` (``HOME``,
+``XDG_CACHE_HOME``, ``TMPDIR``: the user cache dir the contract allows).
 """
 
 from __future__ import annotations
@@ -140,6 +141,7 @@ class Result:
     reason: str
     seconds: float
     steps: list[dict[str, Any]] = field(default_factory=list)
+    folder: str = ""   # the case's folder, when kept
 
 
 # --------------------------------------------------------------------------------------------- running
@@ -253,7 +255,8 @@ def judge(step: Step, out: Outcome, ctx: Ctx) -> tuple[str, str]:
             return "wrong", f"error line does not name {(missing or [step.error_re])[0]!r}: {lines[0][:200]}"
     else:
         if step.expect == "error":
-            what = step.error_has[0] if step.error_has else step.names[0] if step.names else "the file"
+            what = (step.error_has[0] if step.error_has else step.error_re if step.error_re
+                    else step.names[0] if step.names else "the file")
             return step.accepted, f"accepted, expected a refusal naming {what}"
     m = _CONTROL.search(both)
     if m:
@@ -330,7 +333,8 @@ def run_case(case: Case, workdir: Path, keep: bool = False) -> Result:
     reason = next((r for c, r in cols if c == col and r), "")
     if not keep:
         shutil.rmtree(root, ignore_errors=True)
-    return Result(case.id, case.cls, col, reason, round(time.monotonic() - t0, 2), steps_out)
+    return Result(case.id, case.cls, col, reason, round(time.monotonic() - t0, 2), steps_out,
+                  str(root) if keep else "")
 
 
 # --------------------------------------------------------------------------------------------- many cases
