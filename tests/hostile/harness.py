@@ -255,8 +255,8 @@ def judge(step: Step, out: Outcome, ctx: Ctx) -> tuple[str, str]:
             return "wrong", f"error line does not name {(missing or [step.error_re])[0]!r}: {lines[0][:200]}"
     else:
         if step.expect == "error":
-            what = (step.error_has[0] if step.error_has else step.error_re if step.error_re
-                    else step.names[0] if step.names else "the file")
+            what = step.error_has[0] if step.error_has else step.names[0] if step.names else "the file"
+            what += f" and /{step.error_re}/" if step.error_re else ""
             return step.accepted, f"accepted, expected a refusal naming {what}"
     m = _CONTROL.search(both)
     if m:
