@@ -5,14 +5,13 @@ The check parses every ``.py`` under ``workbench/``, ``analyses/``, ``app/``, ``
 
 1. **An undeclared kind.** A string literal *in a kind context* must be a declared kind (or a word of one of the
    other vocabularies also called "kind": trace event kinds, source-site kinds, graph-break types, the config
-   allowlist's rule kinds). Kind contexts:
-   compared (``==``, ``!=``, ``in``) with a kind value (an attribute ``kind`` / ``*_kind``, ``row["kind"]``,
-   ``pl.col("kind")``, a variable ``*_kind``, or a variable ``kind`` in a module that imports the findings);
-   passed to ``.is_in`` / ``.eq`` / ``.startswith`` of one; the kind argument of ``make_finding``, ``finding_id``,
-   ``kind_spec``, ``Kind``, ``register_detector``, ``register_fixer(kinds=...)``; a key looked up in a mapping
-   named ``*kind*``; an element of a literal dict/set/list/tuple of which more than half the elements name kinds
-   (a kind map such as the old ``KIND_PAGE``). Such a branch never runs: the five
-   stale names this test was written against (``timeout_risk``, ``compile_failed``, ``collective_skew``,
+   allowlist's rule kinds). Kind contexts: compared (``==``, ``!=``, ``in``) with a kind value (an attribute
+   ``kind`` / ``*_kind``, ``row["kind"]``, ``pl.col("kind")``, a variable ``*_kind``, or a variable ``kind`` in a
+   module that imports the findings); passed to ``.is_in`` / ``.eq`` / ``.startswith`` of one; the kind argument of
+   ``make_finding``, ``finding_id``, ``kind_spec``, ``Kind``, ``register_detector``, ``register_fixer(kinds=...)``;
+   a key looked up in a mapping named ``*kind*``; an element of a literal dict/set/list/tuple of which more than
+   half the elements name kinds (a kind map such as the old ``KIND_PAGE``); a fault spec's ``finding``. Such a
+   branch never runs: the five stale names this test was written against (``timeout_risk``, ``compile_failed``, ``collective_skew``,
    ``data_wait``, ``recompile``) are each reported with the kind they meant (``KindSpec.aliases``).
 2. **A kind named by a string.** Outside ``analyses/kinds.py``, a string literal equal to a declared kind name is
    reported (use ``Kind.X``: a typo is then an AttributeError at import), except where the same word means something
@@ -20,8 +19,8 @@ The check parses every ``.py`` under ``workbench/``, ``analyses/``, ``app/``, ``
    the reason. :data:`PENDING` lists kind strings in modules this change did not own, to be switched to ``Kind``.
 
 A fault script's ``FAULT = Fault(..., finding="...")`` is the one place a kind must be a string: the zoo's registry
-reads the spec as literals, without running the script. That argument is a kind context (rule 1) but not rule 2;
-its ``name=`` is the fault's name (which may equal its kind's). :data:`NOT_DECLARED_YET` lists the faults whose kind a
+reads the spec as literals, without running the script: that argument is exempt from rule 2, and its ``name=`` is
+the fault's name (which may equal its kind's). :data:`NOT_DECLARED_YET` lists the faults whose kind a
 later change declares (the zoo's verifier refuses them in one line until then).
 """
 
