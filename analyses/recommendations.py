@@ -780,86 +780,48 @@ def recommend(findings: Sequence[Finding[Any]] | Any, *, sites: Any = None) -> p
     return recommendations_frame(ranked_fixes(findings, sites=sites))
 
 
-def recommend_run(run: Any, findings: Sequence[Finding[Any]] | Any, *, sites: Any = None) -> pl.DataFrame:
-    """:func:`recommendations_frame` of :func:`ranked_fixes_run`."""
-    return recommendations_frame(ranked_fixes_run(run, findings, sites=sites))
-
-
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    """What the compile config says of one ranked fix."""
-
-    rank: int
-    fix_id: str
-    title: str
-    kind: str
-    message: str
-    effect: str
-    why: str | None
-    settings: tuple[Setting, ...]
-    config_text: str | None
-    code: str | None
-    location: str | None
-    apply: bool
-
-
-def _entries(recs: Sequence[Recommendation] | pl.DataFrame) -> list[_Entry]:
-    if not isinstance(recs, pl.DataFrame):
-        return [_Entry(r.rank, r.fix.fix_id, r.fix.title, r.finding.kind.value, r.finding.message, r.fix.effect,
-                       r.fix.why, r.fix.config, json.dumps(r.fix.config_dict()) if r.fix.config else None, r.fix.code,
-                       r.fix.location, r.apply) for r in recs]
-    # the RECOMMENDATIONS frame, for callers not yet passing ranked_fixes (its config column read back)
-    out = []
-    for r in recs.iter_rows(named=True):
-        body = json.loads(r["config"]) if r["config"] else {}
-        settings = tuple(Setting(sec, k, v) for sec, kv in body.items() for k, v in kv.items())
-        out.append(_Entry(r["rank"], r["fix_id"], r["title"], r["finding_kind"], r["evidence"], r["expected_effect"],
-                          r.get("why"), settings, r["config"], r["code_advice"], r["location"], bool(r["apply"])))
-    return out
-
-
-def to_compile_config(recs: Sequence[Recommendation] | pl.DataFrame, *, header: str | None = None) -> str:
+def to_compile_config(recs: Sequence[Recommendation], *, header: str | None = None) -> str:
     """The applied config fixes of ``recs`` (:func:`ranked_fixes`) as compile-config TOML, a comment above each
-    setting naming its finding; the alternatives and the code fixes follow as comments at the end, best first.
-    (The RECOMMENDATIONS frame is still accepted, for the callers that pass it.)"""
+    setting naming its finding; the alternatives and the code fixes follow as comments at the end, best first."""
     from workbench.compile_config import dump_compile_config, writable_problem
 
-    entries = _entries(recs)
+    if isinstance(recs, pl.DataFrame):
+        raise TypeError("to_compile_config takes the typed fixes of ranked_fixes() / ranked_fixes_run(), not the "
+                        "RECOMMENDATIONS frame (a view only)")
     data: dict[str, dict[str, Any]] = {}
     comments: dict[str, str] = {}
     not_written: list[str] = []
-    for e in entries:
-        if not e.apply:
+    for r in recs:
+        if not r.apply:
             continue
-        config: dict[str, dict[str, Any]] = {}
-        for st in e.settings:
-            config.setdefault(st.section, {})[st.key] = st.value
-        problem = writable_problem(config)   # a value built from a hostile log the allowlist refuses: not written
+        fx, kind = r.fix, r.finding.kind.value
+        problem = writable_problem(fx.config_dict())   # a value built from a hostile log the allowlist refuses
         if problem:
-            not_written.append(f"  #{e.rank} {e.fix_id} ({e.kind}): {_one_line(problem, 200)}")
+            not_written.append(f"  #{r.rank} {fx.fix_id} ({kind}): {_one_line(problem, 200)}")
             continue
-        for st in e.settings:
+        for st in fx.config:
             dest = data.setdefault(st.section, {})
             if st.key in dest:
                 continue
             dest[st.key] = st.value
-            comments[st.name] = (f"fix #{e.rank} {e.fix_id}: {e.title}\n"
-                                 f"answers {e.kind}: {_one_line(e.message)}\n"
-                                 f"expected: {e.effect}"
-                                 + (f"\nwhy first: {e.why}" if e.why else ""))
+            comments[st.name] = (f"fix #{r.rank} {fx.fix_id}: {fx.title}\n"
+                                 f"answers {kind}: {_one_line(r.finding.message)}\n"
+                                 f"expected: {fx.effect}"
+                                 + (f"\nwhy first: {fx.why}" if fx.why else ""))
     lines = [header or "Compile config written by `workbench recommend`: apply with "
              "Collector(..., compile_config=\"<this file>\")",
              "Every setting below says which finding it answers. Validate: workbench.compile_config.load_compile_config"]
     tail: list[str] = ["", " Refused by the config allowlist (docs/compile-config.md):", *not_written] \
         if not_written else []
-    rest = [e for e in entries if not e.apply]
+    rest = [r for r in recs if not r.apply]
     if rest:
         tail += ["", " Alternatives and code fixes (not applied), best first:"]
-        for e in rest:
-            loc = f" at {e.location}" if e.location else ""
-            tail.append(f"  #{e.rank} {e.fix_id} ({e.kind}): {e.title}{loc}")
-            for part in (f"config {e.config_text}" if e.config_text else "",
-                         f"code: {e.code}" if e.code else ""):
+        for r in rest:
+            fx = r.fix
+            loc = f" at {fx.location}" if fx.location else ""
+            tail.append(f"  #{r.rank} {fx.fix_id} ({r.finding.kind.value}): {fx.title}{loc}")
+            for part in (f"config {json.dumps(fx.config_dict())}" if fx.config else "",
+                         f"code: {fx.code}" if fx.code else ""):
                 if part:
                     tail.append(f"      {_one_line(part, 200)}")
     # every text from a trace or log goes through dump_compile_config's comment writer (no line of it can

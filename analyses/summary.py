@@ -43,7 +43,7 @@ def _table(run: Any, name: str, schema: dict) -> pl.DataFrame:
 class AnalysisTables:
     """Every analysis output of one run (schemas in ``workbench.schema.ANALYSIS_TABLES``), plus the typed
     findings (``roots``: root causes, most costly first, symptoms under them) and their frame view
-    (``findings``). ``tables["name"]`` still works during the transition from the old dict.
+    (``findings``); read a frame as an attribute (``tables.breakdown``).
 
     ``idle_gaps`` holds every gap up to ``per_rank.IDLE_GAPS_KEPT`` rows; a larger run keeps each rank's longest
     (``per_rank.kept_gaps``), so thousands of ranks fit in memory. ``idle_by_stream`` / ``idle_by_step`` always
@@ -72,26 +72,10 @@ class AnalysisTables:
     findings: pl.DataFrame
     roots: tuple[Finding, ...] = ()
 
-    def __getitem__(self, name: str) -> Any:
-        if name not in self.names():
-            raise KeyError(name)
-        return getattr(self, name)
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return getattr(self, name) if name in self.names() else default
-
-    def __iter__(self):  # iterate like the old dict: its keys
-        return iter(self.names())
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.names()
-
     @classmethod
     def names(cls) -> tuple[str, ...]:
+        """The frames' names (every field but ``roots``)."""
         return tuple(f.name for f in fields(cls) if f.name != "roots")
-
-    def keys(self) -> tuple[str, ...]:
-        return self.names()
 
 
 def _declared(name: str, frame: pl.DataFrame | None) -> pl.DataFrame:

@@ -75,15 +75,3 @@ def window_kernels(kernels: pl.DataFrame, steps: pl.DataFrame, window: Window = 
     keep = pl.col("_keep").fill_null(False) | ~pl.col("rank").is_in(stepped.implode())
     return flagged.filter(keep).drop("_keep")
 
-
-def window_range(kernels: pl.DataFrame) -> pl.DataFrame:
-    """Per rank, the device time range the window covers: first activity start to last activity end.
-
-    Columns: ``rank``, ``start``, ``end``, ``window_ns``. This is HTA's "kernel time".
-    """
-    return (
-        kernels.group_by("rank")
-        .agg(pl.col("start").min(), pl.col("end").max())
-        .with_columns(window_ns=pl.col("end") - pl.col("start"))
-        .sort("rank")
-    )

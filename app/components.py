@@ -22,12 +22,6 @@ def error_panel(title: str, detail: str, *, id: str | None = None) -> html.Div:
                     className="panel panel-error", **kw)
 
 
-def unavailable_panel(what: str, reason: str) -> html.Div:
-    """A grey panel for an analysis that is not there (yet) or has nothing to work on."""
-    return html.Div([html.Strong(f"{what}: not available"), html.Div(reason, className="panel-detail")],
-                    className="panel panel-unavailable")
-
-
 def info_panel(children: Any, *, id: str | None = None) -> html.Div:
     kw = {"id": id} if id else {}
     return html.Div(children, className="panel panel-info", **kw)

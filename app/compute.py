@@ -172,11 +172,6 @@ def compile_config_toml(store: RunStore, rid: str, header: str | None = None) ->
     return recs_analysis.to_compile_config(ranked_fixes(store, rid), header=header)
 
 
-def recommendation_toml(recs: pl.DataFrame, header: str | None = None) -> str:
-    """:func:`compile_config_toml` for callers that still pass the RECOMMENDATIONS frame."""
-    return recs_analysis.to_compile_config(recs, header=header)
-
-
 #: Pause before each run the background analysis opens after the landing run (the browser's first load comes first).
 BACKGROUND_PAUSE_S = 1.0
 

@@ -1,5 +1,6 @@
 """Hangs: how each rank ended, the step it reached and its last collective (Flight Recorder, steps.jsonl, the
-collector's exit records), with the desync / hang / rank_died finding that explains why the job stopped."""
+collector's exit records), with the desync / hang / rank_died finding that explains why the job stopped (or the
+compiled_desync that will stop it) and the fixes recommended for it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import polars as pl
 from dash import html
 
-from workbench.analyses.hangs import JOB_FAILURE_KINDS
+from workbench.analyses.kinds import Kind, kinds_where
 from workbench.app import compute
 from workbench.app.components import col, error_panel, fmt_time, grid, safe, section, stats_row
 from workbench.app.store import RunStore
@@ -17,6 +18,9 @@ from workbench.flight_recorder import rank_last_rows
 PATH = "/hangs"
 NAME = "Hangs"
 KEY = "hangs"
+
+#: The kinds this page explains: those that end the job, and a compiled graph's desync (it will).
+HANG_KINDS: tuple[Kind, ...] = (*kinds_where(ends_job=True), Kind.COMPILED_DESYNC)
 
 RANK_COLUMNS = [
     col("rank", "Rank"), col("state", "How it ended"), col("last_step", "Last step written"),
@@ -35,6 +39,21 @@ def rank_rows(store: RunStore, rid: str) -> list[dict[str, Any]]:
     return store.cached(rid, "hang_ranks", lambda: rank_last_rows(store.run(rid)))
 
 
+def fixes_by_finding(store: RunStore, rid: str) -> dict[str, list[Any]]:
+    """Per hang finding id: its recommended fixes (as ``workbench recommend`` ranks them), one line each."""
+    out: dict[str, list[Any]] = {}
+    for rec in compute.ranked_fixes(store, rid):
+        if rec.finding.kind not in HANG_KINDS:
+            continue
+        fx = rec.fix
+        out.setdefault(rec.finding.id, []).append(html.Div([
+            html.Strong("Fix: "), html.Span(fx.title),
+            html.Span(f": {fx.code}" if fx.code else ""),
+            html.Span(f" ({fx.location})" if fx.location else "", className="muted"),
+        ], className="hang-fix"))
+    return out
+
+
 def layout(pctx) -> Any:
     if not pctx.run_id:
         return error_panel("No run", "No runs were found.")
@@ -47,9 +66,11 @@ def _layout(store: RunStore, rid: str) -> Any:
                                        "step_reached": pl.Int32, "last_collective": pl.String,
                                        "compile": pl.String}) if rows else pl.DataFrame()
     f = compute.findings(store, rid)
-    f = f.filter(pl.col("kind").is_in([*JOB_FAILURE_KINDS, "compiled_desync"])) if not f.is_empty() else f
+    f = f.filter(pl.col("kind").is_in([k.value for k in HANG_KINDS])) if not f.is_empty() else f
+    fixes = fixes_by_finding(store, rid) if f.height else {}
     msgs = [html.Div([html.Strong(f"{r['kind']}: "), html.Span(r["message"]),
-                      html.Span(f" ({fmt_time(r['cost_ns'])} {r['cost_basis'] or ''})".rstrip(), className="muted")],
+                      html.Span(f" ({fmt_time(r['cost_ns'])} {r['cost_basis'] or ''})".rstrip(), className="muted"),
+                      *fixes.get(r["id"], [])],
                      className="rec hang-finding") for r in f.iter_rows(named=True)]
     if not msgs:
         msgs = [html.Div("No hang, desync or dead rank: every rank that left hang files ended normally, and the "

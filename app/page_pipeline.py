@@ -9,6 +9,7 @@ import polars as pl
 from dash import Input, Output, State, dcc, html
 
 from workbench import figures
+from workbench.analyses.kinds import Kind
 from workbench.app import compute
 from workbench.app.components import (
     col, error_panel, fmt_pct, fmt_time, graph, grid, ms_column, ns_to_ms, pct_column, plural, safe, section,
@@ -76,7 +77,7 @@ def _layout(store: RunStore, rid: str) -> Any:
     theory = figures.gpipe_bubble_pct(stages, m)
     measured = float(bub.group_by("rank").agg(pl.col("bubble_pct").median())["bubble_pct"].max())
     step = default_step(bub)
-    f = compute.findings(store, rid).filter(pl.col("kind") == "pipeline_bubble")
+    f = compute.findings(store, rid).filter(pl.col("kind") == Kind.PIPELINE_BUBBLE.value)
     msgs = [html.Div([html.Strong("Finding: "), html.Span(r["message"]), html.Span(
         f" ({' '.join(x for x in (fmt_time(r['cost_ns']), r['cost_basis']) if x)})", className="muted")],
         className="rec pipeline-finding") for r in f.iter_rows(named=True)]

@@ -140,7 +140,7 @@ def _has_settings(toml_text: str) -> bool:
 def _layout(store: RunStore, rid: str) -> Any:
     recs = compute.recommendations(store, rid)
     target = config_path(store, rid)
-    toml_text = compute.recommendation_toml(recs, header=config_header(target))
+    toml_text = compute.compile_config_toml(store, rid, header=config_header(target))
     earlier = existing_configs(store, rid)
     if recs.height:
         # per finding: the fix that goes into the TOML (or its best one) in full, numbered; the finding's other
@@ -234,7 +234,7 @@ def apply(store: RunStore, rid: str) -> tuple[Path, str]:
     if not real.is_dir():
         raise FileNotFoundError(f"the run folder {entry.path} no longer exists; nothing written")
     target = next_config_path(real)
-    text = compute.recommendation_toml(compute.recommendations(store, rid), header=config_header(target))
+    text = compute.compile_config_toml(store, rid, header=config_header(target))
     CompileConfig.from_dict(tomllib.loads(text), validate="auto", base_dir=real)   # [cache] paths checked in the run
     _write_new(store, rid, real, target.name, text)
     return entry.path / target.name, text

@@ -145,7 +145,7 @@ def run_workbench(folder: Path, repeat: int) -> dict[str, Any]:
     for name, fn in cases.items():
         best = min(_timed(fn) for _ in range(repeat))
         out[name] = best
-    out["findings"] = analysis_tables(run)["findings"].select("kind", "cost_ns").to_dicts()
+    out["findings"] = analysis_tables(run).findings.select("kind", "cost_ns").to_dicts()
     return out
 
 

@@ -114,12 +114,12 @@ def write_gpu_config(path: Path) -> int:
     tests/faults/test_gpu_samples.py checks that the recorded before-run gets exactly this config)."""
     from workbench.analyses.findings import Cost, make_finding
     from workbench.analyses.kinds import IdleEvidence
-    from workbench.analyses.recommendations import recommend, to_compile_config
+    from workbench.analyses.recommendations import ranked_fixes, to_compile_config
 
     f = make_finding("launch_bound", "launch-bound small kernels", IdleEvidence(per_rank=()),
                      Cost.measured(1, "placeholder"), ranks=[0], wall_ns=10)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(to_compile_config(recommend([f]), header="the fix workbench recommend writes for launch_bound"))
+    path.write_text(to_compile_config(ranked_fixes([f]), header="the fix workbench recommend writes for launch_bound"))
     print(f"wrote {path}")
     return 0
 

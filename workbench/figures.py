@@ -926,36 +926,6 @@ def line_figure(
     return _base_layout(fig, title=title, height=340)
 
 
-def bar_figure(
-    frame: pl.DataFrame,
-    *,
-    x: str,
-    y: str,
-    scale: float = 1.0,
-    unit: str = "",
-    title: str | None = None,
-    color: str | None = None,
-    horizontal: bool = False,
-) -> go.Figure:
-    """Plain bars of ``y`` per ``x`` (``color`` names a column of CSS colours or a class known to the palette)."""
-    if frame is None or frame.is_empty():
-        return empty_figure("nothing to show")
-    xs = [str(v) for v in frame[x].to_list()]
-    ys = (frame[y].cast(pl.Float64) / scale).to_list()
-    colors = None
-    if color and color in frame.columns:
-        colors = [CLASS_COLORS.get(str(c), SEVERITY_COLORS.get(str(c), str(c))) for c in frame[color].to_list()]
-    if horizontal:
-        fig = _figure(go.Bar(y=xs, x=ys, orientation="h", marker_color=colors))
-        fig.update_xaxes(title=unit)
-        fig.update_yaxes(type="category", autorange="reversed")
-    else:
-        fig = _figure(go.Bar(x=xs, y=ys, marker_color=colors))
-        fig.update_yaxes(title=unit)
-        fig.update_xaxes(type="category")
-    return _base_layout(fig, title=title, height=max(300, 60 + 22 * len(xs)) if horizontal else 340)
-
-
 # ------------------------------------------------------------------------------------- domain-shaped figures
 
 

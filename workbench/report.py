@@ -70,14 +70,14 @@ def build_report(run: Any, *, title: str | None = None, timeline: bool = True) -
 
     from workbench.analyses.summary import analysis_tables, summarize_tables
 
-    tables = attempt("analyses", lambda: analysis_tables(run)) or {}
-    if tables:
+    tables = attempt("analyses", lambda: analysis_tables(run))   # None when they failed: their sections go
+    if tables is not None:
         rep.summary = attempt("summary", lambda: summarize_tables(tables, run.ranks["rank"].to_list(), "steady"))
 
     # overview
     stats = {k: info.get(k) for k in ("ranks", "world_size", "steps", "span_ns", "events", "collectives", "compiles")}
     over: list[Any] = [f"Path: {info.get('path')}", stats]
-    f = tables.get("findings")
+    f = tables.findings if tables is not None else None
     if f is not None:
         roots = f.filter(pl.col("is_root")) if "is_root" in f.columns else f
         over.append(figures.findings_figure(roots))
@@ -96,7 +96,7 @@ def build_report(run: Any, *, title: str | None = None, timeline: bool = True) -
             rep.sections.append(("Timeline (where the run's activity is, first 8 ranks)", [fig]))
 
     # breakdown
-    br = tables.get("breakdown_by_rank")
+    br = tables.breakdown_by_rank if tables is not None else None
     if br is not None and not br.is_empty():
         rep.sections.append(("Breakdown & overlap (steady-state window)", [
             figures.stacked_bar_figure(br, x="rank", parts=["compute_ns", "comm_exposed_ns", "memory_exposed_ns",
@@ -109,19 +109,19 @@ def build_report(run: Any, *, title: str | None = None, timeline: bool = True) -
 
     # drift
     drift: list[Any] = [figures.step_time_figure(run.steps)]
-    st = tables.get("stragglers")
+    st = tables.stragglers if tables is not None else None
     if st is not None and not st.is_empty():
         drift.append(_ms_cols(st.select([c for c in ("rank", "signal", "events", "held_count", "held_pct",
                                                      "held_back_ns", "held_share_pct", "first_step", "trend")
                                          if c in st.columns]), ["held_back_ns"]))
-    matched = tables.get("collectives")
+    matched = tables.collectives if tables is not None else None
     if matched is not None and not matched.is_empty():
         drift.append(figures.collective_skew_figure(matched))
         drift.append(figures.arrival_offset_figure(matched))
     rep.sections.append(("Drift and stragglers", drift))
 
     # pipeline
-    bub = tables.get("bubbles")
+    bub = tables.bubbles if tables is not None else None
     if bub is not None and not bub.is_empty() and float(bub["forwards"].median() or 0) >= 2:
         def pipe():
             mb = figures.run_microbatches(run)
@@ -160,7 +160,8 @@ def build_report(run: Any, *, title: str | None = None, timeline: bool = True) -
         from workbench.analyses.recommendations import ranked_fixes_run, recommendations_frame, to_compile_config
         from workbench.analyses.summary import run_findings
 
-        fixes = ranked_fixes_run(run, list(tables.roots) if tables else run_findings(run))  # the analyses above
+        roots = list(tables.roots) if tables is not None else run_findings(run)   # the analyses above
+        fixes = ranked_fixes_run(run, roots)
         return recommendations_frame(fixes), to_compile_config(fixes)
     got = attempt("recommendations", recs)
     if got is not None:

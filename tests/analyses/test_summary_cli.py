@@ -50,7 +50,7 @@ def test_analyze_on_tables_without_files():
     assert r["comm_compute_overlap_pct"] == 0.0 and r["compute_pct"] is not None
     assert any(f["kind"] == "exposed_communication" for f in s["findings"])
     t = analysis_tables(_run(400))
-    assert {"breakdown", "overlap", "idle_gaps", "collective_instances", "stragglers", "findings"} <= set(t)
+    assert {"breakdown", "overlap", "idle_gaps", "collective_instances", "stragglers", "findings"} <= set(t.names())
 
 
 @pytest.mark.skipif(not TRACE.is_dir(), reason=f"{SHARED} (the shared traces) is absent")

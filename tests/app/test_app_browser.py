@@ -104,7 +104,7 @@ def test_every_page_on_every_sample_run(page, served, sample_app, artifacts):
 
 def test_overview_leads_with_the_root_cause(page, served, runs_root, sample_app):
     run, t = _tables(runs_root / PLANTED)
-    f = t["findings"]
+    f = t.findings
     roots = f.filter(pl.col("is_root"))
     assert roots["kind"][0] == "divergent_recompile", "the planted run's root cause is the divergent recompile"
     goto_ready(page, served.url(f"/?run={PLANTED}"), "overview")
@@ -137,7 +137,7 @@ def test_run_list_names_each_runs_top_root_cause(page, served, sample_app, runs_
                                                   ".textContent, e.querySelector('.run-cost').textContent])")
     assert len(rows) == len(store.entries)
     _, t = _tables(runs_root / PLANTED)
-    top = t["findings"].filter(pl.col("is_root")).row(0, named=True)
+    top = t.findings.filter(pl.col("is_root")).row(0, named=True)
     planted = next(r for r in rows if r[0] == f"run-row-{PLANTED}")
     assert planted[1] == page_overview.kind_title(top["kind"])
     assert re.match(r"^\d[\d,.]* (s|ms|µs) (measured|estimated)", planted[2]), planted
@@ -172,7 +172,7 @@ def test_drift_plots_period_offsets_and_log_waits(page, served, runs_root, artif
     assert "log" in cb["title"]["text"] and all(re.fullmatch(r"[\d.]+ (ms|s)", x) for x in cb["ticktext"])
     assert "Positive: it arrives later" in page.text_content("#offset-sign")
     assert page.query_selector("#arrival-offset-figure .main-svg") is not None
-    expected = page_drift.straggler_table(t["stragglers"])
+    expected = page_drift.straggler_table(t.stragglers)
     shown = grid_rows(page, "stragglers-grid")
     assert [(r["rank"], r["signal"]) for r in shown] == [(str(e["rank"]), e["signal"])
                                                          for e in expected.iter_rows(named=True)]
@@ -277,7 +277,7 @@ def test_recommendations_best_fix_first(page, served, runs_root):
     assert numbers == list(range(1, len(numbers) + 1)), titles
     body = page.text_content("#recs-section")
     assert "see the finding" not in body and not titles[0].split(". ", 1)[1].startswith("Investigate")
-    top_root = t["findings"].filter(pl.col("is_root"))["kind"][0]
+    top_root = t.findings.filter(pl.col("is_root"))["kind"][0]
     assert recs.sort("rank")["finding_kind"][0] == top_root
     assert titles[0].split(". ", 1)[1] == recs.sort("rank")["title"][0]
 
@@ -392,7 +392,7 @@ def test_shared_hta_trace_breakdown_equals_analysis(page, served_factory, shared
     served = served_factory(app)
     goto_ready(page, served.url("/breakdown?run=trace_filter"), "breakdown")
     _no_error_panels(page)
-    expected = rank_table(analysis_tables(workbench.open(path))["breakdown_by_rank"])
+    expected = rank_table(analysis_tables(workbench.open(path)).breakdown_by_rank)
     shown = grid_rows(page, "breakdown-grid")
     assert [(r["rank"], r["compute_pct"], r["idle_pct"]) for r in shown] == [
         (str(e["rank"]), f"{e['compute_pct']:,.1f} %", f"{e['idle_pct']:,.1f} %") for e in expected.iter_rows(named=True)]

@@ -68,18 +68,17 @@ def test_apply_writes_only_inside_the_run_directory(tmp_path, monkeypatch):
     (tmp_path / "run" / rundir.RUN_JSON).write_text("{}")
     _trace_dir(tmp_path / "plain")
     store = RunStore([tmp_path / "run"], opener=lambda p: object())
-    monkeypatch.setattr(compute, "recommendations", lambda s, rid: "recs")
     # a plain folder of traces is not a run directory: Apply refuses to write there
     plain = RunStore([tmp_path / "plain"], opener=lambda p: object())
     with pytest.raises(ValueError, match="not a run directory"):
         page_recommendations.apply(plain, plain.ids()[0])
     assert not (tmp_path / "plain" / rundir.COMPILE_CONFIG_FILE).exists()
-    monkeypatch.setattr(compute, "recommendation_toml", lambda recs, header=None: "[compile]\ndynamic = true\n")
+    monkeypatch.setattr(compute, "compile_config_toml", lambda s, rid, header=None: "[compile]\ndynamic = true\n")
     path, text = page_recommendations.apply(store, "run")
     assert path == (tmp_path / "run" / rundir.COMPILE_CONFIG_FILE).resolve()
     assert path.read_text() == text
     # an invalid config is never written
-    monkeypatch.setattr(compute, "recommendation_toml", lambda recs, header=None: "[nonsense]\nx = 1\n")
+    monkeypatch.setattr(compute, "compile_config_toml", lambda s, rid, header=None: "[nonsense]\nx = 1\n")
     path.unlink()
     with pytest.raises(Exception):
         page_recommendations.apply(store, "run")
@@ -117,8 +116,7 @@ def test_apply_writes_a_new_file_each_time_and_never_recreates_a_deleted_run(tmp
     _trace_dir(tmp_path / "run" / "rank0")
     (tmp_path / "run" / rundir.RUN_JSON).write_text("{}")
     store = RunStore([tmp_path / "run"], opener=lambda p: object())
-    monkeypatch.setattr(compute, "recommendations", lambda s, rid: "recs")
-    monkeypatch.setattr(compute, "recommendation_toml", lambda recs, header=None: "[compile]\ndynamic = true\n")
+    monkeypatch.setattr(compute, "compile_config_toml", lambda s, rid, header=None: "[compile]\ndynamic = true\n")
     first, _ = page_recommendations.apply(store, "run")
     second, _ = page_recommendations.apply(store, "run")
     assert first.name == rundir.COMPILE_CONFIG_FILE and second.name == "compile_config-2.toml"

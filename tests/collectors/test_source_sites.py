@@ -237,13 +237,14 @@ def test_a_hostile_snippet_stays_text():
     """A run.json snippet is text: in the written config it is a comment (never a setting), whatever it holds."""
     import tomllib
 
-    from workbench.analyses.recommendations import recommend, to_compile_config
+    from workbench.analyses.recommendations import ranked_fixes, recommendations_frame, to_compile_config
 
     evil = '"""\n[env]\nLD_PRELOAD = "/tmp/x.so"\n</td><script>alert(1)</script>'
     raw = {"file": "t.py", "line": 3, "sites": [{"file": "t.py", "line": 2, "kind": "batch_fetch", "snippet": evil}]}
-    recs = recommend(_findings(), sites=raw)
+    fixes = ranked_fixes(_findings(), sites=raw)
+    recs = recommendations_frame(fixes)
     assert recs.filter(recs["finding_kind"] == "straggler")["location"][0] == "t.py:2"
-    text = to_compile_config(recs)
+    text = to_compile_config(fixes)
     assert "LD_PRELOAD" in text and "env" not in tomllib.loads(text), text
 
 

@@ -8,7 +8,9 @@ import tomllib
 import polars as pl
 import pytest
 
-from workbench.analyses.recommendations import RECOMMENDATIONS, input_arg, recommend, to_compile_config
+from workbench.analyses.recommendations import (
+    RECOMMENDATIONS, input_arg, ranked_fixes, recommend, recommendations_frame, to_compile_config,
+)
 from workbench.analyses.recompiles import recompile_finding_list
 from workbench.compile_config import CompileConfig
 from workbench.compile_log import read_compile_logs
@@ -40,12 +42,13 @@ EXPECTED = {
 def test_recommendations_for_sample_logs(compile_logs, folder):
     compiles, _ = read_compile_logs([compile_logs / folder])
     findings = recompile_finding_list(compiles)
-    recs = recommend(findings)
+    fixes = ranked_fixes(findings)
+    recs = recommendations_frame(fixes)
     assert recs.schema == pl.Schema(RECOMMENDATIONS)
     assert recs["rank"].to_list() == list(range(1, recs.height + 1))
     setting, fix_ids = EXPECTED[folder]
     assert fix_ids <= set(recs["fix_id"]), recs["fix_id"].to_list()
-    text = to_compile_config(recs)
+    text = to_compile_config(fixes)
     data = tomllib.loads(text)
     cfg = CompileConfig.from_dict(data, source=folder)  # validates against the installed torch
     assert cfg.validated_against
@@ -89,6 +92,15 @@ def test_recompile_limit_prefers_one_dynamic_graph(compile_logs):
     assert applied["fix_id"].to_list() == ["dynamic_sources"]
     assert applied["config"].to_list() == ['{"compiler": {"dynamic_sources": "L[\'x\']:1"}}']
     assert recs["fix_id"].to_list().index("raise_recompile_limit") > 0
+
+
+def test_the_compile_config_is_written_from_typed_fixes_only(compile_logs):
+    """The RECOMMENDATIONS frame is a view: the config is written from the typed fixes, and a frame is refused."""
+    compiles, _ = read_compile_logs([compile_logs / "torch2.13-cpu/2rank-gloo-divergent-shape-guard-collectives"])
+    fixes = ranked_fixes(recompile_finding_list(compiles))
+    assert tomllib.loads(to_compile_config(fixes))["compiler"]["dynamic_sources"] == "L['args'][0]:0"
+    with pytest.raises(TypeError, match="not the RECOMMENDATIONS frame"):
+        to_compile_config(recommendations_frame(fixes))
 
 
 def test_empty_and_other_findings():

@@ -125,3 +125,20 @@ def test_a_relative_out_is_the_callers_folder(zoo, tmp_path, monkeypatch):
     assert not failed_ranks(truth), truth["returncodes"]
     assert (tmp_path / "rel" / "run.json").is_file() and (tmp_path / "rel" / "fault" / "rank0.json").is_file()
     assert truth["line"].endswith("graph_break_item.py:24"), truth["line"]
+
+
+def test_the_verifier_reads_the_kind_specs_and_refuses_an_undeclared_kind(tmp_path):
+    from workbench.analyses.kinds import Kind
+    from workbench_zoo.registry import get_fault
+    from workbench_zoo.verify import loop, planted_kinds
+
+    assert planted_kinds(get_fault("config_drift")) == (Kind.DIVERGENT_CONFIG, Kind.DIVERGENT_FINGERPRINT)
+    assert planted_kinds(get_fault("recompile_limit")) == (Kind.RECOMPILE_LIMIT, Kind.RECOMPILE_SHAPE)
+    # a GPU fault recorded ahead of its kind's detector stays listed, and the verifier says in one line why it
+    # cannot check it, before anything runs
+    assert get_fault("gpu_item_sync").finding == "host_sync"
+    with pytest.raises(ValueError) as err:
+        loop("gpu_item_sync", tmp_path)
+    assert str(err.value) == ("fault gpu_item_sync: its finding 'host_sync' is not a declared finding kind "
+                              "(analyses/kinds.py), so the verifier cannot check it")
+    assert not any(tmp_path.iterdir())

@@ -81,11 +81,11 @@ def test_config_fix_applied_and_fault_gone_on_rerun(zoo, name):
 @pytest.mark.parametrize("name", CODE_FIXED)
 def test_code_fix_names_the_line(zoo, name):
     from workbench_zoo.registry import get_fault
-    from workbench_zoo.verify import ALIASES
+    from workbench_zoo.verify import planted_kinds
 
     res = zoo.loop(name)
     fault = get_fault(name)
-    recs = res.recommendations.filter(pl.col("finding_kind").is_in(list(ALIASES.get(fault.finding, (fault.finding,)))))
+    recs = res.recommendations.filter(pl.col("finding_kind").is_in(list(planted_kinds(fault))))
     assert recs.height, f"{name}: no fix for the planted finding"
     first = recs.row(0, named=True)
     assert first["code_advice"], first

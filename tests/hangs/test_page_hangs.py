@@ -1,5 +1,5 @@
 """The app's Hangs page in a real browser (Debian's chromium, Playwright): each rank's end state, last step and
-last collective for the killed-rank fault, and the rank_died finding."""
+last collective for the killed-rank fault, and the rank_died finding with its fix."""
 
 from __future__ import annotations
 
@@ -41,6 +41,9 @@ def test_hangs_page_shows_each_ranks_last_step_and_collective(hang_runs, chromiu
             assert "seq 6" in by_rank[r]["last_collective"] and "all_reduce" in by_rank[r]["last_collective"]
         text = page.text_content("#hang-findings")
         assert "rank_died" in text and "rank 2" in text, text
+        # what to do: the rank_died fixer's fix, as `workbench recommend` ranks it
+        fixes = page.eval_on_selector_all("#hang-findings .hang-fix", "els => els.map(e => e.textContent)")
+        assert fixes and fixes[0].startswith("Fix: Find why the rank ended"), fixes
         assert page.is_visible("#nav-hangs")
     finally:
         server.shutdown()

@@ -58,11 +58,11 @@ def test_hostile_compile_log_through_recommend(shared_dir, tmp_path):
     data = tomllib.loads(text)
 
     import workbench
-    from workbench.analyses.recommendations import recommend_run
-    from workbench.commands.recommend import run_findings
+    from workbench.analyses.recommendations import ranked_fixes_run, recommendations_frame
+    from workbench.analyses.summary import run_findings
 
     run = workbench.open(logs)
-    recs = recommend_run(run, run_findings(run, None))
+    recs = recommendations_frame(ranked_fixes_run(run, run_findings(run)))
     assert recs.height > 0
     assert data == _intended(recs)  # exactly the intended settings, nothing the log smuggled in
     assert "LD_PRELOAD" not in json.dumps(data) and "os.system" not in json.dumps(data)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 import typer
@@ -14,15 +13,6 @@ from workbench.commands.output import echo_json, markup
 from workbench.errors import stage
 
 PATH_ARG = typer.Argument(..., help="Run directory, Kineto traces and/or TORCH_TRACE logs.")
-
-
-def run_findings(run: Any, timeout_s: float | None = None) -> list[Any]:
-    """The typed root-cause findings of ``run``, most costly first: the same ones ``workbench analyze``, the app and
-    the report show (``timeout_s``: the job's collective timeout, for the NCCL-timeout risk of a divergent
-    recompile)."""
-    from workbench.analyses.summary import analysis_tables
-
-    return list(analysis_tables(run, timeout_s=timeout_s).roots)
 
 
 def register(app: typer.Typer) -> None:
@@ -37,18 +27,20 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Rank the fixes for what the run shows; with -o, write the config fixes (one comment per setting)."""
         import workbench
-        from workbench.analyses.recommendations import recommend_run, to_compile_config
+        from workbench.analyses.recommendations import ranked_fixes_run, recommendations_frame, to_compile_config
+        from workbench.analyses.summary import run_findings
         from workbench.compile_config import load_compile_config
         from workbench.rundir import write_atomic
 
         with stage("reading", path):
             run = workbench.open(path, rank=rank)
         with stage("analysing", path):
-            findings = run_findings(run, timeout_s)
-            recs = recommend_run(run, findings)
+            findings = run_findings(run, timeout_s=timeout_s)
+            fixes = ranked_fixes_run(run, findings)
+            recs = recommendations_frame(fixes)
         if output is not None:
-            text = to_compile_config(recs, header=f"Compile config for {path} written by `workbench recommend`: "
-                                                  f"apply with Collector(..., compile_config=\"{output.name}\")")
+            text = to_compile_config(fixes, header=f"Compile config for {path} written by `workbench recommend`: "
+                                                   f"apply with Collector(..., compile_config=\"{output.name}\")")
             write_atomic(output, text.encode())  # a fresh temp file renamed over: never written through a link
             load_compile_config(output)  # the file we write must load (validated against the installed torch)
         if as_json:

@@ -64,8 +64,11 @@ def main(argv: list[str] | None = None, prog: str = "python -m workbench_zoo") -
           f"cost {'n/a' if cost is None else f'{cost / 1e6:.1f} ms'}, {truth['wall_s']:.1f} s)")
     for r in bad:
         print(f"rank {r} exited {truth['returncodes'][str(r)]}:\n{tail_log(args.out, r, 1500)}", file=sys.stderr)
-    # a hang fault's ranks are meant to fail or be killed: only the other faults' failures are errors
-    return 1 if bad and not args.name.startswith("hang") else 0
+    # the ranks of a fault whose finding ends the job (a hang, desync, dead rank) are meant to fail or be killed:
+    # only the other faults' failures are errors
+    from workbench.analyses.kinds import kinds_where
+
+    return 1 if bad and fault.finding not in kinds_where(ends_job=True) else 0
 
 
 def _listed(word: str, values: tuple[int, ...]) -> str:

@@ -3,6 +3,11 @@
 :func:`check_found` compares the analyses' root causes with a run's ground truth; :func:`loop` runs the whole loop
 for one fault and returns a :class:`LoopResult` (one row of ``bench/faults.py``'s table). The tests in
 ``tests/faults/`` use the same functions, so the table and the tests cannot disagree.
+
+What the checks know of a fault's kind comes from its ``KindSpec`` (``analyses/kinds.py``): the other kinds the same
+problem may be reported as (``also_found_as``), whether its blamed ranks are the faulty ones (``names_culprit``,
+``Finding.blamed_ranks``) and whether its cost covers the profiler window only (``cost_scope``). A fault whose
+``finding`` is not a declared kind is refused in one line.
 """
 
 from __future__ import annotations
@@ -11,28 +16,36 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from workbench_zoo.registry import GROUND_TRUTH, Fault, get_fault
 
-#: Kinds that count as the planted finding for a fault's declared ``finding`` (same problem, finer name).
-ALIASES: dict[str, tuple[str, ...]] = {
-    "divergent_config": ("divergent_config", "divergent_fingerprint"),
-    "exposed_communication": ("exposed_communication", "collective_wait"),
-    "launch_bound": ("launch_bound", "host_bound"),
-    "exposed_memcpy": ("exposed_memcpy",),
-    # the limit is the end of a run of shape recompiles: either finding names the planted problem
-    "recompile_limit": ("recompile_limit", "recompile_shape"),
-}
+if TYPE_CHECKING:
+    from workbench.analyses.kinds import KindSpec
+
+def planted_spec(fault: Fault) -> KindSpec:
+    """The :class:`~workbench.analyses.kinds.KindSpec` of ``fault``'s ``finding``; ValueError, in one line, for a
+    kind that is not declared (``analyses/kinds.py``): the verifier cannot check it."""
+    from workbench.analyses.kinds import kind_spec
+
+    try:
+        return kind_spec(fault.finding)
+    except KeyError:
+        raise ValueError(f"fault {fault.name}: its finding {fault.finding!r} is not a declared finding kind "
+                         "(analyses/kinds.py), so the verifier cannot check it") from None
+
+
+def planted_kinds(fault: Fault) -> tuple[str, ...]:
+    """The kinds that count as the planted finding of ``fault``: its ``finding`` and the kinds the same problem may
+    also be reported as (``KindSpec.also_found_as``)."""
+    spec = planted_spec(fault)
+    return (spec.kind.value, *(k.value for k in spec.also_found_as))
+
+
 #: A fault's cost is "right" within this relative error of the ground truth.
 COST_TOLERANCE = 0.25
-#: Kinds whose cost covers the analysed profiler window only: checked against the ground truth of the same steps
-#: (the worst rank's, as the kinds define their cost).
-WINDOW_KINDS = frozenset({"pipeline_bubble", "exposed_communication", "collective_wait", "launch_bound",
-                          "host_bound", "gpu_idle", "exposed_memcpy"})
-
 
 @dataclass
 class Found:
@@ -72,35 +85,16 @@ def roots_of(run_dir: str | Path) -> list[Any]:
     return list(analysis_tables(workbench.open(run_dir)).roots)
 
 
-def _planted_ranks(f: Any) -> set[int]:
-    """The ranks a finding blames: the compiling ranks of a divergent recompile, the slowest rank of a skew, the
-    straggler, the ranks whose config differs from the majority's, else its ranks."""
-    ev = f.evidence
-    by_rank = getattr(ev, "by_rank", None)
-    if isinstance(by_rank, dict) and by_rank:
-        values = [json.dumps(v, sort_keys=True, default=str) for v in by_rank.values()]
-        common = max(set(values), key=values.count)
-        odd = {int(r) for r, v in zip(by_rank, values) if v != common}
-        return odd or set(f.ranks)
-    for attr in ("compiling_ranks", "slowest_rank", "rank"):
-        v = getattr(ev, attr, None)
-        if v is not None:
-            return set(v) if isinstance(v, (tuple, list)) else {int(v)}
-    return set(f.ranks)
-
-
 def check_found(fault: Fault, roots: list[Any], truth: dict[str, Any]) -> Found:
     """Where the planted kind is among ``roots``, whether its ranks and steps are the planted ones, its cost."""
-    kinds = ALIASES.get(fault.finding, (fault.finding,))
+    kinds = planted_kinds(fault)
     top = roots[0].kind if roots else None
     for i, f in enumerate(roots):
         if f.kind not in kinds:
             continue
-        blamed = _planted_ranks(f)
         same = [g for g in roots if g.kind in kinds]      # e.g. the recompiles and the limit they ran into
-        if fault.finding in ("divergent_recompile", "straggler", "compile_skew", "divergent_config",
-                             "divergent_fingerprint"):
-            ranks_ok = blamed == set(fault.ranks)
+        if planted_spec(fault).names_culprit:             # the ranks it blames are the faulty ones
+            ranks_ok = set(f.blamed_ranks) == set(fault.ranks)
         else:                                             # a job-wide fault may come as one finding per rank
             ranks_ok = set(fault.ranks) <= {r for g in same for r in g.ranks}
         seen = {s for g in same for s in g.steps} | {_step_of(g) for g in same}
@@ -110,11 +104,12 @@ def check_found(fault: Fault, roots: list[Any], truth: dict[str, Any]) -> Found:
 
 
 def expected_cost(f: Any, truth: dict[str, Any]) -> int | None:
-    """The ground truth to compare ``f``'s cost with: for a window kind, the script's own measurement summed over
-    the finding's steps, on the finding's rank (a one-rank finding) or the worst rank; else the run's
+    """The ground truth to compare ``f``'s cost with: for a kind whose cost covers the analysed profiler window
+    only (``KindSpec.cost_scope == "window"``), the script's own measurement summed over the finding's steps, on
+    the finding's rank (a one-rank finding) or the worst rank, as the kinds define their cost; else the run's
     ``cost_ns``."""
     by = truth.get("cost_by_rank_step_ns")
-    if f.kind in WINDOW_KINDS and by and f.steps:
+    if f.spec.cost_scope == "window" and by and f.steps:
         ranks = [str(r) for r in f.ranks if str(r) in by] if len(f.ranks) == 1 else list(by)   # like with like
         sums = [sum(int(by[r].get(str(s), 0)) for s in f.steps) for r in ranks or list(by)]
         return max(sums) if sums else None
@@ -174,13 +169,15 @@ def _ms(ns: int) -> str:
 
 
 def recommend_for(run_dir: str | Path, roots: list[Any], out: Path, sites: Any = None) -> tuple[Any, Path]:
-    from workbench.analyses.recommendations import recommend_run, to_compile_config
+    """The ranked fixes for ``roots`` of ``run_dir`` as their RECOMMENDATIONS frame, and ``out``, where their
+    compile config is written."""
+    from workbench.analyses.recommendations import ranked_fixes_run, recommendations_frame, to_compile_config
 
     import workbench
 
-    recs = recommend_run(workbench.open(run_dir), roots, sites=sites)
-    out.write_text(to_compile_config(recs, header=f"fixes for {run_dir} (bench/faults.py)"))
-    return recs, out
+    fixes = ranked_fixes_run(workbench.open(run_dir), roots, sites=sites)
+    out.write_text(to_compile_config(fixes, header=f"fixes for {run_dir} (bench/faults.py)"))
+    return recommendations_frame(fixes), out
 
 
 def source_sites_of(run_dir: str | Path) -> dict[str, Any] | None:
@@ -208,7 +205,7 @@ def script_sites(name: str) -> Any:
 def fix_written(fault: Fault, recs: Any) -> str:
     """The best fix for the planted kind: ``config <settings>`` when it is a config fix written to the TOML, else
     ``code (<fix>, file:line)``, plus the config alternative written for it, if any."""
-    kinds = ALIASES.get(fault.finding, (fault.finding,))
+    kinds = planted_kinds(fault)
     mine = recs.filter(pl.col("finding_kind").is_in(list(kinds)))
     if mine.is_empty():
         return "no fix for it"
@@ -235,10 +232,12 @@ def _settings(cfg_json: str) -> str:
 
 def gone_on_rerun(fault: Fault, before_found: Found, after_roots: list[Any], after_dir: Path) -> tuple[bool, str]:
     """The planted finding is absent after (same kind on the planted ranks); recompiles: ≤ 2 per rank."""
-    kinds = ALIASES.get(fault.finding, (fault.finding,))
-    again = [f for f in after_roots if f.kind in kinds and _planted_ranks(f) & set(fault.ranks)]
+    from workbench.analyses.kinds import RECOMPILE_KINDS, Kind
+
+    kinds = planted_kinds(fault)
+    again = [f for f in after_roots if f.kind in kinds and set(f.blamed_ranks) & set(fault.ranks)]
     per_rank = compiles_per_rank(after_dir)
-    recompile = fault.finding in ("divergent_recompile", "recompile_limit") or fault.finding.startswith("recompile_")
+    recompile = planted_spec(fault).kind in {Kind.DIVERGENT_RECOMPILE, Kind.RECOMPILE_LIMIT, *RECOMPILE_KINDS}
     ok = not again and (not recompile or all(n <= 2 for n in per_rank.values()))
     detail = f"{'yes' if ok else 'NO'}"
     if recompile:
@@ -250,7 +249,7 @@ def gone_on_rerun(fault: Fault, before_found: Found, after_roots: list[Any], aft
 
 def planted_settings(fault: Fault, recs: Any) -> set[str]:
     """``section.key`` of the applied config fixes that answer the planted kind (``mark_dynamic.<arg>:<dim>``)."""
-    kinds = ALIASES.get(fault.finding, (fault.finding,))
+    kinds = planted_kinds(fault)
     out: set[str] = set()
     for c in recs.filter(pl.col("apply") & pl.col("finding_kind").is_in(list(kinds)))["config"].to_list():
         for sec, body in json.loads(c).items():
@@ -273,18 +272,16 @@ def applied_label(fault: Fault, recs: Any, report: list[dict[str, Any]]) -> str:
     return text
 
 
-def diff_verdict(before: Path, after: Path, kind: str) -> str:
-    """The diff's verdict on the planted finding (``analyses/diff.py``), or ``n/a`` when it is not available."""
-    try:
-        import workbench
-        from workbench.analyses.diff import RunData, diff_runs
-        from workbench.analyses.summary import analysis_tables
-    except ImportError:
-        return "n/a"
+def diff_verdict(before: Path, after: Path, fault: Fault) -> str:
+    """The diff's verdict on the planted finding (``analyses/diff.py``)."""
+    import workbench
+    from workbench.analyses.diff import RunData, diff_runs
+    from workbench.analyses.summary import analysis_tables
+
     rb, ra = workbench.open(before), workbench.open(after)
     d = diff_runs(RunData.from_run(rb, analysis_tables(rb)), RunData.from_run(ra, analysis_tables(ra)))
-    kinds = ALIASES.get(kind, (kind,))
-    mine = [v for v in d.findings if v.kind in kinds] if hasattr(d, "findings") else []
+    kinds = planted_kinds(fault)
+    mine = [v for v in d.findings if v.kind in kinds]
     return mine[0].verdict if mine else "no verdict for the kind"
 
 
@@ -302,6 +299,7 @@ def loop(name: str, work: Path, *, rerun: bool = True, reuse: bool = False) -> L
 
     t0 = time.monotonic()
     fault = get_fault(name)
+    planted_spec(fault)                   # an undeclared kind is refused before anything runs
     base = work / name
     base.mkdir(parents=True, exist_ok=True)
     before = base / "before"
@@ -316,7 +314,7 @@ def loop(name: str, work: Path, *, rerun: bool = True, reuse: bool = False) -> L
         res.fix_applied = applied_label(fault, recs, applied_report(after))
         ok, res.gone = gone_on_rerun(fault, found, roots_of(after), after)
         res.compiles_after = compiles_per_rank(after)
-        res.verdict = diff_verdict(before, after, fault.finding)
+        res.verdict = diff_verdict(before, after, fault)
     res.seconds = time.monotonic() - t0
     return res
 
@@ -329,6 +327,7 @@ def recorded_loop(name: str, before: Path, after: Path | None = None) -> LoopRes
 
     t0 = time.monotonic()
     fault = get_fault(name)
+    planted_spec(fault)
     roots = roots_of(before)
     found = check_found(fault, roots, ground_truth(before))
     # recorded before the collector wrote source_sites: the script's sites, scanned now (say so in the row)
@@ -341,7 +340,7 @@ def recorded_loop(name: str, before: Path, after: Path | None = None) -> LoopRes
     if after is not None and (after / "run.json").is_file():
         res.fix_applied = applied_label(fault, recs, applied_report(after))
         _, res.gone = gone_on_rerun(fault, found, roots_of(after), after)
-        res.verdict = diff_verdict(before, after, fault.finding)
+        res.verdict = diff_verdict(before, after, fault)
     res.seconds = time.monotonic() - t0
     return res
 
