@@ -66,11 +66,30 @@ def cache_root(input_path: Path) -> Path:
     return root
 
 
+def _link_leaving(base: Path, local: Path) -> str:
+    """The real path of ``local`` (or of its ``kineto/`` folder) when a link takes it outside ``base``, else ``""``."""
+    real_base = os.path.realpath(base)
+    for p in (local, local / "kineto"):
+        if not os.path.lexists(p):
+            break
+        real = os.path.realpath(p)
+        if os.path.commonpath([real, real_base]) != real_base:
+            return real
+    return ""
+
+
 def find_cache_root(input_path: Path) -> tuple[Path | None, str]:
-    """``(cache folder, "")``, or ``(None, one line saying why no cache can be written)``."""
+    """``(cache folder, "")``; ``(cache folder, one line)`` when the user cache dir is used because ``.workbench``
+    is a link that leaves the input folder (the cache never writes outside it through a link); or
+    ``(None, one line saying why no cache can be written)``."""
     base = input_path if input_path.is_dir() else input_path.parent
     local = base / rundir.CACHE_DIR
+    note = ""
     try:
+        outside = _link_leaving(base, local)
+        if outside:
+            note = f"cache: {local} is a link that leaves {base} (to {outside}): not written through"
+            raise PermissionError(note)
         if not local.exists() and not base.stat().st_mode & 0o222:
             raise PermissionError("read-only input folder")  # honoured even for root
         _writable(local)
@@ -81,7 +100,7 @@ def find_cache_root(input_path: Path) -> tuple[Path | None, str]:
     root = user / hashlib.sha1(str(base.resolve()).encode()).hexdigest()[:16]
     try:
         _writable(root)
-        return root, ""
+        return root, (f"{note}; the cache is kept in {root} instead" if note else "")
     except OSError as exc:
         return None, (f"cache: neither {local} ({local_why}) nor {user} ({exc.strerror or exc}) can be written; "
                       "tables are read uncached")

@@ -203,7 +203,7 @@ def _discover_run_dir(root: Path) -> Sources:
         src.run_json = root / rundir.RUN_JSON
     sniffed = [0]
     top = root.resolve()
-    for rank, rdir in rundir.rank_dirs(root).items():
+    for rank, rdir in rundir.rank_dirs(root, src.notes).items():
         target = rdir.resolve()
         if rdir.is_symlink() and top not in target.parents:
             src.notes.append(f"{rdir}: a link to a folder outside {root} ({target}): not followed")
