@@ -653,7 +653,7 @@ def read_compile_logs(paths: list[Path], *, rank: int | None = None,
             problems.append(str(exc))
             continue
         except Exception as exc:  # an unforeseen shape in one log must not take the other ranks down
-            err = TraceError(path, f"compile log could not be read ({type(exc).__name__}: {_first_line(str(exc))})")
+            err = TraceError(path, "compile log " + rundir.unforeseen(exc))
             if problems is None:
                 raise err from exc
             problems.append(str(err))

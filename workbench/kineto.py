@@ -1030,7 +1030,7 @@ def read_trace(path: str | Path, *, rank: int | None = None, threads: int = 1) -
     except MemoryError:
         raise TraceError(path, "not enough memory to read this trace") from None
     except Exception as exc:  # a shape no real trace has: one line naming the file, never a traceback
-        raise TraceError(path, f"could not be read ({type(exc).__name__}: {exc})") from exc
+        raise TraceError(path, rundir.unforeseen(exc)) from exc
 
 
 def _needs_tolerant_parse(data: bytes, parts: list[_Part]) -> bool:

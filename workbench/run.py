@@ -424,7 +424,7 @@ def _read_traces(
         except TraceError as exc:
             errors[i] = exc
         except Exception as exc:  # an unforeseen problem in one file must not take the other ranks down
-            errors[i] = TraceError(traces[i].path, f"could not be read ({type(exc).__name__}: {exc})")
+            errors[i] = TraceError(traces[i].path, rundir.unforeseen(exc))
 
     done = 0
     with ThreadPoolExecutor(max_workers=n_workers) as pool:

@@ -107,6 +107,15 @@ def append_jsonl(path: Path, obj: Any) -> None:
         os.close(fd)
 
 
+def unforeseen(exc: BaseException) -> str:
+    """The problem text for an error no check foresaw: its message on one line, never the exception's class name
+    (that means nothing to a user; ``workbench --debug`` shows the traceback)."""
+    from workbench.errors import one_line
+
+    text = one_line(str(exc), 200) or "no message"
+    return f"could not be read: an input this reader did not foresee ({text})"
+
+
 def read_regular(path: Path, max_bytes: int, what: str = "file", *, cut: bool = False) -> tuple[bytes, bool]:
     """The bytes of ``path`` if it is a regular file: ``(data, False)``; :class:`~workbench.errors.TraceError`
     naming it otherwise.
