@@ -11,8 +11,9 @@ parse cost per record is the workbench's own, not orjson's on config text). File
 ``bench/_data/compile-records-<N>.log`` (git-ignored) and reused.
 
 Baseline: a bare pass over the same bytes — split into lines, skip payload lines, ``orjson.loads`` every event line.
-Each size runs ``--repeat`` times (after one warm-up); the table gives the median time per record, its spread
-(min–max over the repeats, in % of the median) and the ratio workbench / bare pass. Linear parsing shows as a flat
+Each size runs ``--repeat`` times (after one warm-up); the table gives the median wall time per record, its spread
+(min–max over the repeats, as ± half of it in % of the median), the median CPU time per record (the process's, which
+other load on a shared machine disturbs less) and the ratios workbench / bare pass. Linear parsing shows as a flat
 time per record from 10k to 300k records. Run:
 
     . .venv/bin/activate
@@ -99,14 +100,16 @@ def bare_pass(path: Path) -> int:
     return n
 
 
-def timed(fn, repeat: int) -> list[float]:
-    fn()  # warm-up
-    out = []
+def timed(fn, repeat: int) -> tuple[list[float], list[float]]:
+    """Wall and CPU seconds of ``repeat`` calls of ``fn`` after one warm-up."""
+    fn()
+    wall, cpu = [], []
     for _ in range(repeat):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         fn()
-        out.append(time.perf_counter() - t)
-    return out
+        wall.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+    return wall, cpu
 
 
 def main() -> None:
@@ -123,24 +126,28 @@ def main() -> None:
         mb = path.stat().st_size / 1e6
         compiles, skipped = read_compile_logs([path])
         assert compiles.height == n, (compiles.height, n)
-        ours = timed(lambda: read_compile_logs([path]), args.repeat)
-        base = timed(lambda: bare_pass(path), args.repeat)
+        ours, ours_cpu = timed(lambda: read_compile_logs([path]), args.repeat)
+        base, base_cpu = timed(lambda: bare_pass(path), args.repeat)
         med, bmed = statistics.median(ours), statistics.median(base)
+        cmed, bcmed = statistics.median(ours_cpu), statistics.median(base_cpu)
         rows.append((n, mb, med / n * 1e6, (max(ours) - min(ours)) / med * 100, bmed / n * 1e6,
-                     (max(base) - min(base)) / bmed * 100, med / bmed, int(skipped["count"].sum() or 0)))
-    first = rows[0][2]
+                     (max(base) - min(base)) / bmed * 100, med / bmed, cmed / n * 1e6, bcmed / n * 1e6,
+                     int(skipped["count"].sum() or 0)))
+    first, first_cpu = rows[0][2], rows[0][7]
     lines = [
         f"`python bench/compile_scale.py` — generated TORCH_TRACE logs, one record = one compilation "
         f"(dynamo_start, recompile_reasons + payload, compilation_metrics); median of {args.repeat} after a warm-up. "
         f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}.",
         "",
-        "| records | MB | read_compile_logs µs/record (spread) | bare split + orjson µs/record (spread) | ratio | "
-        "µs/record vs the smallest | skipped |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| records | MB | read_compile_logs µs/record, wall (spread) | bare split + orjson µs/record, wall (spread) "
+        "| ratio, wall | µs/record, CPU: workbench / bare (ratio) | workbench µs/record vs the smallest size, wall / "
+        "CPU | skipped |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for n, mb, us, sp, bus, bsp, ratio, sk in rows:
+    for n, mb, us, sp, bus, bsp, ratio, cus, bcus, sk in rows:
         lines.append(f"| {n:,} | {mb:.0f} | {us:.1f} (±{sp / 2:.0f} %) | {bus:.1f} (±{bsp / 2:.0f} %) | "
-                     f"{ratio:.2f}× | {us / first:.2f}× | {sk} |")
+                     f"{ratio:.2f}× | {cus:.1f} / {bcus:.1f} ({cus / bcus:.2f}×) | {us / first:.2f}× / "
+                     f"{cus / first_cpu:.2f}× | {sk} |")
     print("\n".join(lines))
 
 

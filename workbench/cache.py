@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ import orjson
 import polars as pl
 
 from workbench import rundir, schema
+from workbench.errors import TraceError
 from workbench.kineto import PARSER_VERSION, TraceTables
 
 _TABLES = ("events", "kernels", "collectives", "steps", "skipped")
@@ -111,7 +113,11 @@ def content_fingerprint(path: Path, size: int) -> str:
     of 4 KiB spread between them. A gzip file's last 8 bytes hold the CRC32 and length of its whole
     content, so for ``.json.gz`` any change of content is caught."""
     h = hashlib.blake2b(digest_size=16)
-    with path.open("rb") as f:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # never blocks on a FIFO swapped in for the file
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise TraceError(path, "is not a regular file (it changed while being read): not read")
+    with os.fdopen(fd, "rb") as f:
         if size <= _WHOLE_FILE:
             h.update(f.read())
         else:
@@ -127,10 +133,14 @@ def content_fingerprint(path: Path, size: int) -> str:
 
 def entry_key(path: Path, rank: int | None) -> str:
     """Key of one trace file's entry: path, size, mtime, ctime, inode, content fingerprint, rank override,
-    schema and parser versions."""
-    st = path.stat()
-    raw = (f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}|"
-           f"{content_fingerprint(path, st.st_size)}|{rank}|{schema.SCHEMA_VERSION}|{PARSER_VERSION}|{ENTRY_VERSION}")
+    schema and parser versions; :class:`TraceError` naming the file when it cannot be read."""
+    try:
+        st = path.stat()
+        raw = (f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}|"
+               f"{content_fingerprint(path, st.st_size)}|{rank}|{schema.SCHEMA_VERSION}|{PARSER_VERSION}|"
+               f"{ENTRY_VERSION}")
+    except OSError as exc:
+        raise TraceError(path, f"cannot read the file ({exc.strerror or exc})") from None
     return hashlib.sha1(raw.encode()).hexdigest()[:20]
 
 
