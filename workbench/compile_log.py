@@ -442,15 +442,6 @@ def _read_one(path: Path, forced_rank: int | None) -> tuple[list[dict[str, Any]]
     return out, rd.skipped, rank, rd.torch_version
 
 
-def _first_line(text: str | None) -> str | None:
-    if not text:
-        return None
-    for ln in text.splitlines():
-        if ln.strip():
-            return ln.strip()[:300]
-    return None
-
-
 def _first_known(*values: float | None) -> float | None:
     return next((v for v in values if v is not None), None)
 
