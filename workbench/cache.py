@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ import orjson
 import polars as pl
 
 from workbench import rundir, schema
+from workbench.errors import TraceError
 from workbench.kineto import PARSER_VERSION, TraceTables
 
 _TABLES = ("events", "kernels", "collectives", "steps", "skipped")
@@ -66,11 +68,30 @@ def cache_root(input_path: Path) -> Path:
     return root
 
 
+def _link_leaving(base: Path, local: Path) -> str:
+    """The real path of ``local`` (or of its ``kineto/`` folder) when a link takes it outside ``base``, else ``""``."""
+    real_base = os.path.realpath(base)
+    for p in (local, local / "kineto"):
+        if not os.path.lexists(p):
+            break
+        real = os.path.realpath(p)
+        if os.path.commonpath([real, real_base]) != real_base:
+            return real
+    return ""
+
+
 def find_cache_root(input_path: Path) -> tuple[Path | None, str]:
-    """``(cache folder, "")``, or ``(None, one line saying why no cache can be written)``."""
+    """``(cache folder, "")``; ``(cache folder, one line)`` when the user cache dir is used because ``.workbench``
+    is a link that leaves the input folder (the cache never writes outside it through a link); or
+    ``(None, one line saying why no cache can be written)``."""
     base = input_path if input_path.is_dir() else input_path.parent
     local = base / rundir.CACHE_DIR
+    note = ""
     try:
+        outside = _link_leaving(base, local)
+        if outside:
+            note = f"cache: {local} is a link that leaves {base} (to {outside}): not written through"
+            raise PermissionError(note)
         if not local.exists() and not base.stat().st_mode & 0o222:
             raise PermissionError("read-only input folder")  # honoured even for root
         _writable(local)
@@ -81,7 +102,7 @@ def find_cache_root(input_path: Path) -> tuple[Path | None, str]:
     root = user / hashlib.sha1(str(base.resolve()).encode()).hexdigest()[:16]
     try:
         _writable(root)
-        return root, ""
+        return root, (f"{note}; the cache is kept in {root} instead" if note else "")
     except OSError as exc:
         return None, (f"cache: neither {local} ({local_why}) nor {user} ({exc.strerror or exc}) can be written; "
                       "tables are read uncached")
@@ -92,7 +113,11 @@ def content_fingerprint(path: Path, size: int) -> str:
     of 4 KiB spread between them. A gzip file's last 8 bytes hold the CRC32 and length of its whole
     content, so for ``.json.gz`` any change of content is caught."""
     h = hashlib.blake2b(digest_size=16)
-    with path.open("rb") as f:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # never blocks on a FIFO swapped in for the file
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise TraceError(path, "is not a regular file (it changed while being read): not read")
+    with os.fdopen(fd, "rb") as f:
         if size <= _WHOLE_FILE:
             h.update(f.read())
         else:
@@ -108,10 +133,14 @@ def content_fingerprint(path: Path, size: int) -> str:
 
 def entry_key(path: Path, rank: int | None) -> str:
     """Key of one trace file's entry: path, size, mtime, ctime, inode, content fingerprint, rank override,
-    schema and parser versions."""
-    st = path.stat()
-    raw = (f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}|"
-           f"{content_fingerprint(path, st.st_size)}|{rank}|{schema.SCHEMA_VERSION}|{PARSER_VERSION}|{ENTRY_VERSION}")
+    schema and parser versions; :class:`TraceError` naming the file when it cannot be read."""
+    try:
+        st = path.stat()
+        raw = (f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}|"
+               f"{content_fingerprint(path, st.st_size)}|{rank}|{schema.SCHEMA_VERSION}|{PARSER_VERSION}|"
+               f"{ENTRY_VERSION}")
+    except OSError as exc:
+        raise TraceError(path, f"cannot read the file ({exc.strerror or exc})") from None
     return hashlib.sha1(raw.encode()).hexdigest()[:20]
 
 

@@ -24,9 +24,8 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import os
+import io
 import re
-import stat
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -34,8 +33,8 @@ from typing import Any
 import orjson
 import polars as pl
 
-from workbench import schema
-from workbench.errors import TraceError
+from workbench import rundir, schema
+from workbench.errors import TraceError, one_line
 
 #: Event types torch (2.x up to 2.13) writes; read or deliberately ignored. Anything else is counted as unknown.
 KNOWN_EVENTS: frozenset[str] = frozenset({
@@ -69,6 +68,10 @@ _STEP = re.compile(r"step\s*[=:]\s*(-?\d+)")
 _LIMIT = re.compile(r"recompile limit|cache_size_limit|Limit type: ", re.I)
 _GRAPH_BREAK = re.compile(r"graph break", re.I)
 _MAX_TEXT = 4000
+#: The largest compile log read (bytes); a bigger one is one line naming it.
+MAX_LOG_BYTES = 4 << 30
+_INT32 = 1 << 31
+_INT64 = 1 << 63
 
 
 def rank_from_filename(path: str | Path) -> int | None:
@@ -94,16 +97,18 @@ class _BadField(ValueError):
 
 def _int(value: Any, field: str, notes: Counter | None = None) -> int | None:
     """``value`` as an int (numeric text is read, and noted); :class:`_BadField` for anything else."""
+    if type(value) is int and -_INT32 <= value < _INT32:
+        return value
     if value is None:
         return None
     if isinstance(value, bool):
         raise _BadField(f"'{field}' is a boolean, not an integer")
     if isinstance(value, int):
-        if -(2**31) <= value < 2**31 or field in _WIDE_INTS:
+        if -_INT32 <= value < _INT32 or field in _WIDE_INTS:
             return value
-        raise _BadField(f"'{field}' = {value} is out of range")
+        raise _BadField(f"'{field}' = {one_line(str(value), 40)} is out of range")
     if isinstance(value, float) and value.is_integer():
-        return int(value)
+        return _int(int(value), field)
     if isinstance(value, str):
         try:
             n = int(value.strip())
@@ -119,6 +124,8 @@ def _num(value: Any, field: str, notes: Counter) -> float | None:
     """``value`` as a finite float, else None with a note."""
     if value is None:
         return None
+    if type(value) is float and -1e17 <= value <= 1e17:  # the common case (NaN fails the comparison)
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         notes[f"compilation_metrics.{field} is not a number: ignored"] += 1
         return None
@@ -182,12 +189,14 @@ class _LogReader:
 
     A compilation is keyed by (compiled autograd id, frame id, frame compile id). When a key comes back after its
     compilation finished (a second ``dynamo_start``, or a second ``compilation_metrics``), that is a new
-    compilation under the same id (``sequence`` 1, 2, …), never merged into the first.
+    compilation under the same id (``sequence`` 1, 2, …), never merged into the first. Every line costs the same
+    whatever the log's length (the log is read in time linear in its size).
     """
 
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
         self.current: dict[tuple[int | None, int | None, int | None], dict[str, Any]] = {}
+        self.per_key: Counter = Counter()   # compilations so far under each key
         self.strings: dict[int, str] = {}
         self.skipped: Counter = Counter()
         self.log_rank: int | None = None
@@ -195,7 +204,8 @@ class _LogReader:
 
     def context(self, ev: dict[str, Any]) -> dict[str, int | None]:
         """The typed context keys of a line; :class:`_BadField` when one is not an integer."""
-        return {k: _int(ev.get(k), k, self.skipped) for k in _CONTEXT_INTS}
+        skipped = self.skipped
+        return {k: _int(ev.get(k), k, skipped) for k in _CONTEXT_INTS}
 
     def row_for(self, ctx: dict[str, int | None], *, starts: bool = False, finishes: str | None = None
                 ) -> dict[str, Any] | None:
@@ -209,8 +219,8 @@ class _LogReader:
                                 or (finishes is not None and row[finishes] is not None)):
             row = None  # the same id again after a finished compilation: a new compilation
         if row is None:
-            seq = sum(1 for r in self.rows if (r["compiled_autograd_id"], r["frame_id"], r["frame_compile_id"]) == key)
-            row = _new_row(key, seq)
+            row = _new_row(key, self.per_key[key])
+            self.per_key[key] += 1
             self.rows.append(row)
             self.current[key] = row
         if starts:
@@ -261,7 +271,16 @@ class _LogReader:
         ctx = self.context(ev)
         rk = ev.get("rank")
         if self.log_rank is None and rk is not None:
-            self.log_rank = _int(rk, "rank", self.skipped)
+            try:
+                value = _int(rk, "rank", self.skipped)
+            except _BadField as exc:
+                value, why = None, str(exc)
+            else:
+                why = f"'rank' = {value} is not a rank (0 to 2**31 - 1)"
+            if value is not None and 0 <= value < _INT32:
+                self.log_rank = value
+            else:
+                self.skipped[f"{kind} line with {why}: the rank key ignored"] += 1
         if kind == "str":
             try:
                 sv, i = ev["str"]
@@ -294,26 +313,47 @@ class _LogReader:
                 if cm is None:
                     self.skipped[f"{kind} without a compile id"] += 1
                     return None
-                ctx = {"compiled_autograd_id": int(cm.group(1)) if cm.group(1) else None,
-                       "frame_id": int(cm.group(2)), "frame_compile_id": int(cm.group(3)),
-                       "attempt": int(cm.group(4) or 0)}
+                ids = [int(g) if g else None for g in cm.groups()]
+                if any(i is not None and i >= _INT32 for i in ids):
+                    raise _BadField("'compile_id' with a number out of range (2**31 or more)")
+                ctx = {"compiled_autograd_id": ids[0], "frame_id": ids[1], "frame_compile_id": ids[2],
+                       "attempt": ids[3] or 0}
             if kind == "compilation_metrics":
                 row = self.row_for(ctx, finishes="metrics")
                 if row is not None:
-                    row["metrics"] = m
+                    row["metrics"] = _slim(m)
             else:
                 row = self.row_for(ctx)
                 if row is not None and row["bwd"] is not None:
                     self.skipped["a second bwd_compilation_metrics for one compilation: the first kept"] += 1
                 elif row is not None:
-                    row["bwd"] = m
+                    row["bwd"] = _slim(m)
         elif kind == "dynamo_start":
             row = self.row_for(ctx, starts=True)
             if row is not None:
                 ds = ev.get("dynamo_start")
                 stack = ds.get("stack") if isinstance(ds, dict) else None
-                row["stack"] = stack if isinstance(stack, list) else None
+                row["stack"] = stack[-1:] if isinstance(stack, list) else None  # only its innermost frame is read
         return None
+
+
+#: The ``compilation_metrics`` fields a row is built from (:func:`_finish_row`); the rest is let go when the line is
+#: read, so a log of many compilations holds only these (the config texts, ~38 KB a compile, are hashed first).
+_METRICS_KEYS = frozenset({
+    "co_name", "co_filename", "co_firstlineno", "start_time_us", "end_time_us", "duration_us", "start_time",
+    "entire_frame_compile_time_s", "recompile_reason", "restart_reasons", "fail_type", "fail_reason",
+    "backend_compile_time_s", "aot_autograd_cumulative_compile_time_us", "inductor_compile_time_s",
+    "inductor_cumulative_compile_time_us", *_CACHE_HIT_KEYS, *_CACHE_MISS_KEYS, "recompile_user_contexts",
+    "fail_user_frame_filename", "fail_user_frame_lineno", "num_graph_breaks", "guard_count", "pytorch_version",
+})
+
+
+def _slim(m: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a metrics line :func:`_finish_row` reads, plus ``_config_hash`` (of its config texts)."""
+    out = {k: v for k, v in m.items() if k in _METRICS_KEYS}
+    blob = f"{m.get('dynamo_config') or ''}\x00{m.get('inductor_config') or ''}"
+    out["_config_hash"] = hashlib.sha256(blob.encode()).hexdigest()[:16] if blob != "\x00" else None
+    return out
 
 
 _SKIP_KINDS = frozenset({
@@ -324,47 +364,58 @@ _SKIP_KINDS = frozenset({
 })
 
 
+_SKIP_KINDS_B = frozenset(k.encode() for k in _SKIP_KINDS)
+_KNOWN_B = frozenset(k.encode() for k in KNOWN_EVENTS)
+
+
 def _read_one(path: Path, forced_rank: int | None) -> tuple[list[dict[str, Any]], Counter, int | None, str | None]:
-    """One log → (rows, skipped counts, rank, torch version); :class:`TraceError` if the file cannot be read."""
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            raise TraceError(path, "not a regular file (a FIFO, socket, device or folder): not read")
-        data = path.read_bytes()
-    except OSError as exc:
-        raise TraceError(path, f"cannot read compile log ({exc.strerror or exc})") from None
-    text = data.decode("utf-8", errors="replace")
-    del data
+    """One log → (rows, skipped counts, rank, torch version); :class:`TraceError` if the file cannot be read.
+
+    Only a regular file of at most :data:`MAX_LOG_BYTES` is read. The lines are visited once, as bytes; only the
+    lines of the events the table needs are decoded.
+    """
+    name_rank = rank_from_filename(path)
+    if name_rank is not None and name_rank >= _INT32:
+        raise TraceError(path, f"the file name claims rank {one_line(str(name_rank), 40)}, which is not a rank "
+                               "(0 to 2**31 - 1): rename the file")
+    data, _ = rundir.read_regular(path, MAX_LOG_BYTES, "compile log")
     rd = _LogReader()
-    want: list[str] | None = None  # lines of the payload being collected
+    want: list[bytes] | None = None  # lines of the payload being collected
     pending: tuple[dict[str, Any], dict[str, int | None]] | None = None
     loads = orjson.loads
-    for line in text.split("\n"):
+    for line in io.BytesIO(data):
+        if line[-1:] == b"\n":
+            line = line[:-1]
         if not line:
             continue
-        if line[0] == "\t":
+        if line[:1] == b"\t":
             if want is not None:
                 want.append(line[1:])
             continue
         if want is not None and pending is not None:
-            rd.on_payload(pending[0], pending[1], "\n".join(want))
+            rd.on_payload(pending[0], pending[1], b"\n".join(want).decode("utf-8", "replace"))
             want = pending = None
-        idx = line.find("] {")
+        idx = line.find(b"] {")
         if idx < 0:
             rd.skipped["malformed line"] += 1
             continue
         body = line[idx + 2:]
-        end = body.find('"', 2)
-        kind = body[2:end] if body.startswith('{"') and end > 2 else ""
-        if kind in _SKIP_KINDS:
+        end = body.find(b'"', 2)
+        kind_b = body[2:end] if body[:2] == b'{"' and end > 2 else b""
+        if kind_b in _SKIP_KINDS_B:
             continue  # known, not needed: payload lines are skipped by the tab check
-        if kind not in KNOWN_EVENTS:
-            rd.skipped[f"unknown event type {kind}" if kind else "malformed line"] += 1
+        kind = kind_b.decode("utf-8", "replace")
+        if kind_b not in _KNOWN_B:
+            rd.skipped[f"unknown event type {one_line(kind, 80)}" if kind else "malformed line"] += 1
             continue
         try:
             ev = loads(body)
         except orjson.JSONDecodeError:
-            rd.skipped["malformed json"] += 1
-            continue
+            try:
+                ev = loads(body.decode("utf-8", "replace"))
+            except orjson.JSONDecodeError:
+                rd.skipped["malformed json"] += 1
+                continue
         if not isinstance(ev, dict):
             rd.skipped["malformed json"] += 1
             continue
@@ -376,9 +427,9 @@ def _read_one(path: Path, forced_rank: int | None) -> tuple[list[dict[str, Any]]
         if got is not None:
             want, pending = [], got
     if want is not None and pending is not None:
-        rd.on_payload(pending[0], pending[1], "\n".join(want))
+        rd.on_payload(pending[0], pending[1], b"\n".join(want).decode("utf-8", "replace"))
+    del data
 
-    name_rank = rank_from_filename(path)
     if forced_rank is not None:
         rank = forced_rank
     elif name_rank is not None:
@@ -389,15 +440,6 @@ def _read_one(path: Path, forced_rank: int | None) -> tuple[list[dict[str, Any]]
         rank = rd.log_rank
     out = [_finish_row(r, rd.strings, rd.torch_version, rd.skipped) for r in rd.rows]
     return out, rd.skipped, rank, rd.torch_version
-
-
-def _first_line(text: str | None) -> str | None:
-    if not text:
-        return None
-    for ln in text.splitlines():
-        if ln.strip():
-            return ln.strip()[:300]
-    return None
 
 
 def _first_known(*values: float | None) -> float | None:
@@ -472,9 +514,14 @@ def _finish_row(r: dict[str, Any], strings: dict[int, str], torch_version: str |
         """A time field in ns: integer µs stay exact (wall-clock µs * 1000 is past float precision)."""
         v = m.get(k)
         if isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2**53:
-            return v * int(scale)
-        x = num(m, k)
-        return None if x is None else int(round(x * scale))
+            out = v * int(scale)
+        else:
+            x = num(m, k)
+            out = None if x is None else int(round(x * scale))
+        if out is not None and not -_INT64 <= out < _INT64:
+            notes[f"compilation_metrics.{k} is out of range: ignored"] += 1
+            return None
+        return out
 
     entire_s = num(m, "entire_frame_compile_time_s")
     start, end, dur = ns("start_time_us"), ns("end_time_us"), ns("duration_us")
@@ -482,7 +529,7 @@ def _finish_row(r: dict[str, Any], strings: dict[int, str], torch_version: str |
         start = ns("start_time", 1e9)
     if dur is None and entire_s is not None:
         dur = int(round(entire_s * 1e9))
-    if end is None and start is not None and dur is not None:
+    if end is None and start is not None and dur is not None and -_INT64 <= start + dur < _INT64:
         end = start + dur
     if dur is not None and dur >= 0:
         duration: int | None = dur
@@ -501,10 +548,13 @@ def _finish_row(r: dict[str, Any], strings: dict[int, str], torch_version: str |
     if status == "graph_break":
         break_reason = _break_summary(r["graph_breaks"][0] if r["graph_breaks"] else
                                       restarts[0] if restarts else fail_reason)
-    hits = sum((integer(m, k) or 0) + (integer(bwd, k) or 0) for k in _CACHE_HIT_KEYS)
-    misses = sum((integer(m, k) or 0) + (integer(bwd, k) or 0) for k in _CACHE_MISS_KEYS)
+    hits = sum(integer(d, k) or 0 for k in _CACHE_HIT_KEYS for d in (m, bwd) if k in d)
+    misses = sum(integer(d, k) or 0 for k in _CACHE_MISS_KEYS for d in (m, bwd) if k in d)
     if not hits and not misses:
         hits, misses = r["art_hits"], r["art_misses"]
+    if hits >= _INT32 or misses >= _INT32:
+        notes["compilation_metrics cache hit/miss counts out of range: ignored"] += 1
+        hits = misses = None
     ctx = m.get("recompile_user_contexts")
     ctx_text = None
     step = None
@@ -512,8 +562,7 @@ def _finish_row(r: dict[str, Any], strings: dict[int, str], torch_version: str |
         ctx_text = _text(" | ".join(str(c) for c in ctx) if isinstance(ctx, (list, tuple)) else str(ctx))
         sm = _STEP.search(ctx_text)
         step = int(sm.group(1)) if sm and abs(int(sm.group(1))) < 2**31 else None
-    cfg_blob = f"{m.get('dynamo_config') or ''}\x00{m.get('inductor_config') or ''}"
-    config_hash = hashlib.sha256(cfg_blob.encode()).hexdigest()[:16] if cfg_blob != "\x00" else None
+    config_hash = m.get("_config_hash")
     fail_file = string(m, "fail_user_frame_filename")
     fail_line = integer(m, "fail_user_frame_lineno")
     bwd_s = num(bwd, "entire_frame_compile_time_s")
@@ -584,16 +633,18 @@ def read_compile_logs(paths: list[Path], *, rank: int | None = None,
             rows, skipped, r, _ = _read_one(path, rank)
             r = 0 if r is None else r
             df = None
-            if rows:
-                df = pl.DataFrame(rows, schema_overrides={k: v for k, v in schema.COMPILES.items()
-                                                           if k in rows[0]}, infer_schema_length=None)
+            if rows:  # built column by column (a list of dicts converts row by row)
+                columns = {k: [row[k] for row in rows] for k in rows[0]}
+                del rows
+                df = pl.DataFrame(columns, schema_overrides={k: v for k, v in schema.COMPILES.items()
+                                                              if k in columns})
         except TraceError as exc:
             if problems is None:
                 raise
             problems.append(str(exc))
             continue
         except Exception as exc:  # an unforeseen shape in one log must not take the other ranks down
-            err = TraceError(path, f"compile log could not be read ({type(exc).__name__}: {_first_line(str(exc))})")
+            err = TraceError(path, "compile log " + rundir.unforeseen(exc))
             if problems is None:
                 raise err from exc
             problems.append(str(err))

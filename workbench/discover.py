@@ -81,10 +81,15 @@ def is_compile_log(path: Path) -> bool:
 def looks_like_compile_log(path: Path) -> bool:
     """True when the file's first bytes are a TORCH_TRACE line (read only :data:`_SNIFF_BYTES` bytes)."""
     try:
-        with path.open("rb") as f:
-            head = f.read(_SNIFF_BYTES)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO swapped in after the walk cannot block
     except OSError:
         return False
+    try:
+        head = os.read(fd, _SNIFF_BYTES) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
     return bool(_TORCH_TRACE_HEAD.match(head))
 
 
@@ -203,7 +208,7 @@ def _discover_run_dir(root: Path) -> Sources:
         src.run_json = root / rundir.RUN_JSON
     sniffed = [0]
     top = root.resolve()
-    for rank, rdir in rundir.rank_dirs(root).items():
+    for rank, rdir in rundir.rank_dirs(root, src.notes).items():
         target = rdir.resolve()
         if rdir.is_symlink() and top not in target.parents:
             src.notes.append(f"{rdir}: a link to a folder outside {root} ({target}): not followed")

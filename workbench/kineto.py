@@ -11,41 +11,48 @@ Example:
 
 from __future__ import annotations
 
-import gzip
 import io
-import os
 import re
-import stat
 import zlib
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import polars as pl
 
-from workbench import schema
-from workbench.errors import InputError, TraceError
+from workbench import rundir, schema
+from workbench.errors import InputError, TraceError, one_line
 
 #: Bump when parsing or classification changes what a trace file yields (the cache key includes it).
-PARSER_VERSION = 4
+PARSER_VERSION = 5
 
 #: Largest ``ts`` (µs) taken as a time: past it ``baseTimeNanoseconds + ts * 1000`` would not fit int64 ns
 #: (4e15 µs since the epoch is the year 2096). Larger, negative or non-finite values drop the event (SKIPPED).
 MAX_TS_US = 4e15
 #: Longest ``dur`` (µs) taken as a duration (about 28 hours); longer, or non-finite, drops the event.
 MAX_DUR_US = 1e11
-#: Events whose start lies further than this from the trace's median start are clock outliers (dropped).
-OUTLIER_NS = 7 * 24 * 3600 * 10**9
+#: A stretch this long with no activity at all, longer also than the rest of the trace, is a jump of the clock:
+#: the events beyond it are dropped (SKIPPED, ``clock jump``). See :func:`_drop_clock_jumps`.
+CLOCK_JUMP_NS = 60 * 10**9
 #: The most ranks a ``distributedInfo.world_size`` may claim; more is ignored (noted in SKIPPED).
-MAX_WORLD_SIZE = 1 << 20
-#: ``"ts"``/``"dur"`` written as text, a boolean, a list or an object: the columnar parser turns them into null or
-#: 1.0 without a word. Searched for only when a parsed ``ts`` is null, 0 or 1 (the scan is slow on big files); a
-#: file that has one is re-read by the tolerant parser, which counts them.
-_ODD_TIME_RE = re.compile(rb'"(?:ts|dur)"\s*:\s*["tf\[{]')
+MAX_WORLD_SIZE = 1_000_000
+#: The most bytes a trace file may have, and the most its JSON may have once decompressed.
+MAX_TRACE_BYTES = 8 << 30
+#: A boolean ``"ts"``/``"dur"`` becomes 0.0 or 1.0, and a number or boolean ``"name"``/``"cat"``/``"ph"`` becomes
+#: text, in the columnar parser without a word. These are searched for only when a parsed value could have come
+#: from one (a ``ts``/``dur`` of 0 or 1, a name that reads as a number); a file that has one is re-read by the
+#: tolerant parser, which counts them. (Text, lists and objects in number fields make the columnar parser fail, so
+#: those files are read by the tolerant parser anyway.)
+_ODD_TS_RE = re.compile(rb'"ts":\s*[tf]')
+_ODD_DUR_RE = re.compile(rb'"dur":\s*[tf]')
+_ODD_TEXT_RES = (re.compile(rb'"name":\s*[-0-9tf]'), re.compile(rb'"cat":\s*[-0-9tf]'),
+                 re.compile(rb'"ph":\s*[-0-9tf]'))
+_NUMBER_LIKE = r"^(?:-?[0-9][0-9.eE+-]*|true|false)$"
 
 # --- what we ask the JSON parser for ------------------------------------------------------------
 
@@ -64,6 +71,7 @@ _ARG_FIELDS: dict[str, pl.DataType] = {
     "Process Group Ranks": pl.String,
     "name": pl.String,            # metadata events: process/thread names
     "labels": pl.String,          # metadata events: process labels ("GPU 0")
+    "Python id": pl.Int64,        # python_function events: what tells two calls at one time apart (_dedupe)
 }
 
 _EVENT_FIELDS: dict[str, pl.DataType] = {
@@ -83,12 +91,14 @@ _PG_CONFIG = pl.Struct({"pg_name": pl.String, "pg_desc": pl.String, "backend_con
 _DEVICE_FIELDS: dict[str, pl.DataType] = {"id": pl.Int64, "name": pl.String, "totalGlobalMem": pl.Int64,
                                            "computeMajor": pl.Int64, "computeMinor": pl.Int64, "numSms": pl.Int64}
 
+# baseTimeNanoseconds, rank and world_size are read as text and checked by :func:`check_meta`: the columnar parser
+# would make a 20-digit number null and a boolean 1 without a word.
 _DOCUMENT_SCHEMA: dict[str, pl.DataType] = {
     "schemaVersion": pl.Int64,
-    "baseTimeNanoseconds": pl.Int64,
+    "baseTimeNanoseconds": pl.String,
     "traceName": pl.String,
     "deviceProperties": pl.List(pl.Struct(_DEVICE_FIELDS)),
-    "distributedInfo": pl.Struct({"backend": pl.String, "rank": pl.Int64, "world_size": pl.Int64,
+    "distributedInfo": pl.Struct({"backend": pl.String, "rank": pl.String, "world_size": pl.String,
                                   "nccl_version": pl.String, "pg_count": pl.Int64,
                                   "pg_config": pl.List(_PG_CONFIG)}),
     "traceEvents": pl.List(pl.Struct(_EVENT_FIELDS)),
@@ -148,27 +158,44 @@ class TraceTables:
 # --- reading -------------------------------------------------------------------------------------
 
 
-def read_bytes(path: Path) -> bytes:
-    """The decompressed bytes of a ``.json`` or ``.json.gz`` file; :class:`TraceError` if unreadable."""
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            kind = "a directory" if path.is_dir() else "not a regular file (a FIFO, socket or device)"
-            raise TraceError(path, f"is {kind}, not a trace file")
-        raw = path.read_bytes()
-    except IsADirectoryError as exc:
-        raise TraceError(path, "is a directory, not a trace file") from exc
-    except OSError as exc:
-        raise TraceError(path, f"cannot read the file ({exc.strerror or exc})") from exc
+def read_bytes(path: Path, max_bytes: int | None = None) -> bytes:
+    """The decompressed bytes of a ``.json`` or ``.json.gz`` file; :class:`TraceError` if unreadable.
+
+    Only a regular file is opened (a FIFO cannot block the reader), and neither the file nor its decompressed
+    JSON may pass ``max_bytes`` (default :data:`MAX_TRACE_BYTES`).
+    """
+    max_bytes = MAX_TRACE_BYTES if max_bytes is None else max_bytes
+    raw, _ = rundir.read_regular(path, max_bytes, "trace file")
     if raw[:2] == b"\x1f\x8b":
-        try:
-            return gzip.decompress(raw)
-        except EOFError as exc:
-            raise TraceError(path, "truncated gzip: the compressed data ends early (copy cut short?)") from exc
-        except (zlib.error, gzip.BadGzipFile, OSError) as exc:
-            raise TraceError(path, f"corrupt gzip data ({exc})") from exc
+        return _gunzip(path, raw, max_bytes)
     if path.suffix == ".gz":
         raise TraceError(path, "named .gz but is not gzip-compressed")
     return raw
+
+
+def _gunzip(path: Path, raw: bytes, max_bytes: int) -> bytes:
+    """The gzip members of ``raw`` decompressed, never more than ``max_bytes`` (a gzip bomb is one line)."""
+    out: list[bytes] = []
+    total = 0
+    rest = raw
+    while rest:
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            chunk = d.decompress(rest, max_bytes - total + 1)
+        except zlib.error as exc:
+            raise TraceError(path, f"corrupt gzip data ({exc})") from None
+        total += len(chunk)
+        if total > max_bytes:
+            raise TraceError(path, f"decompresses to more than {max_bytes:,} bytes (the limit for a trace): not read")
+        out.append(chunk)
+        if not d.eof:
+            raise TraceError(path, "truncated gzip: the compressed data ends early (copy cut short?)")
+        rest = d.unused_data
+        if not rest.strip(b"\x00"):
+            break  # zero padding after the last member
+        if rest[:2] != b"\x1f\x8b":
+            raise TraceError(path, "corrupt gzip data (bytes that are not gzip after the compressed data)")
+    return out[0] if len(out) == 1 else b"".join(out)
 
 
 def _json_problem(data: bytes) -> str:
@@ -187,11 +214,13 @@ def _json_problem(data: bytes) -> str:
     return "JSON that does not have the shape of a Chrome trace"
 
 
-def parse_document(path: Path, data: bytes) -> tuple[pl.DataFrame, dict[str, Any]]:
-    """The raw ``traceEvents`` frame and the document's top-level fields (the whole document at once)."""
+def parse_document(path: Path, data: bytes) -> tuple[pl.DataFrame, dict[str, Any], Counter]:
+    """The raw ``traceEvents`` frame, the document's top-level fields (the whole document at once), and the fields
+    of the wrong type the tolerant parser coerced or dropped, counted by SKIPPED reason."""
     stripped = data.lstrip()
     if not stripped:
         raise TraceError(path, "empty file")
+    odd: Counter = Counter()
     try:
         if stripped[:1] == b"[":  # the Chrome "JSON array" format: a bare list of events
             doc = None
@@ -202,7 +231,7 @@ def parse_document(path: Path, data: bytes) -> tuple[pl.DataFrame, dict[str, Any
     except (pl.exceptions.PolarsError, ValueError, OSError):
         # Valid JSON whose field types the columnar parser cannot take (e.g. an arg that is a
         # number in one event and a list in another): parse it generically and coerce.
-        doc, events = _parse_generic(path, data)
+        doc, events, odd = _parse_generic(path, data)
     meta: dict[str, Any] = {}
     if doc is not None:
         if doc.height != 1:
@@ -215,7 +244,7 @@ def parse_document(path: Path, data: bytes) -> tuple[pl.DataFrame, dict[str, Any
     assert events is not None
     if events.height == 0 or events.get_column("ph").null_count() == events.height:
         raise TraceError(path, "empty trace: 'traceEvents' holds no events")
-    return events, meta
+    return events, meta, odd
 
 
 def _doc_meta(doc: pl.DataFrame) -> dict[str, Any]:
@@ -347,40 +376,69 @@ def _parse_pieces(data: bytes, threads: int = 1) -> tuple[list[_Part], dict[str,
     return [p for _, _, p in results if p is not None], meta
 
 
-def _coerce(value: Any, dtype: pl.DataType) -> Any:
-    """``value`` as ``dtype``; numeric text is read as a number. A ``ts``/``dur`` that is not a number becomes NaN
-    (so it is counted as "not a number", not as missing); other fields that are not of their type become null."""
+def _json_type(value: Any) -> str:
+    """The JSON type of a decoded value, in words."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "text"
+    return "list" if isinstance(value, list) else "object" if isinstance(value, dict) else "null"
+
+
+def _coerce(value: Any, dtype: pl.DataType, field: str, odd: Counter) -> Any:
+    """``value`` as ``dtype``, counting in ``odd`` (by SKIPPED reason) every value that was not of its type.
+
+    Numeric text is read as a number, and anything in a text field becomes text (a list or an object as its JSON);
+    a ``ts``/``dur`` that is not a number becomes NaN (counted later as "not a number": its event is dropped); a
+    value that cannot be read as an integer becomes null. ``pid``/``tid`` are numbers or text alike.
+    """
     if value is None:
         return None
     if dtype == pl.String:
-        return value if isinstance(value, str) else orjson.dumps(value).decode()
+        if isinstance(value, str):
+            return value
+        if field not in ("pid", "tid"):
+            odd[f"'{field}' of the wrong type ({_json_type(value)}, not text): read as text"] += 1
+        return orjson.dumps(value).decode()
     if dtype == pl.Int64:
-        if isinstance(value, bool):
-            return None
+        if isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63:
+            return value
         if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
             return int(value)
         if isinstance(value, str):
+            text = value.strip()
             try:
-                return int(value.strip())
+                n = int(text, 16) if text[:2].lower() == "0x" else int(text)
             except ValueError:
-                return None
-        return value if isinstance(value, int) and -(2**63) <= value < 2**63 else None
+                n = None
+            if n is not None and -(2**63) <= n < 2**63:
+                odd[f"'{field}' of the wrong type (text, not a number): read as a number"] += 1
+                return n
+        odd[f"'{field}' of the wrong type ({_json_type(value)}, not an integer): ignored"] += 1
+        return None
     if dtype == pl.Float64:
-        if isinstance(value, bool):
-            return float("nan")
-        if isinstance(value, (int, float)):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
         if isinstance(value, str):
             try:
-                return float(value.strip())
+                x = float(value.strip())
             except ValueError:
                 return float("nan")
+            odd[f"'{field}' of the wrong type (text, not a number): read as a number"] += 1
+            return x
         return float("nan")
     return value
 
 
-def _parse_generic(path: Path, data: bytes) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The slow, tolerant parse: orjson to Python objects, then every field coerced to its column type."""
+def _parse_generic(path: Path, data: bytes) -> tuple[pl.DataFrame, pl.DataFrame, Counter]:
+    """The slow, tolerant parse: orjson to Python objects, then every field coerced to its column type.
+
+    Returns the document's fields, the raw events and the values that were not of their type, counted by SKIPPED
+    reason (``wrong type``): a name that is not text is read as text, ``args`` that are not an object are left
+    out (the event is kept), an event that is not an object is dropped.
+    """
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -396,33 +454,37 @@ def _parse_generic(path: Path, data: bytes) -> tuple[pl.DataFrame, pl.DataFrame]
         raise TraceError(path, "JSON without 'traceEvents': not a Kineto/Chrome trace")
     if not isinstance(raw_events, list):
         raise TraceError(path, "'traceEvents' is not a list")
+    odd: Counter = Counter()
     columns: dict[str, list[Any]] = {k: [] for k in _EVENT_FIELDS if k != "args"}
     args_rows: list[dict[str, Any] | None] = []
     for ev in raw_events:
         if not isinstance(ev, dict):
-            ev = {}
+            odd[f"event of the wrong type ({_json_type(ev)}, not an object): dropped"] += 1
+            continue
         for k in columns:
-            columns[k].append(_coerce(ev.get(k), _EVENT_FIELDS[k]))
+            columns[k].append(_coerce(ev.get(k), _EVENT_FIELDS[k], k, odd))
         a = ev.get("args")
-        args_rows.append({k: _coerce(a.get(k), t) for k, t in _ARG_FIELDS.items()} if isinstance(a, dict) else None)
+        if a is not None and not isinstance(a, dict):
+            odd[f"'args' of the wrong type ({_json_type(a)}, not an object): left out, the event kept"] += 1
+        args_rows.append({k: _coerce(a.get(k), t, f"args.{k}", odd) for k, t in _ARG_FIELDS.items()}
+                         if isinstance(a, dict) else None)
     events = pl.DataFrame({**columns, "args": args_rows}, schema=_EVENT_FIELDS)
-    header = {k: _coerce(v, _DOCUMENT_SCHEMA[k]) for k, v in top.items()
+    header = {k: _coerce(v, _DOCUMENT_SCHEMA[k], k, Counter()) for k, v in top.items()
               if k in ("schemaVersion", "baseTimeNanoseconds", "traceName")}
     di = top.get("distributedInfo")
     if isinstance(di, dict):
         fields = _DOCUMENT_SCHEMA["distributedInfo"].to_schema()  # type: ignore[attr-defined]
-        header["distributedInfo"] = {k: _coerce(di.get(k), t) for k, t in fields.items() if k != "pg_config"}
+        header["distributedInfo"] = {k: _coerce(di.get(k), t, f"distributedInfo.{k}", Counter())
+                                     for k, t in fields.items() if k != "pg_config"}
         header["distributedInfo"]["pg_config"] = None
-    for k in ("deviceProperties",):
-        header.pop(k, None)
     doc = pl.DataFrame([{**header, "traceEvents": []}], schema_overrides={
         k: v for k, v in _DOCUMENT_SCHEMA.items() if k in header or k == "traceEvents"
     }, strict=False)
     if isinstance(top.get("deviceProperties"), list):
         doc = doc.with_columns(pl.Series("deviceProperties", [[
-            {f: _coerce(d.get(f), t) for f, t in _DEVICE_FIELDS.items()}
+            {f: _coerce(d.get(f), t, f"deviceProperties.{f}", Counter()) for f, t in _DEVICE_FIELDS.items()}
             for d in top["deviceProperties"] if isinstance(d, dict)]], dtype=_DOCUMENT_SCHEMA["deviceProperties"]))
-    return doc, events
+    return doc, events, odd
 
 
 # --- rank ----------------------------------------------------------------------------------------
@@ -447,52 +509,92 @@ ASSUMED_RANK = "assumed: one process, no rank recorded"
 
 
 def resolve_rank(path: Path, meta: dict[str, Any], override: int | None,
-                 host_pids: int | None = None) -> tuple[int, str]:
+                 host_pids: int | None = None, notes: list[str] | None = None) -> tuple[int, str]:
     """The rank of this file and where it came from; :class:`TraceError` saying how to supply it.
 
     A trace with no rank anywhere that is plainly one process (one host pid, and no ``distributedInfo`` world size
-    above 1) is rank 0, with ``rank_source`` :data:`ASSUMED_RANK`.
+    above 1) is rank 0, with ``rank_source`` :data:`ASSUMED_RANK` — unless it states a rank that is not one (one of
+    ``notes``, from :func:`check_meta`): then the user is asked which rank it is.
     """
     if override is not None:
+        if not 0 <= override < rundir.RANK_LIMIT:
+            raise TraceError(path, f"rank {override} given for this file is not a rank (0 to 2**31 - 1)")
         return override, "given"
     info = meta.get("distributedInfo") or {}
     if info.get("rank") is not None:
         return int(info["rank"]), "distributedInfo"
     named = rank_from_name(path)
     if named is not None:
+        if named >= rundir.RANK_LIMIT:
+            raise TraceError(path, f"the file name claims rank {one_line(str(named), 40)}, which is not a rank "
+                                   "(0 to 2**31 - 1); pass --rank N (Python: rank=N) or rename the file")
         return named, "file name"
-    if host_pids is not None and host_pids <= 1 and (info.get("world_size") or 1) <= 1:
+    bad = next((n.removesuffix(": ignored") for n in notes or [] if n.startswith("distributedInfo.rank =")), None)
+    if bad is None and host_pids is not None and host_pids <= 1 and (info.get("world_size") or 1) <= 1:
         return 0, ASSUMED_RANK
     raise TraceError(
         path,
-        "cannot tell which rank this trace is: no distributedInfo.rank and no rank in the file name "
+        f"cannot tell which rank this trace is: {bad or 'no distributedInfo.rank'} and no rank in the file name "
         "(rank-3, rank_3, rank3, 3.<ns>.pt.trace.json); pass --rank N (Python: rank=N) or rename the file",
     )
 
 
-def check_meta(meta: dict[str, Any]) -> list[str]:
-    """Drop top-level values no real trace has, in place; one note per value dropped (for SKIPPED).
+def _whole_number(value: Any) -> int | None:
+    """An integer from a header value (a number, or text the columnar parser made of one); None if it is none."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    text = str(value).strip()
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        x = float(text)
+    except ValueError:
+        return None
+    return int(x) if x.is_integer() else None
 
-    ``distributedInfo.world_size`` outside 1…:data:`MAX_WORLD_SIZE` (nothing may allocate per claimed rank),
-    ``distributedInfo.rank`` outside 0…world size - 1, and a ``baseTimeNanoseconds`` outside 0…4e18.
+
+def check_meta(meta: dict[str, Any], override: int | None = None) -> list[str]:
+    """Check the top-level values in place: each becomes an integer, or is dropped with one note (for SKIPPED).
+
+    ``distributedInfo.world_size`` must be an integer from 1 to :data:`MAX_WORLD_SIZE` (nothing may allocate per
+    claimed rank), ``distributedInfo.rank`` one from 0 to world size - 1 (and below 2**31), and
+    ``baseTimeNanoseconds`` one from 0 to 4e18. A rank that differs from ``override`` (the run directory's folder,
+    or ``--rank``) is noted too: the override is used.
     """
     notes: list[str] = []
     info = meta.get("distributedInfo")
     if isinstance(info, dict):
         info = meta["distributedInfo"] = dict(info)
-        ws = info.get("world_size")
-        if ws is not None and not (1 <= ws <= MAX_WORLD_SIZE):
-            notes.append(f"distributedInfo.world_size = {ws} is not a plausible world size "
-                         f"(1…{MAX_WORLD_SIZE}): ignored")
-            info["world_size"] = ws = None
-        rk = info.get("rank")
-        if rk is not None and not (0 <= rk < (ws or MAX_WORLD_SIZE)):
-            notes.append(f"distributedInfo.rank = {rk} is not a rank of a world of {ws or MAX_WORLD_SIZE}: ignored")
-            info["rank"] = None
-    base = meta.get("baseTimeNanoseconds")
-    if base is not None and not (0 <= base <= 4 * 10**18):
-        notes.append(f"baseTimeNanoseconds = {base} is not a wall-clock time: ignored")
-        del meta["baseTimeNanoseconds"]
+        raw = info.get("world_size")
+        ws = _whole_number(raw)
+        if raw is not None and (ws is None or not 1 <= ws <= MAX_WORLD_SIZE):
+            notes.append(f"distributedInfo.world_size = {one_line(str(raw), 40)} is not a world size "
+                         f"(an integer from 1 to {MAX_WORLD_SIZE}): ignored")
+            ws = None
+        info["world_size"] = ws
+        raw = info.get("rank")
+        rk = _whole_number(raw)
+        limit = min(ws or rundir.RANK_LIMIT, rundir.RANK_LIMIT)
+        if raw is not None and (rk is None or not 0 <= rk < limit):
+            world = f"of a world of {ws}" if ws else "(an integer from 0 to 2**31 - 1)"
+            notes.append(f"distributedInfo.rank = {one_line(str(raw), 40)} is not a rank {world}: ignored")
+            rk = None
+        elif rk is not None and override is not None and rk != override:
+            notes.append(f"distributedInfo.rank = {rk} differs from the rank the file is read as ({override}): "
+                         f"{override} used")
+        info["rank"] = rk
+    raw = meta.get("baseTimeNanoseconds")
+    if raw is not None:
+        base = _whole_number(raw)
+        if base is None or not 0 <= base <= 4 * 10**18:
+            notes.append(f"baseTimeNanoseconds = {one_line(str(raw), 40)} is not a wall-clock time: ignored")
+            del meta["baseTimeNanoseconds"]
+        else:
+            meta["baseTimeNanoseconds"] = base
     return notes
 
 
@@ -513,8 +615,10 @@ def _time_origin(meta: dict[str, Any], epoch_share: float | None) -> tuple[int, 
     return 0, "relative"
 
 
-def _is_number(c: str) -> pl.Expr:
-    return pl.col(c).is_not_nan()
+#: SKIPPED reasons of events dropped for their duration (the stable phrases of docs/security: ``negative 'dur'``,
+#: ``no 'dur'``).
+NEGATIVE_DUR_REASON = "negative 'dur': event dropped (not clamped to 0)"
+NO_DUR_REASON = "no 'dur' (a complete 'X' event without a duration, or a null one): event dropped"
 
 
 def _skipped_counts(raw: pl.DataFrame) -> pl.DataFrame:
@@ -523,14 +627,18 @@ def _skipped_counts(raw: pl.DataFrame) -> pl.DataFrame:
     reason = (
         pl.when(pl.col("ph") == "M").then(pl.lit("metadata (process/thread names, kept in ranks)"))
         .when(pl.col("ph").is_in(["s", "f", "t"])).then(pl.lit("flow arrow (link kept as correlation)"))
-        .when(pl.col("ph").is_null()).then(pl.lit("no 'ph' field"))
+        .when(pl.col("ph").is_null()).then(pl.lit("no 'ph' field: event dropped"))
         .when(~pl.col("ph").is_in(["X", "i", "I"]))
         .then(pl.concat_str(pl.lit("unsupported phase '"), pl.col("ph"), pl.lit("'")))
         .when(ts.is_null()).then(pl.lit("no 'ts' field"))
-        .when(ts.is_nan()).then(pl.lit("'ts' is not a number (text, boolean, list or object): event dropped"))
+        .when(ts.is_nan()).then(pl.lit("'ts' is not a number (wrong type: text, boolean, list or object): "
+                                       "event dropped"))
         .when(ts < 0).then(pl.lit("negative 'ts': event dropped"))
         .when(ts.is_infinite() | (ts > MAX_TS_US)).then(pl.lit(f"'ts' out of range (over {MAX_TS_US:.0e} µs): event dropped"))
-        .when(dur.is_nan()).then(pl.lit("'dur' is not a number (text, boolean, list or object): event dropped"))
+        .when(dur.is_null()).then(pl.lit(NO_DUR_REASON))
+        .when(dur.is_nan()).then(pl.lit("'dur' is not a number (wrong type: text, boolean, list or object): "
+                                        "event dropped"))
+        .when(dur < 0).then(pl.lit(NEGATIVE_DUR_REASON))
         .otherwise(pl.lit(f"'dur' out of range (over {MAX_DUR_US:.0e} µs): event dropped"))
     )
     return (
@@ -547,10 +655,12 @@ def _valid_ts() -> pl.Expr:
 
 
 def _is_timed() -> pl.Expr:
-    """Complete and instant events with a usable ``ts`` and (if any) ``dur``; the rest is counted in SKIPPED."""
+    """Complete events with a usable ``ts`` and ``dur`` and instant events with a usable ``ts`` (never null); the
+    rest is counted in SKIPPED."""
     dur = pl.col("dur")
-    ok_dur = dur.is_null() | (dur.is_not_nan() & (dur <= MAX_DUR_US))
-    return pl.col("ph").is_in(["X", "i", "I"]) & _valid_ts() & ok_dur
+    ok_dur = dur.is_not_null() & dur.is_not_nan() & (dur >= 0) & (dur <= MAX_DUR_US)
+    ph = pl.col("ph")
+    return (((ph == "X") & ok_dur) | ph.is_in(["i", "I"])).fill_null(False) & _valid_ts().fill_null(False)
 
 
 _DEVICE_OR_ANNOTATION = [*schema.DEVICE_KINDS, "gpu_annotation"]
@@ -570,9 +680,11 @@ class _Part:
     threads: pl.DataFrame
     timed: int          # events kept
     epoch: int          # of them, those whose ts looks like µs since the Unix epoch
-    suspect: bool       # some ts may be text or a boolean the columnar parser turned into null / 0 / 1
+    suspect: bool       # some ts may be a boolean the columnar parser turned into 0 / 1
     rows: int
     has_ph: bool
+    suspect_dur: bool = False   # some dur may be a boolean (0.0 / 1.0)
+    suspect_text: bool = False  # some name, cat or ph may be a number or boolean the parser turned into text
 
 
 def _kind_expr(cats: pl.Series) -> pl.Expr:
@@ -592,7 +704,7 @@ def _digest(raw: pl.DataFrame) -> _Part:
     """Reduce a raw ``traceEvents`` frame to a :class:`_Part` (the raw frame can then be dropped)."""
     args = pl.col("args")
     start = _us_to_ns(pl.col("ts"))
-    end = _us_to_ns(pl.col("ts") + pl.col("dur").fill_null(0.0).clip(lower_bound=0.0))
+    end = pl.when(pl.col("ph") == "X").then(_us_to_ns(pl.col("ts") + pl.col("dur"))).otherwise(start)
     pid = pl.col("pid").cast(pl.Int64, strict=False)
     tid = pl.col("tid").cast(pl.Int64, strict=False)
     timed = raw.lazy().filter(_is_timed()).with_columns(_kind_expr(raw.get_column("cat")).alias("kind"))
@@ -612,6 +724,7 @@ def _digest(raw: pl.DataFrame) -> _Part:
         args.struct.field("External id").alias("external_id"),
         (pl.col("cat") == SYNC_CAT).alias("_sync"),
         coll.is_not_null().alias("_coll"),
+        args.struct.field("Python id").alias("_uid"),  # what else tells two events apart (_dedupe); mostly null
     )
     calls = timed.filter(
         (pl.col("name") == "record_param_comms") & (pl.col("kind") == "cpu_op") & coll.is_not_null() & (coll != "wait")
@@ -623,7 +736,7 @@ def _digest(raw: pl.DataFrame) -> _Part:
         args.struct.field("dtype").alias("dtype"),
         args.struct.field("In msg nelems").alias("in_elems"),
         args.struct.field("Out msg nelems").alias("out_elems"),
-        args.struct.field("Group size").cast(pl.Int32).alias("group_size"),
+        args.struct.field("Group size").cast(pl.Int32, strict=False).alias("group_size"),
         args.struct.field("Process Group Name").fill_null("0").alias("pg_name"),
         args.struct.field("Process Group Description").alias("pg_desc"),
         args.struct.field("Process Group Ranks").alias("pg_ranks"),
@@ -632,23 +745,37 @@ def _digest(raw: pl.DataFrame) -> _Part:
         "tid", args.struct.field("name")
     )
     ev, ca, th = pl.collect_all([events, calls, threads])
-    # a ts the columnar parser may have made from text (null) or a boolean (0.0 / 1.0)
-    suspect = raw.lazy().filter(pl.col("ph").is_in(["X", "i", "I"]) & (
-        pl.col("ts").is_null() | pl.col("ts").is_in([0.0, 1.0]))).select(pl.len()).collect().item() > 0
-    n_epoch = raw.lazy().filter(_is_timed() & (pl.col("ts") > 1e14)).select(pl.len()).collect().item()
+    # a ts or dur the columnar parser may have made from a boolean (0.0 / 1.0)
+    flags = raw.lazy().select(
+        (pl.col("ph").is_in(["X", "i", "I"]) & (pl.col("ts").is_null() | pl.col("ts").is_in([0.0, 1.0])))
+        .any().alias("ts"),
+        ((pl.col("ph") == "X") & pl.col("dur").is_in([0.0, 1.0])).any().alias("dur"),
+        (_is_timed() & (pl.col("ts") > 1e14)).sum().alias("epoch"),
+    ).collect().row(0, named=True)
+    number_like = (pl.col("v").str.contains(_NUMBER_LIKE)).any()
+    odd_text = any(
+        bool(pl.DataFrame({"v": raw.get_column(c).drop_nulls().unique()}).select(number_like).item())
+        for c in ("ph", "cat", "name"))
     return _Part(
         events=ev, calls=ca, skipped=_skipped_counts(raw), threads=th,
-        timed=ev.height, epoch=int(n_epoch), suspect=suspect,
+        timed=ev.height, epoch=int(flags["epoch"] or 0), suspect=bool(flags["ts"]),
         rows=raw.height, has_ph=raw.get_column("ph").null_count() < raw.height,
+        suspect_dur=bool(flags["dur"]), suspect_text=odd_text,
     )
 
 
-def _steps(events: pl.DataFrame, rank: int) -> pl.DataFrame:
-    """``ProfilerStep#N`` ranges as STEPS rows."""
-    steps = events.filter(pl.col("kind") == "annotation").select(
-        pl.col("name").cast(pl.String).str.extract(_STEP_RE, 1).cast(pl.Int32).alias("step"),
-        "start", "end", "dur",
-    ).drop_nulls("step").sort("start")
+#: SKIPPED reason of a ``ProfilerStep#N`` whose N does not fit a step number.
+STEP_RANGE_REASON = "ProfilerStep number out of range (2**31 or more): not read as a step (the range stays an event)"
+
+
+def _steps(events: pl.DataFrame, rank: int) -> tuple[pl.DataFrame, int]:
+    """``ProfilerStep#N`` ranges as STEPS rows, and how many named a step number out of range (left out)."""
+    named = events.filter(pl.col("kind") == "annotation").select(
+        pl.col("name").cast(pl.String).str.extract(_STEP_RE, 1).alias("_n"), "start", "end", "dur",
+    ).drop_nulls("_n")
+    steps = named.with_columns(pl.col("_n").cast(pl.Int64, strict=False)).filter(pl.col("_n") < 2**31)
+    bad = named.height - steps.height
+    steps = steps.select(pl.col("_n").cast(pl.Int32).alias("step"), "start", "end", "dur").sort("start")
     return schema.conform(
         steps.with_columns(
             pl.lit(rank, pl.Int32).alias("rank"),
@@ -656,7 +783,7 @@ def _steps(events: pl.DataFrame, rank: int) -> pl.DataFrame:
             pl.lit(True).alias("profiled"),
         ),
         schema.STEPS,
-    )
+    ), bad
 
 
 def _host_steps(starts: pl.Series, steps: pl.DataFrame) -> pl.Series:
@@ -712,21 +839,76 @@ def _assign_steps(events: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.DataFra
     return events, launches, n_all - events.height
 
 
-def _drop_clock_outliers(events: pl.DataFrame, calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, int]:
-    """Events (and collective calls) whose start is more than :data:`OUTLIER_NS` from the median start, dropped.
+#: SKIPPED reasons of :func:`_drop_clock_jumps`, :func:`_dedupe` and :func:`_kernels`.
+CLOCK_JUMP_REASON = (f"clock jump: 'ts' over {CLOCK_JUMP_NS // 10**9} s away from the rest of the trace with nothing "
+                     "in between, further than the rest lasts (a clock outlier or a jump of the clock): event dropped")
+DUPLICATE_REASON = "duplicate event (an exact copy of another event of the file): one kept"
+BEFORE_LAUNCH_REASON = ("device activity that starts before its launch (host and device clocks disagree): kept, "
+                        "without its launch times")
 
-    One stray ``ts`` (0, 1.0 from a boolean, a value from another clock) would otherwise stretch the trace's span
-    to decades. Returns the kept events and calls and how many events were dropped.
+
+def _drop_clock_jumps(events: pl.DataFrame, calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+    """Events (and collective calls) cut off from the bulk of the trace by a jump of the clock, dropped.
+
+    The trace is split where nothing is running for more than :data:`CLOCK_JUMP_NS`. The part with the most events
+    is kept, with each neighbouring part whose gap to it is no longer than what is kept already lasts; the rest
+    is dropped. One stray ``ts`` (0, a value from another clock) or a clock that jumped an hour would otherwise
+    stretch the trace's span to decades or to that hour. Returns the kept events and calls and how many events
+    were dropped.
     """
-    if events.height == 0:
+    if events.height < 2:
         return events, calls, 0
-    median = events.get_column("start").median()
-    if median is None:
+    starts = events.get_column("start")
+    if events.get_column("end").max() - starts.min() <= CLOCK_JUMP_NS:  # type: ignore[operator]
         return events, calls, 0
-    lo, hi = int(median) - OUTLIER_NS, int(median) + OUTLIER_NS
-    inside = pl.col("start").is_between(lo, hi)
+    iv = events.select("start", "end").sort("start")
+    reach = iv.get_column("end").cum_max()
+    gaps = (iv.get_column("start") - reach.shift(1)).fill_null(0)
+    cuts = (gaps > CLOCK_JUMP_NS).arg_true().to_list()
+    if not cuts:
+        return events, calls, 0
+    bounds = [0, *cuts, iv.height]
+    first = iv.get_column("start")
+    parts = [(int(first[a]), int(reach[b - 1]), b - a, int(first[b - 1])) for a, b in zip(bounds, bounds[1:])]
+    best = max(range(len(parts)), key=lambda i: (parts[i][2], -i))
+    lo = hi = best
+    while True:
+        span = parts[hi][1] - parts[lo][0]
+        left = parts[lo][0] - parts[lo - 1][1] if lo > 0 else None
+        right = parts[hi + 1][0] - parts[hi][1] if hi + 1 < len(parts) else None
+        if right is not None and right <= span and (left is None or right <= left or left > span):
+            hi += 1
+        elif left is not None and left <= span:
+            lo -= 1
+        else:
+            break
+    inside = pl.col("start").is_between(parts[lo][0], parts[hi][3])
     kept = events.filter(inside)
     return kept, calls.filter(inside), events.height - kept.height
+
+
+def _dedupe(events: pl.DataFrame, calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+    """Exact duplicates dropped, the first kept: events equal in every column read (times, names, ids; a Python
+    call's ``Python id``), and the collective calls they make. Returns both and how many events were dropped.
+
+    Only events sharing their start and end with another are compared column by column (found by one sort of a
+    number made of both), so a trace without duplicates costs a sort, not a hash of every column.
+    """
+    if events.height < 2:
+        return events, calls, 0
+    key = events.get_column("start").to_numpy() * 1_000_003 + events.get_column("end").to_numpy()  # wraps: fine
+    order = np.argsort(key, kind="stable")
+    same = key[order][1:] == key[order][:-1]
+    if not same.any():
+        return events, calls, 0
+    rows = np.unique(np.concatenate((order[1:][same], order[:-1][same])))
+    shared = events[rows]
+    again = rows[~shared.select(pl.struct(pl.all()).is_first_distinct()).to_series().to_numpy()]
+    if not len(again):
+        return events, calls, 0
+    keep = np.ones(events.height, dtype=bool)
+    keep[again] = False
+    return events.filter(pl.Series(keep)), calls.unique(maintain_order=True), len(again)
 
 
 def _classify_kernels(events: pl.DataFrame) -> pl.DataFrame:
@@ -750,8 +932,9 @@ def _classify_kernels(events: pl.DataFrame) -> pl.DataFrame:
     return events.with_columns(klass.cast(schema.KernelClassType).alias("kernel_class"))
 
 
-def _kernels(events: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
-    """Device activity joined with the runtime/driver launch that has the same correlation."""
+def _kernels(events: pl.DataFrame, launches: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """Device activity joined with the runtime/driver launch that has the same correlation, and how many start
+    before their launch (impossible on one clock: kept, without the launch's times)."""
     launches = launches.select(
         "correlation",
         pl.col("start").alias("launch_start"),
@@ -759,7 +942,13 @@ def _kernels(events: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
         pl.col("tid").alias("launch_tid"),
     )
     dev = events.filter(pl.col("kind").is_in(list(schema.DEVICE_KINDS)))
-    return schema.conform(dev.join(launches, on="correlation", how="left").sort("start"), schema.KERNELS)
+    kernels = dev.join(launches, on="correlation", how="left").sort("start")
+    early = (pl.col("start") < pl.col("launch_start")).fill_null(False)
+    n_early = int(kernels.select(early.sum()).item() or 0)
+    if n_early:
+        kernels = kernels.with_columns(pl.when(~early).then(pl.col(c)).alias(c)
+                                       for c in ("launch_start", "launch_end", "launch_tid"))
+    return schema.conform(kernels, schema.KERNELS), n_early
 
 
 def _dtype_bytes() -> pl.Expr:
@@ -841,28 +1030,44 @@ def read_trace(path: str | Path, *, rank: int | None = None, threads: int = 1) -
     except MemoryError:
         raise TraceError(path, "not enough memory to read this trace") from None
     except Exception as exc:  # a shape no real trace has: one line naming the file, never a traceback
-        raise TraceError(path, f"could not be read ({type(exc).__name__}: {exc})") from exc
+        raise TraceError(path, rundir.unforeseen(exc)) from exc
+
+
+def _needs_tolerant_parse(data: bytes, parts: list[_Part]) -> bool:
+    """Whether the columnar parser may have coerced a value without a word (see :data:`_ODD_TS_RE`): a search of
+    the file's bytes, run only for what the parts found suspect."""
+    if any(p.suspect for p in parts) and _ODD_TS_RE.search(data):
+        return True
+    if any(p.suspect_dur for p in parts) and _ODD_DUR_RE.search(data):
+        return True
+    return any(p.suspect_text for p in parts) and any(rx.search(data) for rx in _ODD_TEXT_RES)
+
+
+def _reasons(counts: dict[str, int]) -> pl.DataFrame:
+    return pl.DataFrame({"reason": list(counts), "count": list(counts.values())},
+                        schema={"reason": pl.String, "count": pl.Int64})
 
 
 def _read_trace(path: Path, rank: int | None, threads: int) -> TraceTables:
     data = read_bytes(path)
     parsed = _parse_pieces(data, threads)
+    odd: Counter = Counter()
     if parsed is None:
-        raw, meta = parse_document(path, data)
+        raw, meta, odd = parse_document(path, data)
         parts = [_digest(raw)]
         del raw
     else:
         parts, meta = parsed
         if not any(p.has_ph for p in parts):
             raise TraceError(path, "empty trace: 'traceEvents' holds no events")
-    if any(p.suspect for p in parts) and _ODD_TIME_RE.search(data):
-        # the columnar parser turned a text/boolean ts into null or 1.0: re-read tolerantly, to count them
-        doc, raw = _parse_generic(path, data)
+    if not odd and _needs_tolerant_parse(data, parts):
+        # the columnar parser turned a boolean ts into 0/1 or a number name into text: re-read tolerantly, to count
+        doc, raw, odd = _parse_generic(path, data)
         meta = _doc_meta(doc)
         parts = [_digest(raw)]
         del doc, raw
     del data
-    notes = check_meta(meta)
+    notes = check_meta(meta, rank)
     timed = sum(p.timed for p in parts)
     origin, clock = _time_origin(meta, sum(p.epoch for p in parts) / timed if timed else None)
     skipped_parts = [p.skipped for p in parts]
@@ -874,34 +1079,28 @@ def _read_trace(path: Path, rank: int | None, threads: int) -> TraceTables:
     )
     calls = pl.concat([p.calls for p in parts]).with_columns(pl.col("start") + origin, pl.col("end") + origin)
     del parts
-    events, calls, outliers = _drop_clock_outliers(events, calls)
-    if outliers:
-        notes.append(f"'ts' more than {OUTLIER_NS // 86_400_000_000_000} days from the trace's median time "
-                     f"(a clock outlier): event dropped")
+    counts: dict[str, int] = dict(odd)
+    events, calls, counts[DUPLICATE_REASON] = _dedupe(events, calls)
+    events, calls, counts[CLOCK_JUMP_REASON] = _drop_clock_jumps(events, calls)
     pids = events.filter(~pl.col("kind").is_in(_DEVICE_OR_ANNOTATION)).get_column("pid").drop_nulls().unique()
     meta["host_pids"] = sorted(int(x) for x in pids.to_list())[:64]
-    rank_value, rank_source = resolve_rank(path, meta, rank, pids.len())
-    note_rows = pl.DataFrame(
-        {"reason": notes, "count": [outliers if n.startswith("'ts' more") else 1 for n in notes]},
-        schema={"reason": pl.String, "count": pl.Int64},
-    )
+    rank_value, rank_source = resolve_rank(path, meta, rank, pids.len(), notes)
     events = events.select(
         pl.lit(rank_value, pl.Int32).alias("rank"), "kind", "cat", "name", "start", "end",
         (pl.col("end") - pl.col("start")).alias("dur"),
         "pid", "tid", "device", "stream", "correlation", "external_id", "_sync", "_coll",
     )
-    steps = _steps(events, rank_value)
-    events, launches, early = _assign_steps(events, steps)
-    if early:
-        skipped_parts.append(pl.DataFrame({"reason": [EARLY_DEVICE_REASON], "count": [early]},
-                                          schema={"reason": pl.String, "count": pl.Int64}))
+    steps, counts[STEP_RANGE_REASON] = _steps(events, rank_value)
+    events, launches, counts[EARLY_DEVICE_REASON] = _assign_steps(events, steps)
+    events = _classify_kernels(events)
+    kernels, counts[BEFORE_LAUNCH_REASON] = _kernels(events, launches)
+    del launches
+    counts.update((n, 1) for n in notes)
     skipped = (
-        pl.concat([*skipped_parts, note_rows]).group_by("reason").agg(pl.col("count").sum()).sort("reason")
+        pl.concat([*skipped_parts, _reasons({k: n for k, n in counts.items() if n})])
+        .group_by("reason").agg(pl.col("count").sum()).sort("reason")
         .with_columns(pl.lit(rank_value, pl.Int32).alias("rank"), pl.lit(str(path)).alias("file"))
     )
-    events = _classify_kernels(events)
-    kernels = _kernels(events, launches)
-    del launches
     backend = _backend(meta)
     if backend == "gloo" or any(n.startswith("gloo:") for n in events.get_column("name").cast(pl.String).unique().to_list()):
         collectives = _collectives_gloo(events, rank_value)

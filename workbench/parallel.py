@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workbench import rundir
 from workbench.discover import TraceSource
 from workbench.errors import InputError, TraceError
 
@@ -34,7 +35,7 @@ def read_remote(path: str, src_rank: int | None, rank: int | None, cache_dir: st
     except TraceError as exc:
         return {"error": (exc.path, exc.problem)}
     except Exception as exc:  # noqa: BLE001 - one bad file must not take the other ranks down
-        return {"error": (path, f"could not be read ({type(exc).__name__}: {exc})")}
+        return {"error": (path, rundir.unforeseen(exc))}
 
 
 def read_on_cluster(address: str, traces: list[TraceSource], rank: int | None, on_error: OnError,

@@ -21,8 +21,8 @@ import polars as pl
 from workbench import cache as table_cache
 from workbench import rundir, schema
 from workbench.discover import Sources, TraceSource, discover
-from workbench.errors import InputError, TraceError
-from workbench.kineto import ASSUMED_RANK, read_trace, same_rank_windows
+from workbench.errors import InputError, TraceError, one_line
+from workbench.kineto import ASSUMED_RANK, MAX_WORLD_SIZE, read_trace, same_rank_windows
 from workbench.lazy import BATCH_EVENTS, BIG, BigTables, RankPart, compact_meta
 
 OnError = Literal["raise", "skip"]
@@ -263,6 +263,8 @@ def open(  # noqa: A001 - the notebook entry point is deliberately ``workbench.o
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
     root = Path(path)
+    if rank is not None and not (isinstance(rank, int) and 0 <= rank < rundir.RANK_LIMIT):
+        raise InputError(f"{root}: --rank {rank} is not a rank (an integer from 0 to 2**31 - 1)")
     from workbench.flight_recorder import discover_with_dumps  # a folder of Flight Recorder dumps is a run too
     sources = discover_with_dumps(root)
     if rank is not None and len(sources.traces) != 1:
@@ -283,10 +285,13 @@ def open(  # noqa: A001 - the notebook entry point is deliberately ``workbench.o
     parts, notes = same_rank_windows(parts, problems if on_error == "skip" else None) if not sources.is_run_dir \
         else (parts, [])
     meta = rundir.read_json(sources.run_json) if sources.run_json else {}
+    run_skipped: list[dict[str, Any]] = []
+    _check_run_json(meta, sources.run_json, run_skipped)
     compiles, compile_skipped = _read_compiles(sources, on_error, problems)
-    steps_collector, steps_skipped = _read_steps_files(sources.steps_files)
-    fingerprints = _read_fingerprints(sources.fingerprint_files, on_error, problems)
+    steps_collector, steps_skipped = _read_steps_files(sources.steps_files, on_error, problems)
+    fingerprints = _read_fingerprints(sources.fingerprint_files, on_error, problems, run_skipped)
     ranks = _ranks_table(parts, sources, meta, fingerprints, compiles)
+    ranks = _check_world_size(ranks, meta, root, run_skipped)
     run = Run(
         path=root,
         ranks=ranks,
@@ -294,7 +299,9 @@ def open(  # noqa: A001 - the notebook entry point is deliberately ``workbench.o
         steps=_merge_steps(_concat([p.steps for p in parts], schema.STEPS), steps_collector),
         compiles=compiles,
         fingerprints=fingerprints,
-        skipped=_concat([p.skipped for p in parts] + [compile_skipped, steps_skipped], schema.SKIPPED),
+        skipped=_concat([p.skipped for p in parts] + [compile_skipped, steps_skipped,
+                                                      pl.DataFrame(run_skipped, schema=schema.SKIPPED)],
+                        schema.SKIPPED),
         problems=problems,
         meta=dict(meta),
         big=BigTables(parts),
@@ -315,6 +322,55 @@ def open(  # noqa: A001 - the notebook entry point is deliberately ``workbench.o
             run.problems.append(f"{root}: ranks missing from the run: {listed} (world size {ws})")
         run.meta["missing_ranks"] = missing if len(missing) < 64 else []
     return run
+
+
+def _world_size_value(value: Any) -> int | None:
+    """``value`` as a world size (an integer from 1 to :data:`MAX_WORLD_SIZE`), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not value.is_integer():
+        return None
+    return int(value) if 1 <= value <= MAX_WORLD_SIZE else None
+
+
+def _check_run_json(meta: dict[str, Any], path: Path | None, skipped: list[dict[str, Any]]) -> None:
+    """``run.json``'s ``world_size`` checked in place: a value that is not a world size is dropped, with a note."""
+    ws = meta.get("world_size")
+    if ws is None:
+        return
+    good = _world_size_value(ws)
+    if good is None:
+        shown = one_line(orjson.dumps(ws, default=str).decode(), 60)
+        skipped.append({"rank": None, "file": str(path), "count": 1,
+                        "reason": f"run.json world_size = {shown} is not a world size "
+                                  f"(an integer from 1 to {MAX_WORLD_SIZE}): ignored"})
+        del meta["world_size"]
+    else:
+        meta["world_size"] = good
+
+
+def _check_world_size(ranks: pl.DataFrame, meta: dict[str, Any], root: Path,
+                      skipped: list[dict[str, Any]]) -> pl.DataFrame:
+    """The world size the traces or ``run.json`` state, checked against the ranks present: one that does not hold
+    them all (a rank at or past it) is dropped everywhere, with one note; the run then knows only the ranks seen."""
+    if not ranks.height:
+        return ranks
+    stated = ranks.get_column("world_size").drop_nulls()
+    candidates = sorted({int(w) for w in stated.to_list()} | ({meta["world_size"]} if meta.get("world_size") else set()))
+    if not candidates:
+        return ranks
+    top = int(ranks.get_column("rank").max())  # type: ignore[arg-type]
+    n = ranks.height
+    small = [w for w in candidates if w <= top or w < n]
+    if not small:
+        return ranks
+    skipped.append({"rank": None, "file": str(root), "count": 1,
+                    "reason": f"world size {', '.join(map(str, small))} stated, but {n} rank(s) up to rank {top} are "
+                              "present: not a world size of this run, ignored"})
+    if meta.get("world_size") in small:
+        del meta["world_size"]
+    return ranks.with_columns(pl.when(~pl.col("world_size").is_in(small)).then(pl.col("world_size"))
+                              .alias("world_size"))
 
 
 def _short_list(xs: list[int]) -> str:
@@ -368,7 +424,7 @@ def _read_traces(
         except TraceError as exc:
             errors[i] = exc
         except Exception as exc:  # an unforeseen problem in one file must not take the other ranks down
-            errors[i] = TraceError(traces[i].path, f"could not be read ({type(exc).__name__}: {exc})")
+            errors[i] = TraceError(traces[i].path, rundir.unforeseen(exc))
 
     done = 0
     with ThreadPoolExecutor(max_workers=n_workers) as pool:
@@ -439,27 +495,58 @@ def _read_compiles(sources: Sources, on_error: OnError, problems: list[str]) -> 
 #: The ``skipped`` reason for the records a rank's step writer lost (its ``lost_records`` lines, summed per file).
 STEP_RECORDS_LOST = ("records of steps (and CUDA step times) lost: the step writer process fell behind the training "
                      "loop (steps.jsonl)")
+_INT64 = 1 << 63
 
 
-def _read_steps_files(files: dict[int, Path]) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _nonneg_int(value: Any, limit: int = _INT64) -> int | None:
+    """``value`` when it is an integer from 0 to ``limit`` - 1 (never a boolean), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < limit else None
+
+
+def _read_steps_files(files: dict[int, Path], on_error: OnError = "raise",
+                      problems: list[str] | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """``steps.jsonl`` of every rank; lines of one step are merged, later keys winning; ``lost_records`` lines (the
-    step writer fell behind) become one ``skipped`` row per file with their sum."""
+    step writer fell behind) become one ``skipped`` row per file with their sum.
+
+    A line whose ``step`` is not an integer from 0 to 2**31 - 1, or whose ``start_ns``/``end_ns`` are not integer
+    nanoseconds (end not before start), is dropped and counted with the field's name; a ``device_ns`` or
+    ``data_wait_ns`` that is not a non-negative integer is read as null and counted.
+    """
     rows: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
     for rank, path in files.items():
-        lines, bad = rundir.read_jsonl(path)
+        try:
+            data, cut = rundir.read_regular(path, rundir.MAX_JSON_BYTES, "JSON-lines file", cut=True)
+        except TraceError as exc:
+            if on_error == "raise" or problems is None:
+                raise
+            problems.append(str(exc))
+            continue
+        lines, bad = rundir.parse_jsonl(data[: data.rfind(b"\n") + 1] if cut else data)
+        del data
         merged: dict[int, dict[str, Any]] = {}
         lost = 0
+        odd: dict[str, int] = {}
+
+        def note(reason: str) -> None:
+            odd[reason] = odd.get(reason, 0) + 1
+
+        if cut:
+            note(f"steps.jsonl over {rundir.MAX_JSON_BYTES:,} bytes (the size limit): the lines past it not read")
+
         for line in lines:
             step = line.get("step")
-            if isinstance(step, int):
-                merged.setdefault(step, {}).update(line)
-            elif "lost_records" in line:
-                n = line["lost_records"]
-                if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            if "lost_records" in line and step is None:
+                n = _nonneg_int(line["lost_records"])
+                if n:
                     lost += n
                 else:
                     bad += 1
+            elif _nonneg_int(step, rundir.RANK_LIMIT) is not None:
+                merged.setdefault(step, {}).update(line)
+            else:
+                note("steps.jsonl 'step' missing, of the wrong type or out of range (an integer from 0 to "
+                     "2**31 - 1 expected): line dropped")
         if lost:
             skipped.append({"rank": rank, "file": str(path), "reason": STEP_RECORDS_LOST, "count": lost})
         for step, d in sorted(merged.items()):
@@ -467,12 +554,22 @@ def _read_steps_files(files: dict[int, Path]) -> tuple[pl.DataFrame, pl.DataFram
             if start is None or end is None:
                 bad += 1
                 continue
+            if _nonneg_int(start) is None or _nonneg_int(end) is None or end < start:
+                note("steps.jsonl 'start_ns'/'end_ns' of the wrong type or out of order (integer nanoseconds, end "
+                     "not before start, expected): step dropped")
+                continue
+            extra = {}
+            for k in ("device_ns", "data_wait_ns"):
+                v = d.get(k)
+                extra[k] = _nonneg_int(v)
+                if v is not None and extra[k] is None:
+                    note(f"steps.jsonl '{k}' of the wrong type (a non-negative integer expected): read as null")
             rows.append({"rank": rank, "step": step, "source": "collector", "start": start, "end": end,
-                         "dur": end - start, "device_ns": d.get("device_ns"), "data_wait_ns": d.get("data_wait_ns"),
-                         "profiled": bool(d.get("profiled", False))})
+                         "dur": end - start, **extra, "profiled": d.get("profiled") is True})
         if bad:
             skipped.append({"rank": rank, "file": str(path), "reason": "steps.jsonl line incomplete or unreadable",
                             "count": bad})
+        skipped.extend({"rank": rank, "file": str(path), "reason": r, "count": n} for r, n in odd.items())
     steps = pl.DataFrame(rows, schema=schema.STEPS) if rows else schema.empty(schema.STEPS)
     return steps, (pl.DataFrame(skipped, schema=schema.SKIPPED) if skipped else schema.empty(schema.SKIPPED))
 
@@ -481,7 +578,9 @@ def _merge_steps(profiler: pl.DataFrame, collector: pl.DataFrame) -> pl.DataFram
     return _concat([collector, profiler], schema.STEPS).sort("rank", "source", "step")
 
 
-def _read_fingerprints(files: dict[int, Path], on_error: OnError, problems: list[str]) -> pl.DataFrame:
+def _read_fingerprints(files: dict[int, Path], on_error: OnError, problems: list[str],
+                       skipped: list[dict[str, Any]] | None = None) -> pl.DataFrame:
+    """``fingerprint.json`` of every rank; a field of the wrong type is read as null (counted in ``skipped``)."""
     rows = []
     for rank, path in files.items():
         try:
@@ -491,19 +590,42 @@ def _read_fingerprints(files: dict[int, Path], on_error: OnError, problems: list
                 raise
             problems.append(str(exc))
             continue
+        odd: list[str] = []
+
+        def text(d: dict[str, Any], k: str, where: str = "") -> str | None:
+            v = d.get(k)
+            if v is None or isinstance(v, str):
+                return v
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                return str(v)
+            odd.append(f"fingerprint.json '{where}{k}' of the wrong type ({type(v).__name__}, not text): ignored")
+            return None
+
         versions = fp.get("versions") if isinstance(fp.get("versions"), dict) else fp
         device = fp.get("device") if isinstance(fp.get("device"), dict) else {}
+        local_rank = fp.get("local_rank")
+        if local_rank is not None and _nonneg_int(local_rank, rundir.RANK_LIMIT) is None:
+            odd.append("fingerprint.json 'local_rank' of the wrong type or out of range: ignored")
+            local_rank = None
+        try:
+            raw = orjson.dumps(fp, default=str).decode()
+            env = orjson.dumps(fp.get("env") or {}, default=str).decode()
+        except orjson.JSONEncodeError:  # nested deeper than orjson writes
+            odd.append("fingerprint.json nested too deeply to keep whole: its raw copy and env left out")
+            raw, env = None, "{}"
         rows.append({
             "rank": rank,
-            "host": fp.get("host"),
-            "local_rank": fp.get("local_rank"),
-            **{k: (None if versions.get(k) is None else str(versions.get(k)))
-               for k in ("python", "torch", "triton", "cuda", "cudnn", "nccl")},
-            "device_name": device.get("name") if device else fp.get("device_name"),
-            "config_hash": fp.get("config_hash"),
-            "env": orjson.dumps(fp.get("env") or {}).decode(),
-            "raw": orjson.dumps(fp, default=str).decode(),
+            "host": text(fp, "host"),
+            "local_rank": local_rank,
+            **{k: text(versions, k, "versions." if versions is not fp else "") for k in
+               ("python", "torch", "triton", "cuda", "cudnn", "nccl")},
+            "device_name": text(device, "name", "device.") if device else text(fp, "device_name"),
+            "config_hash": text(fp, "config_hash"),
+            "env": env,
+            "raw": raw,
         })
+        if skipped is not None:
+            skipped.extend({"rank": rank, "file": str(path), "reason": r, "count": 1} for r in dict.fromkeys(odd))
     return pl.DataFrame(rows, schema=schema.FINGERPRINTS) if rows else schema.empty(schema.FINGERPRINTS)
 
 

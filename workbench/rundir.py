@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,10 @@ CACHE_DIR = ".workbench"
 COMPILE_CONFIG_FILE = "compile_config.toml"   # written by the app's "Apply" inside a run directory
 
 RANK_DIR_RE = re.compile(r"^rank(\d+)$")
+#: Ranks are non-negative integers below this (they are stored as int32).
+RANK_LIMIT = 1 << 31
+#: The most bytes read from ``run.json``, ``fingerprint.json`` or ``steps.jsonl``.
+MAX_JSON_BYTES = 256 << 20
 
 
 def is_run_dir(path: Path) -> bool:
@@ -46,13 +51,27 @@ def is_run_dir(path: Path) -> bool:
     return any(RANK_DIR_RE.match(p.name) and p.is_dir() for p in path.iterdir())
 
 
-def rank_dirs(path: Path) -> dict[int, Path]:
-    """``rank<R>`` sub-folders of a run directory by rank."""
-    found = {}
-    for p in path.iterdir():
+def rank_dirs(path: Path, notes: list[str] | None = None) -> dict[int, Path]:
+    """``rank<R>`` sub-folders of a run directory by rank.
+
+    Two folders naming one rank (``rank0/`` and ``rank00/``) raise :class:`~workbench.errors.InputError` naming
+    both; a folder whose number is not a rank (2**31 or more) is left out, with a line in ``notes`` when given.
+    """
+    from workbench.errors import InputError
+
+    found: dict[int, Path] = {}
+    for p in sorted(path.iterdir()):
         m = RANK_DIR_RE.match(p.name)
-        if m and p.is_dir():
-            found[int(m.group(1))] = p
+        if not (m and p.is_dir()):
+            continue
+        rank = int(m.group(1))
+        if rank >= RANK_LIMIT:
+            if notes is not None:
+                notes.append(f"{p}: {p.name} names no rank (ranks are below 2**31): skipped")
+            continue
+        if rank in found:
+            raise InputError(f"{found[rank]} and {p}: two folders claim rank {rank}; rename or remove one")
+        found[rank] = p
     return dict(sorted(found.items()))
 
 
@@ -88,14 +107,68 @@ def append_jsonl(path: Path, obj: Any) -> None:
         os.close(fd)
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    """Read a JSON object; raises :class:`~workbench.errors.TraceError` naming the file if it is not one."""
+def unforeseen(exc: BaseException) -> str:
+    """The problem text for an error no check foresaw: its message on one line, never the exception's class name
+    (that means nothing to a user; ``workbench --debug`` shows the traceback)."""
+    from workbench.errors import one_line
+
+    text = one_line(str(exc), 200) or "no message"
+    return f"could not be read: an input this reader did not foresee ({text})"
+
+
+def read_regular(path: Path, max_bytes: int, what: str = "file", *, cut: bool = False) -> tuple[bytes, bool]:
+    """The bytes of ``path`` if it is a regular file: ``(data, False)``; :class:`~workbench.errors.TraceError`
+    naming it otherwise.
+
+    The file is opened without blocking (a FIFO put where a file belongs cannot hang the reader) and checked to
+    be a regular file before anything is read. A file over ``max_bytes`` is refused in one line, or, with
+    ``cut``, its first ``max_bytes`` are returned as ``(data, True)``.
+    """
     from workbench.errors import TraceError
 
     try:
-        obj = orjson.loads(path.read_bytes())
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except IsADirectoryError:
+        raise TraceError(path, f"is a directory, not a {what}") from None
     except OSError as exc:
-        raise TraceError(path, f"cannot read: {exc.strerror or exc}") from exc
+        raise TraceError(path, f"cannot read the file ({exc.strerror or exc})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode)
+                    else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device")
+            raise TraceError(path, f"is {kind}, not a {what}: not read")
+        if st.st_size > max_bytes and not cut:
+            raise TraceError(path, f"is {st.st_size:,} bytes, over the {max_bytes:,}-byte limit for a {what}: "
+                                   "not read")
+        chunks: list[bytes] = []
+        left = max_bytes + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 16 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as exc:
+        raise TraceError(path, f"cannot read the file ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > max_bytes:
+        if not cut:  # it grew while being read
+            raise TraceError(path, f"is over the {max_bytes:,}-byte limit for a {what}: not read")
+        return data[:max_bytes], True
+    return data, False
+
+
+def read_json(path: Path, max_bytes: int | None = None) -> dict[str, Any]:
+    """Read a JSON object; raises :class:`~workbench.errors.TraceError` naming the file if it is not one
+    (or not a regular file, or over ``max_bytes``, default :data:`MAX_JSON_BYTES`)."""
+    from workbench.errors import TraceError
+
+    data, _ = read_regular(path, MAX_JSON_BYTES if max_bytes is None else max_bytes, "JSON file")
+    try:
+        obj = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise TraceError(path, f"not valid JSON ({exc})") from exc
     if not isinstance(obj, dict):
@@ -103,11 +176,25 @@ def read_json(path: Path) -> dict[str, Any]:
     return obj
 
 
-def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """The complete JSON lines of ``path`` and the number of lines that were unreadable (e.g. cut by a kill)."""
+def read_jsonl(path: Path, max_bytes: int | None = None) -> tuple[list[dict[str, Any]], int]:
+    """The complete JSON lines of ``path`` and the number of lines that were unreadable (e.g. cut by a kill).
+
+    Only a regular file is read (else :class:`~workbench.errors.TraceError`), and only its first ``max_bytes``
+    (default :data:`MAX_JSON_BYTES`); the part past them counts as one unreadable line.
+    """
+    limit = MAX_JSON_BYTES if max_bytes is None else max_bytes
+    data, was_cut = read_regular(path, limit, "JSON-lines file", cut=True)
+    if was_cut:
+        data = data[: data.rfind(b"\n") + 1]
+    rows, bad = parse_jsonl(data)
+    return rows, bad + int(was_cut)
+
+
+def parse_jsonl(data: bytes) -> tuple[list[dict[str, Any]], int]:
+    """The JSON objects of ``data``, one a line, and the number of lines that were not one."""
     rows: list[dict[str, Any]] = []
     bad = 0
-    for line in path.read_bytes().splitlines():
+    for line in data.splitlines():
         if not line.strip():
             continue
         try:
