@@ -451,14 +451,6 @@ def collect_parts(results: list[RankPart | None], errors: list[TraceError | None
     return [r for r in results if r is not None]
 
 
-def _check_unique_ranks(parts: list[RankPart]) -> None:
-    seen: dict[int, str] = {}
-    for p in parts:
-        if p.rank in seen:
-            raise InputError(f"two trace files claim rank {p.rank}: {seen[p.rank]} and {p.path}")
-        seen[p.rank] = p.path
-
-
 def _concat(frames: list[pl.DataFrame], sch: dict[str, pl.DataType]) -> pl.DataFrame:
     frames = [f for f in frames if f.height]
     if not frames:

@@ -175,7 +175,7 @@ def test_fifo_is_never_opened(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="a FIFO"):
         workbench.open(d / "rank-1.json", cache=False)
     res = _cli("info", str(d / "rank-1.json"))
-    assert res.returncode == 2 and _one_error_line(res) == f"error: {d / 'rank-1.json'}: a FIFO, not a file"
+    assert res.returncode == 1 and _one_error_line(res) == f"error: {d / 'rank-1.json'}: a FIFO, not a file"
 
 
 _AS_NOBODY = os.geteuid() == 0 and shutil.which("setpriv") is not None
@@ -258,7 +258,7 @@ def test_skip_bad_with_no_rank_loaded_exits_non_zero(tmp_path: Path) -> None:
     (d / "rank-0.json").write_text("{ not json")
     (d / "rank-1.json").write_text("")
     res = _cli("info", str(d), "--skip-bad")
-    assert res.returncode == 2
+    assert res.returncode == 1
     line = _one_error_line(res)
     assert line.startswith("error: no rank could be loaded: ") and "rank-0.json" in line and "1 more" in line
 
