@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gzip
 import json
 import math
 import os
@@ -720,7 +721,7 @@ def pooled_rounds(files: list[Path]) -> tuple[list[str], dict[str, list[dict]]]:
     bare_step: str | None = None
     pooled: dict[str, list[dict]] = {}
     for f in files:
-        saved = json.loads(f.read_text())
+        saved = json.loads(gzip.decompress(f.read_bytes()) if f.suffix == ".gz" else f.read_text())
         these = list(saved["arms"])
         bare = saved.get("bare_step", BARE_STEP_BEFORE)
         shared = these if arms is None else [a for a in arms if a in these]
