@@ -165,7 +165,7 @@ def _write(run: Any, raw: BinaryIO, fmt: Format, gz: bool, sel: Selection, with_
     }
     info = {int(r["rank"]): r for r in run.ranks.iter_rows(named=True)}
     threads = _thread_names(run)
-    out = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) if gz else raw
+    out = gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=6, mtime=0) if gz else raw
     writer: Any
     if fmt == "perfetto":
         from workbench.export.perfetto import PerfettoWriter
