@@ -36,6 +36,10 @@ def _pb() -> Any:
 
 
 def _varint(n: int) -> bytes:
+    if n < 0x80:
+        return bytes((n,))
+    if n < 0x4000:
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
@@ -74,8 +78,12 @@ def emission_order(rt: RankTrace | FindingsTrace, kinds: list[int] | None = None
 def _annotations(te: Any, args: dict[str, Any] | None) -> None:
     if not args:
         return
+    add = te.debug_annotations.add
     for k, v in args.items():
-        a = te.debug_annotations.add()
+        if type(v) is int and -(1 << 63) <= v < (1 << 63):
+            add(name=k, int_value=v)
+            continue
+        a = add()
         a.name = k
         if isinstance(v, bool):
             a.bool_value = v
@@ -99,7 +107,7 @@ class PerfettoWriter:
         self.packets = 0
 
     def _write(self, packets: list[Any]) -> None:
-        blob = b"".join(frame_packet(p.SerializeToString()) for p in packets)
+        blob = b"".join(frame_packet(p if isinstance(p, bytes) else p.SerializeToString()) for p in packets)
         self.fh.write(blob)
         self.bytes += len(blob)
         self.packets += len(packets)
@@ -118,13 +126,15 @@ class PerfettoWriter:
                 uuid=puuid + k + 1, parent_uuid=puuid, name=name, sibling_order_rank=k)))
         names: dict[str, int] = {}
         cats: dict[str, int] = {}
-        begin, end, instant = TE.TYPE_SLICE_BEGIN, TE.TYPE_SLICE_END, TE.TYPE_INSTANT
+        begin, instant = TE.TYPE_SLICE_BEGIN, TE.TYPE_INSTANT
+        # an end differs from the other ends of its track only by its timestamp: its other fields are serialized
+        # once per track and the timestamp field (8, varint) put before them (field order is free in protobuf)
+        ends = [TP(trusted_packet_sequence_id=seq, sequence_flags=SEQ_NEEDS_INCREMENTAL_STATE, track_event=TE(
+            type=TE.TYPE_SLICE_END, track_uuid=puuid + k + 1)).SerializeToString() for k in range(len(rt.tracks))]
         for ts, phase, _, i in emission_order(rt, rt.kinds, rt.depths):
             track = puuid + rt.track[i] + 1
             if phase == 0:
-                packets.append(TP(timestamp=ts, trusted_packet_sequence_id=seq,
-                                  sequence_flags=SEQ_NEEDS_INCREMENTAL_STATE,
-                                  track_event=TE(type=end, track_uuid=track)))
+                packets.append(b"\x40" + _varint(ts) + ends[rt.track[i]])
                 continue
             p = TP(timestamp=ts, trusted_packet_sequence_id=seq, sequence_flags=SEQ_NEEDS_INCREMENTAL_STATE)
             name, cat = rt.names[i], rt.cats[i]
