@@ -39,6 +39,7 @@ def test_every_bundled_kind_reads_back_exactly(tmp_path, sample_run, name, out):
     assert {p - 1 for p in rb.processes if p < 1_000_000_000} == set(run.ranks["rank"].to_list())
     multi = "pipeline" not in name                               # point-to-point calls are not paired into waits
     assert (counts["flows"] > 0) == multi
+    assert "other ranks waited for this" not in set(rb.slices["track_name"].to_list())  # flows end on collectives
     assert rb.metadata["clock"]["aligned"] is False             # every sample ran on one host
     assert rb.metadata["findings"] and "fixes" in rb.metadata
 

@@ -24,6 +24,7 @@ from typing import Any, BinaryIO, Literal
 
 import polars as pl
 
+from workbench.analyses.findings import findings_to_dicts
 from workbench.export.model import (
     WAITS, Clock, Selection, collective_waits, estimate_clock, findings_trace, rank_trace, step_windows,
 )
@@ -198,8 +199,6 @@ def _write(run: Any, raw: BinaryIO, fmt: Format, gz: bool, sel: Selection, with_
     ft = findings_trace(roots, run.steps, clock, sel)
     if with_findings:
         writer.findings(ft)
-    from workbench.analyses.findings import findings_to_dicts
-
     summary = {
         "format": fmt, "gzip": gz, "format_version": EXPORT_VERSION, "run": str(run.path),
         "selection": sel.describe(), "ranks": ranks,

@@ -265,65 +265,83 @@ def rank_trace(rank: int, info: dict[str, Any], clock: Clock, events: pl.DataFra
     """Everything one rank shows. ``events``: its EVENTS rows (already selected); ``small``: its rows of
     ``steps``, ``compiles``, ``collectives``, ``fr`` (Flight Recorder entries), selected; ``waits``: WAITS rows
     where it waited, with a ``flow`` id column; ``targets``: (``on_start``, ``on_end``, ``what``, ``flows``) it
-    was waited for."""
+    was waited for; ``thread_names``: Kineto's names of its threads."""
     off = clock.offset(rank)
     out = RankTrace(rank, rank + PID_BASE, process_name(info), [f"rank {rank}", f"clock offset {off} ns "
                     f"(raw time = shown time + {off} ns)"], off)
     it = _Items()
-    steps = small.get("steps")
-    if steps is not None:
-        for r in steps.sort("start").iter_rows(named=True):
-            prof = str(r["source"]) == "profiler"
-            it.add(("profiler_steps" if prof else "steps",), f"step {r['step']}", "workbench.step",
-                   r["start"] - off, r["end"] - off,
-                   args=_clean({"step": r["step"], "source": str(r["source"]), "data_wait_ns": r["data_wait_ns"],
-                                "device_ns": r["device_ns"], "profiled": r["profiled"]}))
-    comp = small.get("compiles")
-    if comp is not None:
-        for r in comp.filter(pl.col("start").is_not_null()).sort("start").iter_rows(named=True):
-            end = r["end"] if r["end"] is not None else (r["start"] + r["duration_ns"]
-                                                         if r["duration_ns"] is not None else r["start"])
-            cause = f" ({r['cause']})" if r["cause"] else ""
-            it.add(("compiles",), f"compile {r['compile_id']} {r['co_name'] or '?'}{cause}", "workbench.compile",
-                   r["start"] - off, end - off,
-                   args=_clean({k: r[k] for k in ("compile_id", "status", "cause", "cause_detail", "cause_source",
-                                                  "step", "duration_ns", "fail_reason", "break_reason",
-                                                  "co_filename", "co_firstlineno")}))
-    target_at = {(int(s), int(e)): (w, tuple(f)) for s, e, w, f in targets.iter_rows()} if targets.height else {}
-    coll = small.get("collectives")
-    if coll is not None:
-        for r in coll.with_columns(_a=pl.coalesce("kernel_start", "start"), _f=pl.coalesce("kernel_end", "end")) \
-                .sort("_a").iter_rows(named=True):
-            hit = target_at.pop((r["_a"], r["_f"]), None)
-            it.add(("collectives",), f"{r['collective']} #{r['seq']} · pg {r['pg_name']}", "workbench.collective",
-                   r["_a"] - off, r["_f"] - off, flows=hit[1] if hit else None,
-                   args=_clean({"backend": str(r["backend"]), **{k: r[k] for k in (
-                       "pg_name", "pg_desc", "pg_ranks", "group_size", "seq", "dtype", "bytes", "step",
-                       "kernel_name")}, "host_call_start_ns": r["start"], "host_call_end_ns": r["end"]}))
+    empty = pl.DataFrame()
+    _add_steps(it, small.get("steps", empty), off)
+    _add_compiles(it, small.get("compiles", empty), off)
+    target_at = {(int(s), int(e)): (w, tuple(f)) for s, e, w, f in targets.iter_rows()}
+    _add_collectives(it, small.get("collectives", empty), off, target_at)  # takes the targets it holds
     for (s, e), (what, flows) in sorted(target_at.items()):
         it.add(("awaited",), what, "workbench.awaited", s - off, e - off, flows=flows)
-    fr = small.get("fr")
-    if fr is not None:
-        for r in fr.sort("created_ns", "record_id", nulls_last=True).iter_rows(named=True):
-            begin = r["started_ns"] or r["created_ns"]
-            if begin is None:
-                continue
-            done = r["completed_ns"]
-            it.add(("flight_recorder",), f"{r['op']} · pg {r['pg_name']} seq {r['seq']} · {r['state']}",
-                   "workbench.flight_recorder", begin - off, (done - off) if done else None,
-                   kind=SLICE if done else INSTANT,
-                   args=_clean({k: r[k] for k in ("state", "seq", "p2p_seq", "op", "in_sizes", "in_dtypes",
-                                                  "timeout_ms", "call_site", "created_ns", "started_ns",
-                                                  "completed_ns")}))
+    _add_flight_recorder(it, small.get("fr", empty), off)
     for r in waits.iter_rows(named=True):
         it.add(("waiting",), f"wait for rank {r['on_rank']}", "workbench.wait", r["start"] - off, r["end"] - off,
                flows=(r["flow"],), args={"on_rank": r["on_rank"], "what": r["what"], "wait_ns": r["end"] - r["start"]})
-    _add_events(it, events, off, thread_names)
-    _finish(out, it)
+    _add_events(it, events, off)
+    _finish(out, it, thread_names)
     return out
 
 
-def _add_events(it: _Items, events: pl.DataFrame, off: int, thread_names: dict[str, str]) -> None:
+def _add_steps(it: _Items, steps: pl.DataFrame, off: int) -> None:
+    for r in steps.sort("start").iter_rows(named=True) if steps.height else ():
+        prof = str(r["source"]) == "profiler"
+        it.add(("profiler_steps" if prof else "steps",), f"step {r['step']}", "workbench.step",
+               r["start"] - off, r["end"] - off,
+               args=_clean({"step": r["step"], "source": str(r["source"]), "data_wait_ns": r["data_wait_ns"],
+                            "device_ns": r["device_ns"], "profiled": r["profiled"]}))
+
+
+def _add_compiles(it: _Items, comp: pl.DataFrame, off: int) -> None:
+    """Compiles with a start; the end is the log's, else start + duration, else the start."""
+    rows = comp.filter(pl.col("start").is_not_null()).sort("start").iter_rows(named=True) if comp.height else ()
+    for r in rows:
+        end = r["end"] if r["end"] is not None else (r["start"] + r["duration_ns"]
+                                                     if r["duration_ns"] is not None else r["start"])
+        cause = f" ({r['cause']})" if r["cause"] else ""
+        it.add(("compiles",), f"compile {r['compile_id']} {r['co_name'] or '?'}{cause}", "workbench.compile",
+               r["start"] - off, end - off,
+               args=_clean({k: r[k] for k in ("compile_id", "status", "cause", "cause_detail", "cause_source",
+                                              "step", "duration_ns", "fail_reason", "break_reason",
+                                              "co_filename", "co_firstlineno")}))
+
+
+def _add_collectives(it: _Items, coll: pl.DataFrame, off: int,
+                     target_at: dict[tuple[int, int], tuple[str, tuple[int, ...]]]) -> None:
+    """Collectives from arrival to finish; one whose times are a wait's target carries its flows (and is taken
+    out of ``target_at``)."""
+    if not coll.height:
+        return
+    for r in coll.with_columns(_a=pl.coalesce("kernel_start", "start"), _f=pl.coalesce("kernel_end", "end")) \
+            .sort("_a").iter_rows(named=True):
+        hit = target_at.pop((r["_a"], r["_f"]), None)
+        it.add(("collectives",), f"{r['collective']} #{r['seq']} · pg {r['pg_name']}", "workbench.collective",
+               r["_a"] - off, r["_f"] - off, flows=hit[1] if hit else None,
+               args=_clean({"backend": str(r["backend"]), **{k: r[k] for k in (
+                   "pg_name", "pg_desc", "pg_ranks", "group_size", "seq", "dtype", "bytes", "step",
+                   "kernel_name")}, "host_call_start_ns": r["start"], "host_call_end_ns": r["end"]}))
+
+
+def _add_flight_recorder(it: _Items, fr: pl.DataFrame, off: int) -> None:
+    """Flight Recorder entries from start (or creation) to completion; one never completed is an instant."""
+    rows = fr.sort("created_ns", "record_id", nulls_last=True).iter_rows(named=True) if fr.height else ()
+    for r in rows:
+        begin = r["started_ns"] or r["created_ns"]
+        if begin is None:
+            continue
+        done = r["completed_ns"]
+        it.add(("flight_recorder",), f"{r['op']} · pg {r['pg_name']} seq {r['seq']} · {r['state']}",
+               "workbench.flight_recorder", begin - off, (done - off) if done else None,
+               kind=SLICE if done else INSTANT,
+               args=_clean({k: r[k] for k in ("state", "seq", "p2p_seq", "op", "in_sizes", "in_dtypes",
+                                              "timeout_ms", "call_site", "created_ns", "started_ns",
+                                              "completed_ns")}))
+
+
+def _add_events(it: _Items, events: pl.DataFrame, off: int) -> None:
     """Kineto events on their thread (host) or stream (device) track, category as recorded."""
     if events.is_empty():
         return
@@ -345,7 +363,6 @@ def _add_events(it: _Items, events: pl.DataFrame, off: int, thread_names: dict[s
             args = {"External id": ext} if corr is None else ({"correlation": corr} if ext is None else
                                                                {"correlation": corr, "External id": ext})
         it.add(key, name, cat, s, e, INSTANT if kind == "instant" else SLICE, args)
-    it.thread_names = thread_names  # type: ignore[attr-defined]
 
 
 def _track_name(key: tuple, thread_names: dict[str, str]) -> str:
@@ -386,9 +403,8 @@ def pack(starts: Sequence[int], ends: Sequence[int], kinds: Sequence[int]) -> tu
     return lane_of, depth_of
 
 
-def _finish(out: RankTrace, it: _Items) -> None:
-    """Assign lanes per track and fill ``out`` (tracks in display order)."""
-    names = getattr(it, "thread_names", {})
+def _finish(out: RankTrace, it: _Items, names: dict[str, str]) -> None:
+    """Assign lanes per track and fill ``out`` (tracks in display order); ``names``: Kineto thread names."""
     n = len(it.start)
     order = sorted(range(n), key=lambda i: (_sort_key(it.key[i]), it.key[i], it.start[i], -it.end[i]))
     track_ids: dict[tuple, int] = {}
