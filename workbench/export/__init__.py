@@ -53,8 +53,8 @@ def format_of(path: str | os.PathLike[str]) -> tuple[Format, bool]:
 def _base_ns(run: Any, clock: Clock, ranks: list[int], small: dict[str, pl.DataFrame], waits: pl.DataFrame) -> int:
     """An origin at or before every exported time (the Chrome JSON ``ts`` origin), on a whole millisecond."""
     lows: list[int] = []
-    ev = run.scan("events", ranks=ranks).group_by("rank").agg(lo=pl.col("start").min()).collect(engine="streaming")
-    lows += [int(lo) - clock.offset(int(r)) for r, lo in ev.iter_rows() if lo is not None]
+    firsts = _first_event_times(run, ranks)
+    lows += [lo - clock.offset(r) for r, lo in firsts.items()]
     for name, cols in (("steps", ["start"]), ("compiles", ["start"]), ("collectives", ["start", "kernel_start"]),
                        ("fr", ["created_ns", "started_ns"])):
         f = small[name]
@@ -65,6 +65,25 @@ def _base_ns(run: Any, clock: Clock, ranks: list[int], small: dict[str, pl.DataF
     lows += [int(lo) - clock.offset(int(r)) for r, lo in g.iter_rows() if lo is not None]
     low = min(lows) if lows else 0
     return low - low % 1_000_000
+
+
+def _first_event_times(run: Any, ranks: list[int]) -> dict[int, int]:
+    """Each rank's first event start: from the per-file counts taken at ingestion (as ``run.info()``), else read
+    from that rank's events alone."""
+    out: dict[int, int] = {}
+    parts = getattr(getattr(run, "_big", None), "parts", None) or []
+    wanted = set(ranks)
+    if parts and not run.loaded("events"):
+        for p in parts:
+            lo = (p.stats or {}).get("start")
+            if p.rank in wanted and lo is not None:
+                out[p.rank] = min(int(lo), out.get(p.rank, int(lo)))
+        return out
+    for r in ranks:
+        lo = run.scan("events", ranks=[r]).select(pl.col("start").min()).collect().item()
+        if lo is not None:
+            out[r] = int(lo)
+    return out
 
 
 def _thread_names(run: Any) -> dict[int, dict[str, str]]:

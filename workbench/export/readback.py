@@ -297,9 +297,7 @@ def _derived(run: Any, s: pl.DataFrame, sel: Selection, windows: dict, offsets: 
     """Steps, compiles, collectives and Flight Recorder entries at their tables' times."""
     from workbench.flight_recorder import run_hangs
 
-    def off(frame: pl.DataFrame) -> pl.Expr:
-        return pl.col("rank").replace_strict(offsets, default=0, return_dtype=pl.Int64)
-
+    off = pl.col("rank").replace_strict(offsets, default=0, return_dtype=pl.Int64)
     st = sel.filter(run.steps, windows)
     fams = {
         "steps": st.select("rank", fam=pl.when(pl.col("source").cast(pl.String) == "profiler")
@@ -321,7 +319,7 @@ def _derived(run: Any, s: pl.DataFrame, sel: Selection, windows: dict, offsets: 
     families = {"steps": [DERIVED["steps"], DERIVED["profiler_steps"]], "compiles": [DERIVED["compiles"]],
                 "collectives": [DERIVED["collectives"]], "flight_recorder": [DERIVED["flight_recorder"]]}
     for name, f in fams.items():
-        f = f.filter(pl.col("rank").is_in(ranks)).with_columns(pl.col("a") - off(f), pl.col("b") - off(f))
+        f = f.filter(pl.col("rank").is_in(ranks)).with_columns(pl.col("a") - off, pl.col("b") - off)
         exp = [tuple(x) for x in f.select("rank", "fam", "a", "b").iter_rows()]
         got = [tuple(x) for x in s.filter(pl.col("family").is_in(families[name]))
                .select("rank", "family", "start", "end").iter_rows()]
