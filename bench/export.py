@@ -149,8 +149,8 @@ def report(tables: list, repeat: int, total_s: float) -> str:
         for kind in CONFIGS:
             a0 = statistics.median(r["peak_rss"] for r in r0[kind])
             a1 = statistics.median(r["peak_rss"] for r in r1[kind])
-            out.append(f"- peak RSS {kind} at {n1} ranks / at {n0}: {a1 / a0:.2f}× (bounded by the largest rank: "
-                       "flat as ranks are added)")
+            out.append(f"- peak RSS {kind} at {n1} ranks / at {n0}: {a1 / a0:.2f}× for {n1 // n0}× the ranks (one "
+                       "rank's events at a time; what grows is the small tables held for every rank)")
     out.append(f"\nWhole benchmark: {total_s:.0f} s (command: `nice python bench/export.py`).")
     return "\n".join(out)
 
