@@ -38,9 +38,12 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter("--format must be perfetto or json")
         try:
             kind, gz = format_of(output) if fmt is None else (fmt, output.name.lower().endswith(".gz"))
-        except ValueError as exc:
-            raise InputError(str(exc)) from None
-        selection = Selection.parse(ranks, steps)
+        except ValueError as exc:   # a name that says no format: a usage error
+            raise typer.BadParameter(str(exc), param_hint="-o") from None
+        try:
+            selection = Selection.parse(ranks, steps)
+        except (ValueError, InputError) as exc:
+            raise typer.BadParameter(str(exc)) from None
         run = open_with_progress(path, rank=rank, skip_bad=skip_bad, show=not quiet)
         console = Console(stderr=True)
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TaskProgressColumn(),

@@ -103,11 +103,11 @@ def _by_rank(frame: pl.DataFrame) -> dict[int, pl.DataFrame]:
 def analyse(run: Any) -> tuple[list[Any], list[dict[str, Any]]]:
     """The run's root findings (symptoms under them) and its ranked fixes, as ``workbench analyze`` and
     ``workbench recommend`` give them."""
-    from workbench.analyses.recommendations import recommend_run
+    from workbench.analyses.recommendations import ranked_fixes_run, recommendations_frame
     from workbench.analyses.summary import analysis_tables
 
     roots = list(analysis_tables(run).roots)
-    return roots, recommend_run(run, roots).to_dicts()
+    return roots, recommendations_frame(ranked_fixes_run(run, roots)).to_dicts()
 
 
 def export_run(run: Any, dest: str | os.PathLike[str] | BinaryIO, *, fmt: Format | None = None,

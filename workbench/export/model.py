@@ -281,7 +281,7 @@ def rank_trace(rank: int, info: dict[str, Any], clock: Clock, events: pl.DataFra
     for r in waits.iter_rows(named=True):
         it.add(("waiting",), f"wait for rank {r['on_rank']}", "workbench.wait", r["start"] - off, r["end"] - off,
                flows=(r["flow"],), args={"on_rank": r["on_rank"], "what": r["what"], "wait_ns": r["end"] - r["start"]})
-    _add_events(it, events, off)
+    _add_events(it, events, off, rank)
     _finish(out, it, thread_names)
     return out
 
@@ -341,15 +341,22 @@ def _add_flight_recorder(it: _Items, fr: pl.DataFrame, off: int) -> None:
                                               "completed_ns")}))
 
 
-def _add_events(it: _Items, events: pl.DataFrame, off: int) -> None:
-    """Kineto events on their thread (host) or stream (device) track, category as recorded."""
+#: Correlation and External ids are per process: written as ``rank << ID_RANK_SHIFT | id`` so the ranks' ids never
+#: meet in one file (a tool linking a kernel to its launch by id stays within the rank); raw id = low 32 bits.
+ID_RANK_SHIFT = 32
+
+
+def _add_events(it: _Items, events: pl.DataFrame, off: int, rank: int) -> None:
+    """Kineto events on their thread (host) or stream (device) track, category as recorded; ids made unique per
+    rank (:data:`ID_RANK_SHIFT`)."""
     if events.is_empty():
         return
     ev = events.select(
         kind=pl.col("kind").cast(pl.String), cat=pl.col("cat").cast(pl.String), name=pl.col("name").cast(pl.String),
         start=pl.col("start") - off, end=pl.col("end") - off, pid=pl.col("pid"), tid=pl.col("tid"),
-        device=pl.col("device"), stream=pl.col("stream"), correlation=pl.col("correlation"),
-        external_id=pl.col("external_id"),
+        device=pl.col("device"), stream=pl.col("stream"),
+        correlation=pl.col("correlation") + (rank << ID_RANK_SHIFT),
+        external_id=pl.col("external_id") + (rank << ID_RANK_SHIFT),
     )
     pids = ev.filter(~pl.col("kind").is_in(_DEVICE_KINDS))["pid"].drop_nulls()
     main_pid = int(pids.mode().sort()[0]) if pids.len() else None
