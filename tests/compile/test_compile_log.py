@@ -1,4 +1,4 @@
-"""TORCH_TRACE ingest and cause classification on the real logs in ../shared/compile_logs."""
+"""TORCH_TRACE ingest and cause classification on the real logs in tests/data/compile_logs."""
 
 from __future__ import annotations
 

@@ -20,8 +20,7 @@ from workbench.errors import InputError, TraceError
 from workbench.kineto import ASSUMED_RANK, MAX_WORLD_SIZE
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared"
-LOGS = SHARED / "compile_logs" / "torch2.13-cpu" / "2rank-gloo-divergent-shape"
+LOGS = REPO / "tests" / "data" / "compile_logs" / "torch2.13-cpu" / "2rank-gloo-divergent-shape"
 BASE = 1_790_000_000_000_000_000
 
 
@@ -101,7 +100,6 @@ def _odd_log(tmp_path: Path, replace: str, by: str, line_with: str = '{"dynamo_s
     return logs
 
 
-@pytest.mark.skipif(not LOGS.is_dir(), reason=f"{LOGS} (the shared compile logs) is absent")
 @pytest.mark.parametrize("by", ['"attempt": "0"', '"attempt": [0]', '"frame_id": {"a": 1}'])
 def test_odd_field_in_one_compile_log_skips_that_line_only(tmp_path: Path, by: str) -> None:
     logs = _odd_log(tmp_path, '"attempt": 0', by)
@@ -121,7 +119,6 @@ def test_odd_field_in_one_compile_log_skips_that_line_only(tmp_path: Path, by: s
     assert info["compiles"] == compiles.height and [k for k in info["skipped"] if f"'{field}'" in k]
 
 
-@pytest.mark.skipif(not LOGS.is_dir(), reason=f"{LOGS} (the shared compile logs) is absent")
 def test_odd_metrics_field_is_null_not_fatal(tmp_path: Path) -> None:
     logs = _odd_log(tmp_path, '"co_firstlineno": ', '"co_firstlineno": [1, 2], "x": ', '{"compilation_metrics"')
     compiles, skipped = read_compile_logs(sorted(logs.glob("*.log")))
@@ -130,7 +127,6 @@ def test_odd_metrics_field_is_null_not_fatal(tmp_path: Path) -> None:
     assert skipped.filter(pl.col("reason").str.contains("co_firstlineno")).height == 1
 
 
-@pytest.mark.skipif(not LOGS.is_dir(), reason=f"{LOGS} (the shared compile logs) is absent")
 def test_unreadable_compile_log_is_one_problem_with_skip(tmp_path: Path) -> None:
     logs = _odd_log(tmp_path, '"attempt": 0', '"attempt": 0')
     bad = next(logs.glob("*rank_1*.log"))
@@ -307,8 +303,6 @@ def test_lone_rankless_one_process_trace_is_rank_zero_with_a_note(tmp_path: Path
 
 
 def test_compile_log_found_by_content_whatever_its_name(tmp_path: Path) -> None:
-    if not LOGS.is_dir():
-        pytest.skip(f"{LOGS} (the shared compile logs) is absent")
     src = sorted(LOGS.glob("*rank_0*.log"))[0]
     d = tmp_path / "renamed"
     d.mkdir()

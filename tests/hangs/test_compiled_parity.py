@@ -14,11 +14,8 @@ from workbench.flight_recorder import GRAPH_COLLECTIVES, read_graph_collectives
 
 
 @pytest.fixture()
-def logs(shared_dir) -> list[Path]:
-    folder = shared_dir / "compile_logs/tlparse/multi_rank_schedule"
-    if not folder.is_dir():
-        pytest.skip(f"{folder} is absent")
-    return sorted(folder.glob("*.log"))
+def logs(data_dir) -> list[Path]:
+    return sorted((data_dir / "compile_logs/tlparse/multi_rank_schedule").glob("*.log"))
 
 
 def _frame(paths: list[Path]) -> pl.DataFrame:

@@ -46,9 +46,9 @@ def _intended(recs: pl.DataFrame) -> dict:
     return {s: b for s, b in data.items() if b}
 
 
-def test_hostile_compile_log_through_recommend(shared_dir, tmp_path):
+def test_hostile_compile_log_through_recommend(data_dir, tmp_path):
     logs = tmp_path / "logs"
-    _poison(shared_dir / "compile_logs/torch2.13-cpu/2rank-gloo-divergent-shape", logs)
+    _poison(data_dir / "compile_logs/torch2.13-cpu/2rank-gloo-divergent-shape", logs)
     out = tmp_path / "fixes.toml"
     from workbench.cli import app as cli
 
@@ -72,7 +72,7 @@ def test_hostile_compile_log_through_recommend(shared_dir, tmp_path):
     load_compile_config(out)
 
 
-def test_hostile_compile_log_through_apply(shared_dir, repo_dir, tmp_path):
+def test_hostile_compile_log_through_apply(data_dir, repo_dir, tmp_path):
     pytest.importorskip("dash")
     from workbench.app import page_recommendations
     from workbench.app.store import RunStore
