@@ -28,6 +28,7 @@ from workbench.analyses.diff import (
     MIN_STEPS, RunData, compare, diff_runs, median_change_ci, normalise_name, rank_sum_p,
 )
 from workbench.analyses.summary import analysis_tables
+from workbench.compile_config import NO_CONFIG_HASH
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "sample_traces"
@@ -100,7 +101,11 @@ def test_bundled_pair_proves_the_fix(bundled):
     d = diff_runs(*bundled)
     assert d.comparability.level == "comparable", d.comparability
     assert [x.what for x in d.comparability.differences] == ["compile config"]
-    assert d.comparability.differences[0].effect == "expected"
+    cfg = d.comparability.differences[0]
+    assert cfg.effect == "expected"
+    # each side shows its config's own hash: no config and the mark_dynamic config hash differently
+    assert f"config hash {NO_CONFIG_HASH[:16]}" in cfg.before and "config hash" in cfg.after
+    assert NO_CONFIG_HASH[:16] not in cfg.after, cfg
     kinds = _by_kind(d)
     div = kinds["divergent_recompile"][0]
     assert div.verdict == "fixed" and div.ranks == (0, 1) and div.steps == (6,), div
