@@ -20,6 +20,7 @@ for a user who wants to know what recompiled. Run:
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
 import platform
 import re
@@ -42,10 +43,10 @@ def build(ranks: int, mb: float) -> Path:
     done = out / ".done"
     if done.exists():
         return out
-    seed = sorted(SEED.glob("*rank_1_*.log"))
+    seed = sorted(SEED.glob("*rank_1_*.log.gz"))
     if not seed:
         sys.exit(f"seed log missing: {SEED} (tests/data/compile_logs is part of the repository)")
-    text = seed[0].read_text()
+    text = gzip.decompress(seed[0].read_bytes()).decode()
     frame_rx = re.compile(r'"frame_id": (\d+)')
     cid_rx = re.compile(r'"compile_id": "(\d+)/')
     out.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@ that refuses dangerous settings in any compile config."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import shutil
@@ -28,11 +29,11 @@ def _poison(src: Path, dest: Path) -> None:
     reasons, replaced by :data:`HOSTILE` (JSON-escaped, so the logs still parse)."""
     esc = json.dumps(HOSTILE)[1:-1]
     dest.mkdir(parents=True)
-    for log in src.glob("*.log"):
-        text = log.read_text()
+    for log in src.glob("*.log.gz"):
+        text = gzip.decompress(log.read_bytes()).decode()
         text = re.sub(r'(?<=")/[^"]*?\.py(?=")', lambda m: esc, text)
         text = text.replace("size mismatch at index 0", "size mismatch at index 0 " + esc)
-        (dest / log.name).write_text(text)
+        (dest / log.name.removesuffix(".gz")).write_text(text)
 
 
 def _intended(recs: pl.DataFrame) -> dict:
