@@ -30,11 +30,10 @@ from workbench.analyses.findings import Cost, Finding, make_finding
 from workbench.analyses.intervals import covered_between, merge_intervals
 from workbench.analyses.kinds import BUBBLE_PCT, Kind, PipelineBubbleEvidence
 from workbench.analyses.window import Window, window_steps
+from workbench.communication import is_p2p_recv_range
 
 FORWARD_PATTERN = r"(?i)(^|[^a-z])(forward|fwd)([^a-z]|$)"
 BACKWARD_PATTERN = r"(?i)(^|[^a-z])(backward|bwd)([^a-z]|$)"
-#: Host ranges that wait for the neighbouring stage (point-to-point receives), subtracted from the work.
-P2P_WAIT_PATTERN = r"(?i)^(gloo|nccl):recv|^c10d::recv"
 
 
 def step_idle(step_breakdown: pl.DataFrame) -> pl.DataFrame:
@@ -107,7 +106,7 @@ def pipeline_bubbles(
     # time inside the ranges spent receiving from the neighbouring stage is waiting, not work
     waits = events.filter(
         pl.col("kind").cast(pl.String).is_in(["annotation", "cpu_op"])
-        & pl.col("name").cast(pl.String).str.contains(P2P_WAIT_PATTERN)
+        & is_p2p_recv_range(pl.col("name"))   # waits for the neighbouring stage: not work
         & ~pl.col("rank").is_in(gpu_ranks)
     ).select("rank", "start", "end")
     span = covered_between(ann, seg, name="span_ns").select("rank", "step", "span_ns")
@@ -181,7 +180,7 @@ def bubble_findings(bubbles: pl.DataFrame, min_pct: float = BUBBLE_PCT) -> list[
         f"{stages} stage{'s' if stages != 1 else ''} and {mb:.0f} micro-batches: {theory or 0:.0f}%); the first "
         f"forward starts {(worst['delay'] or 0) / 1e6:.1f} ms into the "
         "step.",
-        PipelineBubbleEvidence(tuple(per_rank.drop("steps").to_dicts()), theory, mb, stages),
+        PipelineBubbleEvidence(tuple(per_rank.drop("steps").sort("rank").to_dicts()), theory, mb, stages),
         Cost.measured(worst["bubble_ns"], "step time not covered by any forward or backward on the worst stage"),
         ranks=per_rank["rank"].to_list(), steps=worst["steps"], source="bubbles")]
 
