@@ -1,6 +1,7 @@
 """Time breakdown of the device timeline per rank and per step, and idle time causes per stream.
 
-Definitions (all times int64 ns, all on the device timeline of one rank):
+Definitions (all times int64 ns, all on the device timeline of one rank; idle and the exposed times as
+:mod:`workbench.analyses.metrics` defines them):
 
 * window: from the first device activity start to the last device activity end in the analysed window
   (:mod:`workbench.analyses.window`). HTA calls this "kernel time".
@@ -29,6 +30,7 @@ import polars as pl
 from workbench.analyses.detectors import Inputs, register_detector
 from workbench.analyses.findings import Cost, Finding, format_ns, make_finding
 from workbench.analyses.intervals import class_coverage, mask_has, previous_end
+from workbench.analyses.metrics import COMM_EXPOSED_NS, IDLE_NS, MEMORY_EXPOSED_NS
 from workbench.analyses.kinds import (
     EXPOSED_COMM_PCT, EXPOSED_MEMCPY_PCT, IDLE_HOST_PCT, IDLE_PCT, ExposedCommEvidence, ExposedMemcpyEvidence,
     IdleEvidence, Kind,
@@ -138,12 +140,8 @@ def time_breakdown(kernels: pl.DataFrame, steps: pl.DataFrame, window: Window = 
         seg.lazy().join(sums, on=["rank", "start"], how="left")
         .with_columns([pl.col(z).fill_null(0).cast(pl.Int64) for z in zero])
         .with_columns(window_ns=pl.col("end") - pl.col("start"))
-        .with_columns(
-            idle_ns=pl.col("window_ns") - pl.col("busy_ns"),
-            memory_exposed_ns=pl.col("busy_ns") - pl.col("_cc_ns"),
-            non_compute_ns=pl.col("busy_ns") - pl.col("compute_ns"),
-        )
-        .with_columns(comm_exposed_ns=pl.col("comm_ns") - pl.col("comm_overlapped_ns"))
+        .with_columns(IDLE_NS, MEMORY_EXPOSED_NS, COMM_EXPOSED_NS,   # metrics.py: the definitions
+                      non_compute_ns=pl.col("busy_ns") - pl.col("compute_ns"))
         .select("rank", "step", "start", "end", "activities", *_NS_COLUMNS)
         .sort("rank", "start")
         .collect()

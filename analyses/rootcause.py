@@ -23,6 +23,7 @@ from typing import Any
 
 import polars as pl
 
+from workbench.analyses import metrics
 from workbench.analyses.detectors import Inputs, register_detector
 from workbench.analyses.findings import (
     Cost, Evidence, Finding, count_text, format_ns, kind_spec, make_finding, ranks_text, rescore, sort_findings,
@@ -92,7 +93,7 @@ def host_time(events: pl.DataFrame | None, steps: pl.DataFrame | None, window: s
         comm = intersect(merge(zip(comm_ev["start"].to_list(), comm_ev["end"].to_list())), win)
         busy = merge(zip(work["start"].to_list(), work["end"].to_list()))
         out.window[rank] = win
-        out.exposed_comm[rank] = subtract(comm, busy)
+        out.exposed_comm[rank] = metrics.exposed_comm(comm, busy)   # the host's work stands for compute
         out.comm[rank] = comm
         out.host[rank] = True
         out.steps[rank] = sorted(int(x) for x in g["step"].to_list())
@@ -125,9 +126,9 @@ def device_time(window_kernels: pl.DataFrame, events: pl.DataFrame | None = None
         comm = merge((s, e) for s, e, c in rows if c == "communication")
         mem = merge((s, e) for s, e, c in rows if c in ("memcpy", "memset"))
         out.window[rank] = win
-        out.idle[rank] = subtract(win, busy)
-        out.exposed_comm[rank] = subtract(comm, compute)
-        out.exposed_memory[rank] = subtract(subtract(mem, compute), comm)
+        out.idle[rank] = metrics.idle(win, busy)
+        out.exposed_comm[rank] = metrics.exposed_comm(comm, compute)
+        out.exposed_memory[rank] = metrics.exposed_memory(mem, compute, comm)
         out.comm[rank] = comm
     if events is not None:
         host = host_time(events, steps, window, skip_ranks=sorted(out.window))

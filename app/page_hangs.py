@@ -11,8 +11,9 @@ from dash import html
 
 from workbench.analyses.kinds import Kind, kinds_where
 from workbench.app import compute
-from workbench.app.components import col, error_panel, fmt_time, grid, safe, section, stats_row
+from workbench.app.components import col, error_panel, grid, safe, section, stats_row
 from workbench.app.store import RunStore
+from workbench.format import duration
 from workbench.flight_recorder import rank_last_rows
 
 PATH = "/hangs"
@@ -69,7 +70,7 @@ def _layout(store: RunStore, rid: str) -> Any:
     f = f.filter(pl.col("kind").is_in([k.value for k in HANG_KINDS])) if not f.is_empty() else f
     fixes = fixes_by_finding(store, rid) if f.height else {}
     msgs = [html.Div([html.Strong(f"{r['kind']}: "), html.Span(r["message"]),
-                      html.Span(f" ({fmt_time(r['cost_ns'])} {r['cost_basis'] or ''})".rstrip(), className="muted"),
+                      html.Span(f" ({duration(r['cost_ns'])} {r['cost_basis'] or ''})".rstrip(), className="muted"),
                       *fixes.get(r["id"], [])],
                      className="rec hang-finding") for r in f.iter_rows(named=True)]
     if not msgs:

@@ -10,13 +10,15 @@ import polars as pl
 from dash import Input, Output, dcc, html
 
 from workbench import figures
+from workbench.analyses import metrics
 from workbench.analyses.findings import kind_spec, ranks_text
+from workbench.analyses.summary import findings_costs
 from workbench.app import compute, page_breakdown, page_drift, page_hangs, page_pipeline, page_recompiles
 from workbench.app.components import (
-    bar_list, col, duration_column, error_panel, fmt_time, grid, ms_column, ns_to_ms, plural, run_problems, safe,
-    section, stats_row,
+    bar_list, col, duration_column, error_panel, grid, run_problems, safe, section, stats_row,
 )
 from workbench.app.store import RunStore
+from workbench.format import count, duration
 
 PATH = "/"
 NAME = "Overview"
@@ -38,7 +40,7 @@ def kind_title(kind: str | None) -> str:
 
 def cost_label(cost_ns: Any, basis: str | None, method: str | None = None) -> str:
     """``"2.57 s measured (collective wait in the same step)"``; the basis is left out when unknown."""
-    text = fmt_time(cost_ns)
+    text = duration(cost_ns)
     if basis:
         text += f" {basis}"
     if method:
@@ -75,23 +77,15 @@ FINDING_COLUMNS = [
 
 
 def step_stats(steps: pl.DataFrame) -> pl.DataFrame:
-    """Per rank: steps seen, median / max step time in ms (collector steps when present, else profiler steps)."""
-    if steps.is_empty():
-        return pl.DataFrame()
-    src = steps["source"].cast(pl.String).unique().to_list()
-    s = steps.filter(pl.col("source").cast(pl.String) == ("collector" if "collector" in src else "profiler"))
-    out = s.group_by("rank").agg(
-        pl.len().alias("steps"),
-        pl.col("step").min().alias("first"),
-        pl.col("step").max().alias("last"),
-        pl.col("dur").median().alias("median_ns"),
-        pl.col("dur").max().alias("max_ns"),
-    ).sort("rank")
-    return ns_to_ms(out, "median_ns", "max_ns")
+    """Per rank: steps seen, first and last, the median step time, the longest step after the first and the median
+    data wait (:func:`workbench.analyses.metrics.step_summary`: what ``workbench analyze`` prints)."""
+    return metrics.step_summary(steps)
 
 
-STEP_COLUMNS = [col("rank", "Rank"), col("steps", "Steps"), col("first", "First step"), col("last", "Last step"),
-                ms_column("median_ms", "Median step time"), ms_column("max_ms", "Longest step")]
+STEP_COLUMNS = [col("rank", "Rank"), col("steps", "Steps"), col("first_step", "First step"),
+                col("last_step", "Last step"), duration_column("median_ns", "Median step time"),
+                duration_column("max_ns", "Longest step after the first"),
+                duration_column("data_wait_median_ns", "Median data wait"), col("source", "Steps from")]
 
 
 # ------------------------------------------------------------------------------------------------ run list
@@ -105,7 +99,7 @@ def _run_row(store: RunStore, entry, current: str | None) -> html.Tr:
     elif h.error:
         what, cause, cost = "–", html.Span(h.error, className="run-error-text"), ""
     else:
-        what = ("GPU" if h.gpu else "CPU") + (f" · {fmt_time(h.wall_ns)}" if h.wall_ns else "")
+        what = ("GPU" if h.gpu else "CPU") + (f" · {duration(h.wall_ns)}" if h.wall_ns else "")
         if h.kind is None:
             cause, cost = html.Span("nothing found", className="muted"), ""
         else:
@@ -161,7 +155,7 @@ def _run_part(store: RunStore, rid: str) -> Any:
         ("world_size", "world size", str(info.get("world_size") or "–")),
         ("ranks", "ranks loaded", str(len(info["ranks"]))),
         ("steps", "steps", str(info["steps"])),
-        ("span", "span", fmt_time(info["span_ns"])),
+        ("span", "span", duration(info["span_ns"])),
         ("kernels", "device activities", f"{run.count('kernels'):,}"),
         ("collectives", "collectives", f"{info['collectives']:,}"),
         ("compiles", "compiles", f"{info['compiles']:,}"),
@@ -210,9 +204,9 @@ def _root_item(rid: str, i: int, row: dict[str, Any], symptoms: pl.DataFrame) ->
     ]
     if symptoms.height:
         parts.append(html.Details([
-            html.Summary(f"{plural(symptoms.height, 'symptom')} this explains (their time is inside this cost, "
+            html.Summary(f"{count(symptoms.height, 'symptom')} this explains (their time is inside this cost, "
                          "not counted again)"),
-            html.Ul([html.Li([html.Strong(kind_title(s["kind"])), f" · {fmt_time(s['cost_ns'])} · ",
+            html.Ul([html.Li([html.Strong(kind_title(s["kind"])), f" · {duration(s['cost_ns'])} · ",
                               html.Span(s["message"])], className="symptom")
                      for s in symptoms.iter_rows(named=True)]),
         ], className="symptoms"))
@@ -226,7 +220,9 @@ def _root_causes(store: RunStore, rid: str) -> Any:
     roots = f.filter(pl.col("is_root"))
     items = [_root_item(rid, i, r, compute.symptoms_of(f, r["id"]))
              for i, r in enumerate(roots.iter_rows(named=True), 1)]
-    return html.Div([*items, bar_list(figures.findings_bars(roots), id="findings-figure",
+    bars = findings_costs(roots).with_columns(color=pl.col("severity").map_elements(figures.severity_color,
+                                                                                 return_dtype=pl.String))
+    return html.Div([*items, bar_list(bars, id="findings-figure",
                                       title="Root causes by the time they cost")])
 
 

@@ -19,6 +19,9 @@ import plotly.io as pio
 import polars as pl
 
 from workbench import figures
+from workbench.analyses import metrics
+from workbench.analyses.bubbles import pipeline_shape
+from workbench.timeline import drawn_steps, run_microbatches
 
 PlotlyJS = Literal["inline", "cdn"]
 
@@ -122,15 +125,14 @@ def build_report(run: Any, *, title: str | None = None, timeline: bool = True) -
 
     # pipeline
     bub = tables.bubbles if tables is not None else None
-    if bub is not None and not bub.is_empty() and float(bub["forwards"].median() or 0) >= 2:
+    if bub is not None and metrics.is_pipeline(bub):
         def pipe():
-            mb = figures.run_microbatches(run)
-            stages = bub["rank"].n_unique()
-            theory = figures.gpipe_bubble_pct(stages, float(bub["forwards"].median()))
+            mb = run_microbatches(run)
+            _, _, theory = pipeline_shape(bub)
             steps = sorted(bub["step"].unique().to_list())
             step = steps[len(steps) // 2]
             return [figures.bubble_figure(bub, theory_pct=theory),
-                    figures.pipeline_schedule_figure(mb, figures.drawn_steps(run.steps), step=step)]
+                    figures.pipeline_schedule_figure(mb, drawn_steps(run.steps), step=step)]
         parts = attempt("pipeline", pipe)
         if parts:
             rep.sections.append(("Pipeline: bubble per stage and the schedule of one step", parts))

@@ -296,8 +296,8 @@ ANALYSIS_TABLES: dict[str, dict[str, pl.DataType]] = {
     },
     "step_times": {
         "rank": pl.Int32, "source": pl.String, "step": pl.Int32, "start": pl.Int64, "end": pl.Int64, "dur": pl.Int64,
-        "data_wait_ns": pl.Int64, "device_ns": pl.Int64, "ranks": pl.UInt32, "median_dur": pl.Float64,
-        "excess_ns": pl.Int64, "lateness_ns": pl.Int64, "is_latest": pl.Boolean, "held_back_ns": pl.Int64,
+        "data_wait_ns": pl.Int64, "device_ns": pl.Int64, "step_ns": pl.Int64, "ranks": pl.UInt32,
+        "median_step_ns": pl.Float64, "excess_ns": pl.Int64, "lateness_ns": pl.Int64, "is_latest": pl.Boolean, "held_back_ns": pl.Int64,
     },
     "stragglers": {
         "rank": pl.Int32, "signal": pl.String, "events": pl.UInt32, "held_count": pl.UInt32, "held_back_ns": pl.Int64,

@@ -15,6 +15,7 @@ import workbench
 from workbench.commands.output import console as safe_console
 from workbench.commands.output import echo, echo_json, markup
 from workbench.errors import InputError, printable, stage
+from workbench.format import duration
 from workbench.flight_recorder import rank_last_rows
 from workbench.run import Run
 
@@ -44,13 +45,6 @@ def open_with_progress(path: Path, *, rank: int | None, skip_bad: bool, show: bo
     return run
 
 
-def _fmt_ns(ns: int) -> str:
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
-        if ns >= scale:
-            return f"{ns / scale:.3f} {unit}"
-    return f"{ns} ns"
-
-
 def print_info(info: dict[str, Any]) -> None:
     """The human-readable summary."""
     console = safe_console()
@@ -67,7 +61,7 @@ def print_info(info: dict[str, Any]) -> None:
     t.add_row("torch", ", ".join(info["torch_version"]) or "-")
     t.add_row("NCCL", ", ".join(info["nccl_version"]) or "-")
     t.add_row("steps", f"{info['steps']} ({_range(info['step_ids'])})")
-    t.add_row("time span", _fmt_ns(info["span_ns"]) + (f"  clock: {', '.join(info['clock'])}" if info["clock"] else ""))
+    t.add_row("time span", duration(info["span_ns"]) + (f"  clock: {', '.join(info['clock'])}" if info["clock"] else ""))
     t.add_row("events", f"{info['events']:,}  " + "  ".join(f"{k}={v:,}" for k, v in info["events_by_kind"].items()))
     t.add_row("kernels", "  ".join(f"{k}={v:,}" for k, v in info["kernels"].items()))
     t.add_row("collectives", f"{info['collectives']:,}  " + "  ".join(f"{k}={v}" for k, v in info["collectives_by_name"].items()))
