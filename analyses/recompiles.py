@@ -382,7 +382,7 @@ def divergence_cost(div: pl.DataFrame, compiles: pl.DataFrame | None = None, ste
                 method = "unknown: no compile time, collective or step time recorded"
         rows.append({**d, "step": step, "wait_ns": wait, "cost_basis": basis, "cost_method": method,
                      "waiting_ranks": sorted(waiting),
-                     "wait_by_rank": json.dumps({str(k): v for k, v in per_rank.items()})})
+                     "wait_by_rank": json.dumps({str(k): v for k, v in sorted(per_rank.items())})})
     if not rows:
         return schema.empty(DIVERGENCE_COST)
     return schema.conform(pl.DataFrame(rows, schema_overrides={k: v for k, v in DIVERGENCE_COST.items()}),

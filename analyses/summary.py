@@ -30,9 +30,10 @@ from workbench.analyses.recompiles import classify_compiles
 from workbench.analyses.rootcause import attribute, trace_compile_spans
 from workbench.analyses.stragglers import step_times, straggler_ranks
 from workbench.analyses.window import Window
-from workbench.flight_recorder import run_hangs
 from workbench.format import duration
-from workbench.schema import COLLECTIVES, COMPILES, FINGERPRINTS, RANKS, STEPS, conform, empty
+from workbench.schema import (
+    COLLECTIVES, COMPILES, FINGERPRINTS, RANKS, STEPS, HangTables, conform, empty, empty_hang_tables,
+)
 
 
 def _table(run: Any, name: str, schema: dict) -> pl.DataFrame:
@@ -90,6 +91,12 @@ def _declared(name: str, frame: pl.DataFrame | None) -> pl.DataFrame:
         return empty(sch)
     extra = [c for c in frame.columns if c not in sch]
     return conform(frame, sch) if not extra else conform(frame, sch).hstack(frame.select(extra))
+
+
+def _hangs(run: Any) -> HangTables:
+    """The run's hang tables (``Run.hangs``: the I/O layer reads them), empty when it has none."""
+    hang = getattr(run, "hangs", None)
+    return hang if isinstance(hang, HangTables) else empty_hang_tables()
 
 
 def _with_stack_ranks(python_events: pl.DataFrame) -> pl.DataFrame:
@@ -151,7 +158,7 @@ def _distorted_steps(compiles: pl.DataFrame, steps: pl.DataFrame, traced: dict[i
 def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = KERNEL_WAIT_NS, *,
                     timeout_s: float | None = None) -> AnalysisTables:
     """Every analysis output for ``run`` (anything with ``kernels``, ``steps``, ``collectives``, ``events``,
-    ``ranks``, ``compiles``, ``fingerprints`` polars attributes, e.g. :class:`workbench.Run`), as
+    ``ranks``, ``compiles``, ``fingerprints`` polars attributes and optionally ``hangs``, e.g. :class:`workbench.Run`), as
     :class:`AnalysisTables`; its ``roots`` are the typed findings, root causes first."""
     steps = _table(run, "steps", STEPS)
     colls = _table(run, "collectives", COLLECTIVES)
@@ -198,7 +205,7 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
         meta=getattr(run, "meta", None) or {}, world_size=getattr(run, "world_size", None), timeout_s=timeout_s,
         tables=out, main_causes=main_causes, python_events=ev["python_events"],
         profiler_inflated=not _with_stack_ranks(ev["python_events"]).is_empty(), steps_by_rank=_steps_by_rank(bd),
-        device=device, traced=traced, hangs=run_hangs(run))
+        device=device, traced=traced, hangs=_hangs(run))
     found = run_detectors(inputs)   # analyses/detectors.py: every registered detector, in order
     wall = metrics.wall_ns(steps) or {r: sum(e - s for s, e in w) for r, w in device.window.items()}
     roots = attribute(found, device=device, compiles=compiles, matched=matched, steps=steps, wall_ns=wall)

@@ -10,11 +10,11 @@ import polars as pl
 from dash import html
 
 from workbench.analyses.kinds import Kind, kinds_where
+from workbench.analyses.rank_end import rank_last_rows
 from workbench.app import compute
 from workbench.app.components import col, error_panel, grid, safe, section, stats_row
 from workbench.app.store import RunStore
 from workbench.format import duration
-from workbench.flight_recorder import rank_last_rows
 
 PATH = "/hangs"
 NAME = "Hangs"
@@ -35,9 +35,13 @@ STATES = ("finished: closed normally · timeout: a collective timed out · peer_
           "stalled: a step ran past the stall limit, or a dump shows a collective still running")
 
 
+def _last_rows(run: Any) -> list[dict[str, Any]]:
+    return rank_last_rows(run.hangs, run.steps, run.compiles, run.world_size)
+
+
 def rank_rows(store: RunStore, rid: str) -> list[dict[str, Any]]:
     """Each rank's end state, last step and last collective (cached per run)."""
-    return store.cached(rid, "hang_ranks", lambda: rank_last_rows(store.run(rid)))
+    return store.cached(rid, "hang_ranks", lambda: _last_rows(store.run(rid)))
 
 
 def fixes_by_finding(store: RunStore, rid: str) -> dict[str, list[Any]]:

@@ -127,8 +127,8 @@ def lanes(store: RunStore, rid: str, ranks: list[int] | None) -> list[str]:
         run = store.run(rid)
         sel = _sel(ranks)
         return tl.timeline_lanes(index(store, rid, ranks), ranks=ranks or None, steps=sel(tl.drawn_steps(run.steps)),
-                                      collectives=sel(run.collectives), compiles=sel(run.compiles),
-                                      microbatches=sel(microbatches(store, rid)))
+                                 collectives=sel(run.collectives), compiles=sel(run.compiles),
+                                 microbatches=sel(microbatches(store, rid)))
     return store.cached(rid, f"timeline:lanes:{_key(ranks)}", go)
 
 

@@ -16,7 +16,6 @@ from workbench.commands.output import console as safe_console
 from workbench.commands.output import echo, echo_json, markup
 from workbench.errors import InputError, printable, stage
 from workbench.format import duration
-from workbench.flight_recorder import rank_last_rows
 from workbench.run import Run
 
 PATH_ARG = typer.Argument(..., help="Run directory, folder of Kineto traces, one trace file, or TORCH_TRACE logs.")
@@ -77,7 +76,7 @@ def print_info(info: dict[str, Any]) -> None:
 
 
 def print_ranks_last(console: Console, rows: list[dict[str, Any]]) -> None:
-    """Each rank's end state, last step and last collective (from workbench.flight_recorder.rank_last_rows)."""
+    """Each rank's end state, last step and last collective (from workbench.analyses.rank_end.rank_last_rows)."""
     if not rows or all(r["last_collective"] is None and r["state"] in ("finished", "unknown") for r in rows):
         return
     t = Table(title="ranks: last step and last collective", title_justify="left")
@@ -110,7 +109,10 @@ def register(app: typer.Typer) -> None:
         with stage("summarising", path):
             summary = run.info()
             summary.setdefault("notes", run.meta.get("notes", []))
-            summary["ranks_last"] = rank_last_rows(run)  # each rank's last step and collective (docs/hangs.md)
+            from workbench.analyses.rank_end import rank_last_rows
+
+            # each rank's last step and collective (docs/hangs.md)
+            summary["ranks_last"] = rank_last_rows(run.hangs, run.steps, run.compiles, run.world_size)
         if json:
             echo_json(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
         else:
