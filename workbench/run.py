@@ -465,10 +465,8 @@ def _concat(frames: list[pl.DataFrame], sch: dict[str, pl.DataType]) -> pl.DataF
 def _read_compiles(sources: Sources, on_error: OnError, problems: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
     if not sources.compile_logs:
         return schema.empty(schema.COMPILES), schema.empty(schema.SKIPPED)
-    try:
-        from workbench.compile_log import read_compile_logs
-    except ImportError:
-        return schema.empty(schema.COMPILES), schema.empty(schema.SKIPPED)
+    from workbench.compile_log import read_compile_logs
+
     frames, skipped = [], []
     by_rank: dict[int | None, list[Path]] = {}
     for p, r in sources.compile_logs:
