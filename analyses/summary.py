@@ -30,7 +30,7 @@ from workbench.analyses.recompiles import classify_compiles
 from workbench.analyses.rootcause import attribute, trace_compile_spans
 from workbench.analyses.stragglers import step_times, straggler_ranks
 from workbench.analyses.window import Window
-from workbench.format import duration
+from workbench.format import duration, kind_title
 from workbench.schema import (
     COLLECTIVES, COMPILES, FINGERPRINTS, RANKS, STEPS, HangTables, conform, empty, empty_hang_tables,
 )
@@ -251,6 +251,28 @@ def findings_costs(findings: pl.DataFrame, *, top: int = 15) -> pl.DataFrame:
         "severity": f["severity"].to_list(),
         "message": f["message"].fill_null("").to_list(),
     }, schema=schema)
+
+
+def findings_table(findings: pl.DataFrame) -> pl.DataFrame:
+    """Every finding (``FINDINGS`` rows) as a table reads it, in the analyses' order (each root cause, then its
+    symptoms): ``n``, ``kind`` (its title), ``role`` ("root cause" / "symptom of <its cause>"), ``severity``,
+    ``cost_ns``, ``cost_basis``, ``ranks``, ``steps`` (text) and ``message``: the Overview's grid and the report's."""
+    f = findings
+    kinds = dict(zip(f["id"].to_list(), f["kind"].to_list()))
+    return f.select(
+        pl.int_range(1, f.height + 1).alias("n"),
+        pl.col("kind").map_elements(kind_title, return_dtype=pl.String).alias("kind"),
+        pl.when(pl.col("is_root")).then(pl.lit("root cause")).otherwise(
+            pl.concat_str([pl.lit("symptom of "), pl.col("cause_id").replace_strict(
+                kinds, default=pl.col("cause_id")).map_elements(kind_title, return_dtype=pl.String)])
+        ).alias("role"),
+        pl.col("severity"),
+        pl.col("cost_ns"),
+        pl.col("cost_basis").fill_null("–"),
+        pl.col("ranks").list.eval(pl.element().cast(pl.String)).list.join(", ").alias("ranks"),
+        pl.col("steps").list.eval(pl.element().cast(pl.String)).list.join(", ").alias("steps"),
+        pl.col("message"),
+    )
 
 
 def _num(v: Any, nd: int = 2) -> Any:

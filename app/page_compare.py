@@ -16,7 +16,7 @@ from workbench.app.components import (
     col, duration_column, error_panel, graph, grid, info_panel, lazy_graph, safe, section,
 )
 from workbench.app.store import RunStore
-from workbench.format import duration
+from workbench.format import duration, kind_title
 
 PATH = "/compare"
 NAME = "Compare"
@@ -55,8 +55,6 @@ OPS_COLUMNS = [col("kind", "Kind"), col("status", "Status"), col("name", "Name",
 def findings_table(d: RunDiff) -> pl.DataFrame:
     """Verdicts on BEFORE's findings, then AFTER's new ones, as shown."""
     f = d.findings_frame()
-    from workbench.app.page_overview import kind_title
-
     return f.with_columns(pl.col("kind").map_elements(kind_title, return_dtype=pl.String, skip_nulls=False)).select(
         "verdict", "kind", "ranks", "steps", "before_cost_ns", "after_cost_ns", "evidence", "caveat")
 

@@ -12,13 +12,13 @@ from dash import Input, Output, dcc, html
 from workbench import figures
 from workbench.analyses import metrics
 from workbench.analyses.findings import kind_spec, ranks_text
-from workbench.analyses.summary import findings_costs
+from workbench.analyses.summary import findings_costs, findings_table
 from workbench.app import compute, page_breakdown, page_drift, page_hangs, page_pipeline, page_recompiles
 from workbench.app.components import (
     bar_list, col, duration_column, error_panel, grid, run_problems, safe, section, stats_row,
 )
 from workbench.app.store import RunStore
-from workbench.format import count, duration
+from workbench.format import count, duration, kind_title
 
 PATH = "/"
 NAME = "Overview"
@@ -33,11 +33,6 @@ def kind_page(kind: str) -> tuple[str, str]:
     return _PAGES[kind_spec(kind).page]
 
 
-def kind_title(kind: str | None) -> str:
-    """``"divergent_recompile"`` → ``"Divergent recompile"``."""
-    return (kind or "finding").replace("_", " ").capitalize()
-
-
 def cost_label(cost_ns: Any, basis: str | None, method: str | None = None) -> str:
     """``"2.57 s measured (collective wait in the same step)"``; the basis is left out when unknown."""
     text = duration(cost_ns)
@@ -48,30 +43,10 @@ def cost_label(cost_ns: Any, basis: str | None, method: str | None = None) -> st
     return text
 
 
-def findings_table(f: pl.DataFrame) -> pl.DataFrame:
-    """Every finding as the grid shows it, in the analyses' order (each root cause, then its symptoms), with the
-    root cause a symptom belongs to and the cost in ns (shown as :func:`fmt_time` shows it)."""
-    kinds = dict(zip(f["id"].to_list(), f["kind"].to_list()))
-    return f.select(
-        pl.int_range(1, f.height + 1).alias("n"),
-        pl.col("kind").map_elements(kind_title, return_dtype=pl.String).alias("kind"),
-        pl.when(pl.col("is_root")).then(pl.lit("root cause")).otherwise(
-            pl.concat_str([pl.lit("symptom of "), pl.col("cause_id").replace_strict(
-                kinds, default=pl.col("cause_id")).map_elements(kind_title, return_dtype=pl.String)])
-        ).alias("role"),
-        pl.col("severity"),
-        pl.col("cost_ns"),
-        pl.col("cost_basis").fill_null("–").alias("basis"),
-        pl.col("ranks").list.eval(pl.element().cast(pl.String)).list.join(", ").alias("ranks"),
-        pl.col("steps").list.eval(pl.element().cast(pl.String)).list.join(", ").alias("steps"),
-        pl.col("message"),
-    )
-
-
 FINDING_COLUMNS = [
     col("n", "#"), col("kind", "Finding"), col("role", "Role", wrapText=True),
     col("severity", "Severity"), duration_column("cost_ns", "Cost"),
-    col("basis", "Cost basis"), col("ranks", "Ranks"), col("steps", "Steps"),
+    col("cost_basis", "Cost basis"), col("ranks", "Ranks"), col("steps", "Steps"),
     col("message", "What was seen", wrapText=True),
 ]
 

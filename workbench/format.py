@@ -101,12 +101,21 @@ def cell(v: Any, column: str = "") -> str:
     return str(v)
 
 
+def kind_title(kind: str | None) -> str:
+    """A finding's kind as a title: ``"divergent_recompile"`` → ``"Divergent recompile"``."""
+    return (kind or "finding").replace("_", " ").capitalize()
+
+
 #: Column names that read better said differently (the rest: units dropped, underscores as spaces).
 COLUMN_NAMES: dict[str, str] = {
     "is_root": "root cause", "cause_id": "explained by", "cost_basis": "cost basis", "cost_method": "how measured",
     "kind": "finding", "pg_name": "process group", "held_count": "times last", "held_pct": "last in",
-    "held_share_pct": "share of step time", "first_step": "since step", "finding_kind": "answers",
-    "code_advice": "code change", "apply": "written to the config", "window_ns": "window",
+    "held_share_pct": "share of step time", "held_back_ns": "held the others back", "first_step": "since step",
+    "finding_kind": "answers", "code_advice": "code change", "apply": "written to the config",
+    "comm_exposed_pct": "exposed communication", "memory_exposed_pct": "exposed memory copies",
+    "comm_overlap_pct": "communication under compute", "comm_overlap_of_max_pct": "overlap of the longer",
+    "duration_ns": "compile time", "wait_ns": "others waited", "missing_ranks": "ranks without it",
+    "span_ns": "span", "world_size": "world size", "change_pct": "change", "delta_ns": "change",
 }
 
 
@@ -121,5 +130,5 @@ def column_name(column: str) -> str:
     return column.replace("_", " ")
 
 
-__all__ = ["COLUMN_NAMES", "MISSING", "axis_ms", "cell", "column_name", "count", "duration", "missing", "number",
-           "percent"]
+__all__ = ["COLUMN_NAMES", "MISSING", "axis_ms", "cell", "column_name", "count", "duration", "kind_title", "missing",
+           "number", "percent"]
