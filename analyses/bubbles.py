@@ -224,6 +224,21 @@ def gpipe_bubble_pct(stages: int, microbatches: float) -> float | None:
     return 100.0 * (stages - 1) / (microbatches + stages - 1)
 
 
+def stage_summary(bubbles: pl.DataFrame) -> pl.DataFrame:
+    """Per stage (rank) of :func:`pipeline_bubbles` rows, over its analysed steps: ``steps``, ``microbatches``
+    (median forwards per step), and the medians of ``work_ns``, ``bubble_ns``, ``bubble_pct`` and
+    ``first_forward_delay_ns``; ``timeline`` (where the work was measured)."""
+    return bubbles.group_by("rank").agg(
+        pl.len().alias("steps"),
+        pl.col("forwards").median().alias("microbatches"),
+        pl.col("work_ns").median(),
+        pl.col("bubble_ns").median(),
+        pl.col("bubble_pct").median(),
+        pl.col("first_forward_delay_ns").median(),
+        pl.col("timeline").first(),
+    ).sort("rank")
+
+
 def pipeline_shape(bubbles: pl.DataFrame) -> tuple[int, float, float | None]:
     """``(stages, micro-batches per step, GPipe theory %)`` of :func:`pipeline_bubbles` rows: the stages are its
     ranks, the micro-batches the median forwards per stage and step."""

@@ -18,7 +18,7 @@ from workbench.app.components import (
     bar_list, col, duration_column, error_panel, grid, run_problems, safe, section, stats_row,
 )
 from workbench.app.store import RunStore
-from workbench.format import count, duration, kind_title
+from workbench.format import count, duration, kind_title, percent
 
 PATH = "/"
 NAME = "Overview"
@@ -80,7 +80,7 @@ def _run_row(store: RunStore, entry, current: str | None) -> html.Tr:
         else:
             cause = html.Span(kind_title(h.kind), title=h.message or "")
             pct = 100 * h.cost_ns / h.wall_ns if h.wall_ns and h.cost_ns else None
-            share = f" · {pct:.0f} % of the run's span" if pct is not None and pct <= 100 else ""
+            share = f" · {percent(pct, 0)} of the run's span" if pct is not None and pct <= 100 else ""
             cost = cost_label(h.cost_ns, h.cost_basis) + share
     return html.Tr([html.Td(link), html.Td(what), html.Td(cause, className="run-cause"),
                     html.Td(cost, className="run-cost"), html.Td("◀ shown below" if entry.id == current else "",

@@ -11,7 +11,7 @@ from dash import Input, Output, State, dcc, html
 from workbench import figures
 from workbench import timeline as tl
 from workbench.analyses import metrics
-from workbench.analyses.bubbles import pipeline_shape
+from workbench.analyses.bubbles import pipeline_shape, stage_summary
 from workbench.analyses.kinds import Kind
 from workbench.app import compute
 from workbench.app.components import (
@@ -32,15 +32,7 @@ def stage_table(bubbles: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """Per stage (rank): its median step time (:func:`workbench.analyses.metrics.step_summary`, as ``workbench
     analyze`` and the Overview give it), then over the analysed steps: how many, micro-batches per step, the median
     work, bubble and first-forward delay."""
-    per = bubbles.group_by("rank").agg(
-        pl.len().alias("steps"),
-        pl.col("forwards").median().alias("microbatches"),
-        pl.col("work_ns").median(),
-        pl.col("bubble_ns").median(),
-        pl.col("bubble_pct").median(),
-        pl.col("first_forward_delay_ns").median(),
-        pl.col("timeline").first(),
-    )
+    per = stage_summary(bubbles)
     typical = metrics.step_summary(steps).select(pl.col("rank").cast(per.schema["rank"]), "median_ns")
     return per.join(typical, on="rank", how="left").sort("rank")
 
@@ -78,7 +70,7 @@ def _layout(store: RunStore, rid: str) -> Any:
                         "schedules or the collector's micro-batch hooks write).",
                         className="panel panel-unavailable", id="no-pipeline")
     stages, m, theory = pipeline_shape(bub)
-    measured = float(bub.group_by("rank").agg(pl.col("bubble_pct").median())["bubble_pct"].max())
+    measured = float(stage_summary(bub)["bubble_pct"].max())
     step = default_step(bub)
     f = compute.findings(store, rid).filter(pl.col("kind") == Kind.PIPELINE_BUBBLE.value)
     msgs = [html.Div([html.Strong("Finding: "), html.Span(r["message"]), html.Span(

@@ -19,7 +19,8 @@ import plotly.graph_objects as go
 import polars as pl
 
 from workbench import timeline as tl
-from workbench.analyses import bubbles, metrics
+from workbench.analyses import bubbles as bubbles_analysis
+from workbench.analyses import metrics
 from workbench.analyses.collectives import arrival_offsets, skew_cells
 from workbench.analyses.recompiles import classify_compiles
 from workbench.analyses.summary import findings_costs
@@ -345,7 +346,7 @@ def run_timeline(run: Any, *, start: int | None = None, end: int | None = None, 
     index = tl.TimelineIndex(run.kernels)
     view = tl.timeline_view(index, start=start, end=end, ranks=ranks, width_px=width_px)
     origin = (tl.activity_bounds(run.kernels, run.steps, run.collectives) or (0, 0))[0]
-    mb = sel(bubbles.microbatch_ranges(getattr(run, "events", None)))
+    mb = sel(bubbles_analysis.microbatch_ranges(getattr(run, "events", None)))
     compiles = classify_compiles(sel(run.compiles))   # each compile's cause, for its hover
     lanes = tl.timeline_lanes(index, ranks=ranks, steps=tl.drawn_steps(steps), collectives=colls,
                               compiles=compiles, microbatches=mb)
@@ -680,7 +681,7 @@ def bubble_figure(bubbles: pl.DataFrame, *, theory_pct: float | None = None,
     GPipe theory ``(S-1)/(M+S-1)`` as a line when given."""
     if bubbles is None or bubbles.is_empty():
         return empty_figure("no pipeline micro-batches found")
-    per = bubbles.group_by("rank").agg(pl.col("bubble_pct").median(), pl.col("bubble_ns").median()).sort("rank")
+    per = bubbles_analysis.stage_summary(bubbles)
     xs = [f"stage {r} (rank {r})" for r in per["rank"].to_list()]
     fig = _figure(go.Bar(
         x=xs, y=per["bubble_pct"].to_list(), marker_color=PARTS["bubble_ns"][0],
