@@ -14,6 +14,7 @@ from typing import Any
 import polars as pl
 
 from workbench.analyses import diff as diff_analysis
+from workbench.analyses import metrics
 from workbench.analyses import recommendations as recs_analysis
 from workbench.analyses import recompiles as recompiles_analysis
 from workbench.analyses import summary as summary_analysis
@@ -104,6 +105,24 @@ class Headline:
     error: str | None = None
 
 
+def run_span_ns(store: RunStore, rid: str) -> int | None:
+    """The run's span: the longest rank's analysed wall time (:func:`workbench.analyses.metrics.wall_ns`, first
+    batch request to last step end), else the recorded span of its traces (a run without steps). Every step and
+    every cost of the run lies inside it, so "longest step" and "what it costs" never exceed it."""
+    def go():
+        run = store.run(rid)
+        walls = metrics.wall_ns(run.steps)
+        recorded = store.cached(rid, "info", run.info).get("span_ns")
+        return max([*walls.values(), recorded or 0]) or None
+    return _cached(store, rid, "run_span", go)
+
+
+def is_costly(row: dict[str, Any]) -> bool:
+    """A finding that costs time (a measured or estimated cost above zero) or is rated above ``info``: what the
+    Overview numbers as a root cause. A zero-cost ``info`` finding (a drift trend, not time lost) is a note."""
+    return bool(row.get("cost_ns")) or row.get("severity") not in ("info", None)
+
+
 def is_gpu_run(run: Any) -> bool:
     """True when the run recorded device (GPU) kernels."""
     return run.count("kernels") > 0  # from the per-rank counts: no kernel is read
@@ -117,12 +136,28 @@ def headline(store: RunStore, rid: str) -> Headline:
             roots = root_causes(store, rid)
         except Exception as exc:  # noqa: BLE001 - the run list says why
             return Headline(None, None, None, None, 0, False, None, error=f"{type(exc).__name__}: {exc}")
-        info = store.cached(rid, "info", run.info)
-        top = roots.row(0, named=True) if roots.height else None
+        costly = [r for r in roots.iter_rows(named=True) if is_costly(r)]
+        top = costly[0] if costly else None
         return Headline(top["kind"] if top else None, top["cost_ns"] if top else None,
-                        top["cost_basis"] if top else None, top["message"] if top else None, roots.height,
-                        is_gpu_run(run), info.get("span_ns"))
+                        top["cost_basis"] if top else None, top["message"] if top else None, len(costly),
+                        is_gpu_run(run), run_span_ns(store, rid))
     return store.headline(rid, go)
+
+
+def runs_by_cost(store: RunStore) -> list[str]:
+    """Run ids, the most costly top root cause first; runs not analysed yet (or that failed) after, by name."""
+    def key(rid: str):
+        h = store.headline_ready(rid)
+        cost = h.cost_ns if h is not None and not h.error and h.cost_ns else None
+        return (cost is None, -(cost or 0), rid)
+    return sorted(store.ids(), key=key)
+
+
+def most_costly(store: RunStore) -> str | None:
+    """The analysed run whose top root cause costs the most (``None`` while none is analysed)."""
+    ids = runs_by_cost(store)
+    h = store.headline_ready(ids[0]) if ids else None
+    return ids[0] if h is not None and h.cost_ns and not h.error else None
 
 
 # ---------------------------------------------------------------------------------------------- recompiles

@@ -69,13 +69,19 @@ def href(path: str, query: dict[str, str]) -> str:
     return path + ("?" + urlencode(q) if q else "")
 
 
+def landing_id(store: RunStore) -> str | None:
+    """The run a visit without ``?run=`` shows: the most costly analysed run, else the store's default (a GPU run
+    with the most ranks) while none is analysed yet."""
+    return compute.most_costly(store) or store.default_id()
+
+
 def _header(store: RunStore) -> html.Div:
     options = [{"label": e.label, "value": e.id, "title": str(e.path)} for e in store.entries]
     return html.Div(
         [
             html.Span("workbench", className="brand"),
             html.Nav([dcc.Link(p.NAME, href=p.PATH, id=f"nav-{p.KEY}") for p in PAGES]),
-            dcc.Dropdown(id="run-select", options=options, value=store.default_id(), clearable=False,
+            dcc.Dropdown(id="run-select", options=options, value=landing_id(store), clearable=False,
                          className="run-select", placeholder="no runs found"),
         ],
         className="header",
@@ -97,7 +103,9 @@ def create_app(paths: Iterable[str | Path] | None = None, *, store: RunStore | N
         assets_folder=str(Path(__file__).with_name("assets")),
         update_title=None,
     )
-    app.layout = html.Div([dcc.Location(id="url"), _header(store), html.Div(id="page", className="page")])
+    # a function: each page load gets the header of the runs listed now (a refresh finds new ones) and lands on
+    # the most costly run analysed so far
+    app.layout = lambda: html.Div([dcc.Location(id="url"), _header(store), html.Div(id="page", className="page")])
     first_page = threading.Event()  # set once a page has been served: the background analysis waits for it
     by_path = {p.PATH: p for p in PAGES}
 
@@ -116,7 +124,7 @@ def create_app(paths: Iterable[str | Path] | None = None, *, store: RunStore | N
         if ctx.triggered_id == "run-select" and selected and selected != query.get("run"):
             query = {"run": selected, **{k: query[k] for k in _STICKY if k in query}}
             new_search = "?" + urlencode(query)
-        run_id = query.get("run") or selected or store.default_id()
+        run_id = query.get("run") or selected or landing_id(store)
         if run_id and "run" not in query:
             query["run"] = run_id
         page = by_path.get((pathname or "/").rstrip("/") or "/")

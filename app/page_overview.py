@@ -69,6 +69,7 @@ STEP_COLUMNS = [col("rank", "Rank"), col("steps", "Steps"), col("first_step", "F
 def _run_row(store: RunStore, entry, current: str | None) -> html.Tr:
     h = store.headline_ready(entry.id)
     link = dcc.Link(entry.label, href=f"/?run={entry.id}", className="run-link", id=f"run-link-{entry.id}")
+    cost_attr: dict[str, Any] = {}
     if h is None:
         what, cause, cost = "…", html.Span("analysing…", className="muted"), ""
     elif h.error:
@@ -82,16 +83,21 @@ def _run_row(store: RunStore, entry, current: str | None) -> html.Tr:
             pct = 100 * h.cost_ns / h.wall_ns if h.wall_ns and h.cost_ns else None
             share = f" · {percent(pct, 0)} of the run's span" if pct is not None and pct <= 100 else ""
             cost = cost_label(h.cost_ns, h.cost_basis) + share
-    return html.Tr([html.Td(link), html.Td(what), html.Td(cause, className="run-cause"),
-                    html.Td(cost, className="run-cost"), html.Td("◀ shown below" if entry.id == current else "",
-                                                                 className="muted")],
+            cost_attr = {"data-cost-ns": str(h.cost_ns or 0)}
+    return html.Tr([html.Td(link), html.Td(what, className="run-span", **({"data-span-ns": str(h.wall_ns)}
+                                                                          if h is not None and h.wall_ns else {})),
+                    html.Td(cause, className="run-cause"),
+                    html.Td(cost, className="run-cost", **cost_attr),
+                    html.Td("◀ shown below" if entry.id == current else "", className="muted")],
                    className="run-row current" if entry.id == current else "run-row", id=f"run-row-{entry.id}")
 
 
 def runs_table(store: RunStore, current: str | None) -> html.Table:
+    """Every run, the most costly top root cause first (runs still being analysed at the end)."""
     head = html.Thead(html.Tr([html.Th("Run"), html.Th("Device · span"), html.Th("Top root cause"),
                                html.Th("What it costs"), html.Th("")]))
-    return html.Table([head, html.Tbody([_run_row(store, e, current) for e in store.entries])],
+    by_id = {e.id: e for e in store.entries}
+    return html.Table([head, html.Tbody([_run_row(store, by_id[r], current) for r in compute.runs_by_cost(store)])],
                       className="runs-table", id="runs-table")
 
 
@@ -99,11 +105,28 @@ def _all_ready(store: RunStore) -> bool:
     return all(store.headline_ready(e.id) is not None for e in store.entries)
 
 
+def runs_note(store: RunStore, current: str | None) -> Any:
+    """What the run list says above the table: how many runs are analysed, and the most costly one."""
+    done = sum(store.headline_ready(e.id) is not None for e in store.entries)
+    parts: list[Any] = []
+    if done < len(store.entries):
+        parts.append(html.Span([html.Span(className="spinner"),
+                                f"analysing the runs: {done} of {len(store.entries)} done"],
+                               className="muted", id="runs-progress"))
+    top = compute.most_costly(store)
+    if top is not None and top != current:
+        h = store.headline_ready(top)
+        parts.append(html.Span([" Most costly: ", dcc.Link(top, href=f"/?run={top}", id="most-costly-link"),
+                                f" ({kind_title(h.kind)}, {duration(h.cost_ns)})"], id="most-costly"))
+    return html.Div(parts, id="runs-note")
+
+
 def runs_section(store: RunStore, current: str | None) -> Any:
     return section(
         "Runs: which one is worth looking at",
-        html.Div(runs_table(store, current), id="runs-list"),
-        html.Div("Each run's most costly root cause; click a run to read its story.", className="muted"),
+        html.Div([runs_note(store, current), runs_table(store, current)], id="runs-list"),
+        html.Div("Each run's most costly root cause, the most costly run first; click a run to read its story.",
+                 className="muted"),
         dcc.Interval(id="runs-poll", interval=1500, disabled=_all_ready(store), max_intervals=400),
         dcc.Store(id="runs-current", data=current),
         id="runs-section",
@@ -130,7 +153,7 @@ def _run_part(store: RunStore, rid: str) -> Any:
         ("world_size", "world size", str(info.get("world_size") or "–")),
         ("ranks", "ranks loaded", str(len(info["ranks"]))),
         ("steps", "steps", str(info["steps"])),
-        ("span", "span", duration(info["span_ns"])),
+        ("span", "span", duration(compute.run_span_ns(store, rid))),
         ("kernels", "device activities", f"{run.count('kernels'):,}"),
         ("collectives", "collectives", f"{info['collectives']:,}"),
         ("compiles", "compiles", f"{info['compiles']:,}"),
@@ -153,6 +176,34 @@ def _run_part(store: RunStore, rid: str) -> Any:
     ])
 
 
+def drawn_step_ids(store: RunStore, rid: str) -> set[int]:
+    """The steps the Timeline draws (the profiler's where a rank has them: the window with device activity)."""
+    from workbench import timeline as tl
+
+    def go():
+        s = tl.drawn_steps(store.run(rid).steps)
+        return set() if s.is_empty() else set(s["step"].drop_nulls().to_list())
+    return store.cached(rid, "overview:drawn_steps", go)
+
+
+def timeline_target(store: RunStore, rid: str, row: dict[str, Any]) -> tuple[str, str]:
+    """The Timeline link of a finding and its text: at its first step the timeline draws; when none of its steps is
+    in the recorded window, the whole run, and the text says so (never a silent jump elsewhere)."""
+    q: dict[str, str] = {"run": rid}
+    steps = list(row.get("steps") or [])
+    drawn = drawn_step_ids(store, rid)
+    shown = [s for s in steps if s in drawn]
+    text = "Show on the timeline"
+    if shown:
+        q["step"] = str(shown[0])
+        if shown[0] != steps[0]:
+            text = f"Show step {shown[0]} on the timeline"
+    elif steps:
+        text = (f"Show the whole run on the timeline (step{'s' if len(steps) > 1 else ''} "
+                f"{', '.join(map(str, steps[:4]))} {'are' if len(steps) > 1 else 'is'} outside the recorded window)")
+    return "/timeline?" + urlencode(q), text
+
+
 def timeline_href(rid: str, row: dict[str, Any]) -> str:
     """The Timeline around a finding: its first step, every rank (the waiting ones are what the story is about)."""
     q: dict[str, str] = {"run": rid}
@@ -161,19 +212,51 @@ def timeline_href(rid: str, row: dict[str, Any]) -> str:
     return "/timeline?" + urlencode(q)
 
 
-def _root_item(rid: str, i: int, row: dict[str, Any], symptoms: pl.DataFrame) -> html.Div:
-    page, page_name = kind_page(row["kind"])
+def page_has_content(store: RunStore, rid: str, key: str) -> str | None:
+    """``None`` when page ``key`` explains something for this run, else why it would be empty (one line)."""
+    if key == "breakdown":
+        if compute.breakdown_ranks(store, rid).is_empty():
+            return "no device activity to break down (a CPU run)"
+    elif key == "pipeline":
+        if not metrics.is_pipeline(compute.table(store, rid, "bubbles")):
+            return "no pipeline stages recorded"
+    elif key == "recompiles":
+        if store.run(rid).compiles.is_empty():
+            return "no compiles recorded"
+    return None
+
+
+def _why_link(store: RunStore, rid: str, kind: str) -> Any:
+    page, page_name = kind_page(kind)
+    missing = page_has_content(store, rid, kind_spec(kind).page)
+    if missing:
+        return html.Span(f"Why: {page_name} has {missing}; the message above is the evidence", className="muted")
+    return dcc.Link(f"Why: {page_name}", href=f"{page}?run={rid}", className="root-page-link")
+
+
+def symptom_cost(s_cost: Any, root_cost: Any) -> str:
+    """A symptom's time as the part of its root cause's cost it lies in: never more than that cost (a symptom
+    measured over a slightly wider window says so)."""
+    if s_cost is None or root_cost is None or s_cost <= root_cost:
+        return duration(s_cost)
+    return f"{duration(root_cost)}: all of it (measured alone over its own window: {duration(s_cost)})"
+
+
+def _root_item(store: RunStore, rid: str, i: int | None, row: dict[str, Any], symptoms: pl.DataFrame) -> html.Div:
     where = [ranks_text(row["ranks"]) if row["ranks"] else "no rank"]
     if row.get("steps"):
         where.append(("step " if len(row["steps"]) == 1 else "steps ") + ", ".join(map(str, row["steps"][:12])))
+    tl_href, tl_text = timeline_target(store, rid, row)
+    head = [html.Span(f"{i}. ", className="root-n")] if i is not None else []
     parts: list[Any] = [
-        html.Div([html.Span(f"{i}. ", className="root-n"), html.Strong(kind_title(row["kind"]), className="root-kind"),
+        html.Div([*head, html.Strong(kind_title(row["kind"]), className="root-kind"),
                   html.Span(f" · {row['severity']}", className=f"sev sev-{row['severity']}")], className="root-head"),
-        html.Div(cost_label(row["cost_ns"], row.get("cost_basis"), row.get("cost_method")), className="root-cost"),
+        html.Div(cost_label(row["cost_ns"], row.get("cost_basis"), row.get("cost_method")), className="root-cost",
+                 **{"data-cost-ns": str(row["cost_ns"] if row["cost_ns"] is not None else "")}),
         html.Div(row["message"], className="root-message"),
         html.Div([html.Span(" · ".join(where), className="muted"), " ",
-                  dcc.Link("Show on the timeline", href=timeline_href(rid, row), className="root-timeline-link"),
-                  " · ", dcc.Link(f"Why: {page_name}", href=f"{page}?run={rid}", className="root-page-link"),
+                  dcc.Link(tl_text, href=tl_href, className="root-timeline-link"),
+                  " · ", _why_link(store, rid, row["kind"]),
                   " · ", dcc.Link("What to do: Recommendations", href=f"/recommendations?run={rid}")],
                  className="root-links"),
     ]
@@ -181,24 +264,36 @@ def _root_item(rid: str, i: int, row: dict[str, Any], symptoms: pl.DataFrame) ->
         parts.append(html.Details([
             html.Summary(f"{count(symptoms.height, 'symptom')} this explains (their time is inside this cost, "
                          "not counted again)"),
-            html.Ul([html.Li([html.Strong(kind_title(s["kind"])), f" · {duration(s['cost_ns'])} · ",
-                              html.Span(s["message"])], className="symptom")
+            html.Ul([html.Li([html.Strong(kind_title(s["kind"])), " · ",
+                              html.Span(symptom_cost(s["cost_ns"], row["cost_ns"]), className="symptom-cost",
+                                        **{"data-cost-ns": str(min(s["cost_ns"], row["cost_ns"]))
+                                           if s["cost_ns"] is not None and row["cost_ns"] is not None else ""}),
+                              " · ", html.Span(s["message"])], className="symptom")
                      for s in symptoms.iter_rows(named=True)]),
         ], className="symptoms"))
-    return html.Div(parts, className="rec root-cause", id=f"root-{i}")
+    rid_attr = {"id": f"root-{i}"} if i is not None else {}
+    return html.Div(parts, className="rec root-cause" if i is not None else "rec root-note", **rid_attr)
 
 
 def _root_causes(store: RunStore, rid: str) -> Any:
     f = compute.findings(store, rid)
     if f.is_empty():
         return html.Div("No findings: nothing the analyses consider a problem.", id="findings-empty")
-    roots = f.filter(pl.col("is_root"))
-    items = [_root_item(rid, i, r, compute.symptoms_of(f, r["id"]))
-             for i, r in enumerate(roots.iter_rows(named=True), 1)]
-    bars = findings_costs(roots).with_columns(color=pl.col("severity").map_elements(figures.severity_color,
-                                                                                 return_dtype=pl.String))
-    return html.Div([*items, bar_list(bars, id="findings-figure",
-                                      title="Root causes by the time they cost")])
+    all_roots = list(f.filter(pl.col("is_root")).iter_rows(named=True))
+    roots = [r for r in all_roots if compute.is_costly(r)]
+    notes = [r for r in all_roots if not compute.is_costly(r)]
+    items = [_root_item(store, rid, i, r, compute.symptoms_of(f, r["id"])) for i, r in enumerate(roots, 1)]
+    out: list[Any] = items or [html.Div("No root cause costs time.", id="findings-empty")]
+    if roots:
+        costly = f.filter(pl.col("id").is_in([r["id"] for r in roots]))
+        bars = findings_costs(costly).with_columns(color=pl.col("severity").map_elements(figures.severity_color,
+                                                                                       return_dtype=pl.String))
+        out.append(bar_list(bars, id="findings-figure", title="Root causes by the time they cost"))
+    if notes:
+        out.append(html.Details([html.Summary(f"Also noticed, costing no time ({count(len(notes), 'note')})"),
+                                 *[_root_item(store, rid, None, r, compute.symptoms_of(f, r["id"])) for r in notes]],
+                                id="root-notes", className="root-notes"))
+    return html.Div(out)
 
 
 def _findings_grid(store: RunStore, rid: str) -> Any:
@@ -214,4 +309,4 @@ def register(app, store: RunStore) -> None:
     @app.callback(Output("runs-list", "children"), Output("runs-poll", "disabled"), Input("runs-poll", "n_intervals"),
                   Input("runs-current", "data"), prevent_initial_call=True)
     def poll(_n, current):
-        return runs_table(store, current), _all_ready(store)
+        return [runs_note(store, current), runs_table(store, current)], _all_ready(store)

@@ -8,6 +8,7 @@ changes only when the app itself moves the window (reset, jump to a step).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import polars as pl
@@ -26,6 +27,19 @@ KEY = "timeline"
 CACHE = True
 #: Ranks drawn at first when the run has more (the user adds others in the picker).
 MAX_DEFAULT_RANKS = 8
+#: A kernel shorter than this share of the window is drawn this wide (about one pixel of the figure), so a lane
+#: of 2 µs kernels in a 9 ms window is not empty; the hover text keeps its own duration.
+MIN_DRAWN_SHARE = 1 / 1000
+
+
+def visible_spans(view: tl.TimelineView) -> tl.TimelineView:
+    """``view`` with every span at least :data:`MIN_DRAWN_SHARE` of the window wide (kernels below a pixel)."""
+    sp = view.spans
+    if sp.is_empty():
+        return view
+    least = max(1, int((view.end - view.start) * MIN_DRAWN_SHARE))
+    wide = sp.with_columns(end=pl.max_horizontal(pl.col("end"), pl.col("start") + least).cast(sp.schema["end"]))
+    return dataclasses.replace(view, spans=wide)
 
 
 def origin(store: RunStore, rid: str) -> int:
@@ -89,9 +103,11 @@ def step_window(store: RunStore, rid: str, step: int, ranks: list[int] | None) -
 
 def wait_annotations(store: RunStore, rid: str) -> pl.DataFrame:
     """Where a root cause made other ranks wait: per root cause with a known wait (``Finding.wait_reason``: a
-    compile, a straggler's late arrival or its data loading), the largest collective waits in its steps of the
-    ranks that were not the last to arrive — ``rank``, ``start``, ``end``, ``text`` ("rank 0 waits here 2.57 s for
-    rank 1's compile")."""
+    compile, a straggler's late arrival or its data loading) and per waiting rank, one box over its collective
+    waits in the root cause's steps — ``rank``, ``start``, ``end``, ``text``. The text gives the wait the finding
+    measured for that rank (the number the Overview shows) and names the step as that rank's timeline numbers it
+    when the collective belongs to another rank's step ("rank 0 waits here 2.63 s for rank 1's compile (rank 1's
+    step 8, rank 0's step 9)")."""
     from workbench.app import compute
 
     def go():
@@ -103,6 +119,7 @@ def wait_annotations(store: RunStore, rid: str) -> pl.DataFrame:
             return pl.DataFrame(schema=cols)
         if not roots or matched.is_empty():
             return pl.DataFrame(schema=cols)
+        drawn = tl.drawn_steps(store.run(rid).steps)
         rows: list[dict] = []
         for r in roots:
             reason = r.wait_reason
@@ -112,13 +129,28 @@ def wait_annotations(store: RunStore, rid: str) -> pl.DataFrame:
                                & ~pl.col("p2p"))
             if r.ranks:
                 m = m.filter(pl.col("last_rank").is_in(list(r.ranks)) | (len(r.ranks) > 1))
-            for w in m.sort("wait_ns", descending=True).unique(["rank", "step"], keep="first").head(4).iter_rows(
-                    named=True):
-                rows.append({"rank": w["rank"], "start": w["arrival"], "end": w["arrival"] + w["wait_ns"],
-                             "text": f"rank {w['rank']} waits here {duration(w['wait_ns'])} for rank "
-                                     f"{w['last_rank']}'s {reason} (step {w['step']})"})
+            measured = getattr(r.evidence, "wait_by_rank", None) or {}
+            for (rank, step), part in sorted(m.group_by("rank", "step"), key=lambda kv: -kv[1]["wait_ns"].sum())[:4]:
+                longest = part.sort("wait_ns", descending=True).row(0, named=True)
+                start = int(part["arrival"].min())
+                end = int((part["arrival"] + part["wait_ns"]).max())
+                wait = measured.get(int(rank), int(part["wait_ns"].sum()))
+                own = _step_at(drawn, int(rank), (start + end) // 2)
+                where = (f"step {step}" if own in (None, step) else
+                         f"rank {longest['last_rank']}'s step {step}, rank {rank}'s step {own}")
+                rows.append({"rank": rank, "start": start, "end": end,
+                             "text": f"rank {rank} waits here {duration(wait)} for rank {longest['last_rank']}'s "
+                                     f"{reason} ({where})"})
         return pl.DataFrame(rows, schema=cols) if rows else pl.DataFrame(schema=cols)
     return store.cached(rid, "timeline:waits", go)
+
+
+def _step_at(drawn: pl.DataFrame, rank: int, t: int) -> int | None:
+    """The drawn step of ``rank`` that holds time ``t`` (what its steps lane shows there)."""
+    if drawn.is_empty():
+        return None
+    hit = drawn.filter((pl.col("rank") == rank) & (pl.col("start") <= t) & (pl.col("end") >= t))
+    return int(hit["step"][0]) if hit.height else None
 
 
 def lanes(store: RunStore, rid: str, ranks: list[int] | None) -> list[str]:
@@ -137,7 +169,7 @@ def build_figure(store: RunStore, rid: str, window: tuple[int, int] | None, rank
     """The timeline figure of ``window`` and its caption (the function the callback and the layout share)."""
     run = store.run(rid)
     lo, hi = window or full_window(store, rid, ranks)
-    view = tl.timeline_view(index(store, rid, ranks), start=lo, end=hi, ranks=ranks or None)
+    view = visible_spans(tl.timeline_view(index(store, rid, ranks), start=lo, end=hi, ranks=ranks or None))
     sel = _sel(ranks)
     fig = figures.timeline_figure(
         view, origin=origin(store, rid), collectives=sel(run.collectives), compiles=sel(compute_compiles(store, rid)),
@@ -180,8 +212,13 @@ def _layout(pctx) -> Any:
     else:
         ranks = all_ranks[:MAX_DEFAULT_RANKS]
     window = None
+    note = None
     if "step" in q and q["step"].lstrip("-").isdigit():
         window = step_window(store, rid, int(q["step"]), ranks)
+        if window is None:
+            note = html.Div(f"Step {q['step']} is outside the recorded window (the timeline draws steps "
+                            f"{_drawn_range(run)}): showing the whole run.", className="panel panel-info",
+                            id="timeline-step-note")
     elif "t0" in q and "t1" in q:
         o = origin(store, rid)
         window = (int(o + float(q["t0"]) * 1e6), int(o + float(q["t1"]) * 1e6))
@@ -198,6 +235,7 @@ def _layout(pctx) -> Any:
                                                                placeholder="step")]),
             html.Button("Whole run", id="timeline-reset", n_clicks=0),
         ], className="controls"),
+        note,
         html.Div(caption, id="timeline-info", className="muted"),
         graph(fig, id="timeline-graph", style={"minHeight": "300px"}),
         dcc.Store(id="timeline-state", data={"run": rid, "window": list(window), "rev": 0}),
@@ -207,6 +245,12 @@ def _layout(pctx) -> Any:
                  "pipeline micro-batches (F = forward, B = backward) have their own lanes; red boxes mark where a "
                  "root cause makes a rank wait.", className="muted"),
     ])
+
+
+def _drawn_range(run) -> str:
+    s = tl.drawn_steps(run.steps)
+    ids = sorted(set(s["step"].drop_nulls().to_list())) if not s.is_empty() else []
+    return f"{ids[0]}–{ids[-1]}" if ids else "none"
 
 
 def parse_relayout(data: dict | None, origin_ns: int) -> tuple[int, int] | str | None:
