@@ -9,11 +9,11 @@ import polars as pl
 from dash import Input, Output, State, dcc, html
 
 from workbench import figures
-from workbench import timeline as tl
 from workbench.analyses import metrics
 from workbench.analyses.bubbles import pipeline_shape, stage_summary
 from workbench.analyses.kinds import Kind
 from workbench.app import compute
+from workbench.app import schedule as sched
 from workbench.app.components import (
     col, duration_column, error_panel, graph, grid, pct_column, safe, section, stats_row,
 )
@@ -85,7 +85,7 @@ def _layout(store: RunStore, rid: str) -> Any:
             ("theory", "GPipe theory (S−1)/(M+S−1)", percent(theory) if theory is not None else "–"),
         ]),
         *msgs,
-        section("Bubble per stage", graph(figures.bubble_figure(bub, theory_pct=theory), id="bubble-figure"),
+        section("Bubble per stage", graph(bubble_figure(bub, theory), id="bubble-figure"),
                 grid(stage_table(bub, store.run(rid).steps), id="stages-grid", columns=STAGE_COLUMNS),
                 html.Div("Median step time: over every step, as the Overview and workbench analyze give it. "
                          "Bubble: the part of an analysed step a stage spends on neither forward nor backward work "
@@ -96,16 +96,28 @@ def _layout(store: RunStore, rid: str) -> Any:
                 html.Div([html.Label("Step"), dcc.Dropdown(id="pipeline-step", options=steps, value=step,
                                                            clearable=False)], className="controls"),
                 html.Div(_schedule(store, rid, step), id="pipeline-schedule"),
-                html.Div(f"{count(stages, 'stage')}, one row each; F3 / B3 = forward / backward of micro-batch 3; "
-                         "grey = idle (the bubble). Host-side ranges: on a GPU the kernels of each range run a little later.",
+                html.Div(f"{count(stages, 'stage')}, one row each, stage 0 at the top; F3 / B3 = forward / "
+                         "backward of micro-batch 3; grey = idle, the bubble of the table above. On a GPU each row is "
+                         "the stage's device time in the step and the work is its compute kernels (labelled by the "
+                         "micro-batch range that launched them); on a CPU, the forward and backward ranges.",
                          className="muted")),
         dcc.Store(id="pipeline-run", data=rid),
     ])
 
 
+def bubble_figure(bub: pl.DataFrame, theory: float | None) -> Any:
+    """The bubble per stage with the GPipe theory as a dashed line, named in the title (a label on the line would
+    sit on the bars, which are about as tall)."""
+    fig = figures.bubble_figure(bub, theory_pct=theory)
+    if theory is not None:
+        fig.layout.annotations = ()
+        fig.update_layout(title=f"Pipeline bubble per stage (dashed line: GPipe theory {percent(theory)})")
+    return fig
+
+
 def _schedule(store: RunStore, rid: str, step: int) -> Any:
-    steps = tl.drawn_steps(store.run(rid).steps)
-    return graph(figures.pipeline_schedule_figure(microbatches(store, rid), steps, step=step), id="schedule-figure")
+    fig = sched.schedule(compute.table(store, rid, "bubbles"), microbatches(store, rid), store.run(rid).kernels, step)
+    return graph(fig, id="schedule-figure")
 
 
 def register(app, store: RunStore) -> None:
