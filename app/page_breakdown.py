@@ -91,8 +91,11 @@ def _per_step(store: RunStore, rid: str, rank: int) -> Any:
     parts = [lazy_graph(figures.stacked_bar_figure(st, x="step", parts=PARTS, scale=1e6, unit="ms",
                                                    title=f"Device time per step, rank {rank}"), id="breakdown-step-figure")]
     ov = safe_frame(lambda: compute.overlap(store, rid))
-    if ov is not None and not ov.is_empty():
-        o = ov.filter(pl.col("rank") == rank)
+    o = ov.filter(pl.col("rank") == rank) if ov is not None and not ov.is_empty() else None
+    if o is None or o.is_empty() or o["overlap_pct"].null_count() == o.height:
+        parts.append(html.Div(f"No communication on rank {rank}: nothing to overlap with compute, so no "
+                              "overlap figure.", className="muted", id="no-overlap"))
+    else:
         parts.append(lazy_graph(figures.line_figure(o, x="step", y="overlap_pct", percent=True,
                                                y_title="communication hidden behind compute",
                                                title=f"Communication hidden behind compute per step, rank {rank}"),

@@ -130,6 +130,7 @@ def layout(pctx) -> Any:
                 value=other or NONE, clearable=False)]),
         ], className="controls"),
         html.Div(_body(store, rid, other), id="compare-body"),
+        dcc.Store(id="compare-url-sync"),
     ])
 
 
@@ -201,7 +202,22 @@ def _side(store: RunStore, rid: str, which: str) -> Any:
     return section(f"{which}: {rid}", safe(rid, build))
 
 
+#: The chosen runs go into the address bar (``?run=BEFORE&other=AFTER``) without reloading the page: a reload or a
+#: shared link shows the same pair.
+_URL_SYNC_JS = """
+function(before, after) {
+    const q = new URLSearchParams(window.location.search);
+    if (before) { q.set('run', before); }
+    if (after && after !== '__none__') { q.set('other', after); } else { q.delete('other'); }
+    window.history.replaceState(window.history.state, '', window.location.pathname + '?' + q.toString());
+    return window.dash_clientside.no_update;
+}
+"""
+
+
 def register(app, store: RunStore) -> None:
+    app.clientside_callback(_URL_SYNC_JS, Output("compare-url-sync", "data"), Input("compare-before", "value"),
+                            Input("compare-after", "value"), prevent_initial_call=True)
     @app.callback(Output("compare-body", "children"), Input("compare-before", "value"),
                   Input("compare-after", "value"), prevent_initial_call=True)
     def change(before, after):

@@ -16,6 +16,7 @@ from workbench.app.components import (
     col, duration_column, error_panel, graph, grid, lazy_graph, pct_column, run_problems, safe, section,
 )
 from workbench.app.store import RunStore
+from workbench.format import duration
 
 PATH = "/drift"
 NAME = "Drift"
@@ -143,11 +144,27 @@ def _drift(store: RunStore, rid: str) -> Any:
             html.H4("Clock offsets"),
             html.Div("Estimated from when each collective ends on every rank (it ends at the same instant "
                      "everywhere): this rank's clock minus the lowest rank's clock. Positive: its clock runs ahead; "
-                     "subtract the offset to put its events on the lowest rank's clock. Ranks on one host share a "
-                     "clock, so their offsets are about 0.", className="muted", id="clock-sign"),
+                     "subtract the offset to put its events on the lowest rank's clock. " + clock_note(clocks),
+                     className="muted", id="clock-sign"),
             grid(clocks, id="clock-grid", columns=CLOCK_COLUMNS),
         ]
     return html.Div(parts)
+
+
+def clock_note(clocks: pl.DataFrame) -> str:
+    """What the offsets of ranks that share a host mean: the same clock, so the largest offset among them is the
+    estimate's error (collectives do not end at one instant there), not a clock difference."""
+    shared = clocks.filter(pl.col("host").is_not_null() & (pl.col("host").n_unique() == 1)) \
+        if "host" in clocks.columns else clocks.clear()
+    if shared.height < 2:
+        return "Ranks on different hosts have their own clocks."
+    worst = shared.sort(pl.col("offset_ns").abs(), descending=True).row(0, named=True)
+    if abs(worst["offset_ns"] or 0) < 1_000_000:
+        return (f"These ranks share one host, so one clock: the offsets (at most {duration(abs(worst['offset_ns']))})"
+                " are the estimate's error.")
+    return (f"These ranks share one host, so one clock: an offset here (up to {duration(worst['offset_ns'])} on "
+            f"rank {worst['rank']}, spread {duration(worst['spread_ns'])}) is how unevenly the collectives end on "
+            "this backend, not a clock difference; their times need no correction.")
 
 
 def register(app, store: RunStore) -> None:
