@@ -72,8 +72,18 @@ def overlap(store: RunStore, rid: str) -> pl.DataFrame:
 
 def findings(store: RunStore, rid: str) -> pl.DataFrame:
     """Every finding of the run (the typed findings' frame view, ``workbench.schema.FINDINGS``), in the analyses'
-    order: root causes most costly first, each followed by the symptoms it explains (``cause_id`` = its ``id``)."""
-    return table(store, rid, "findings")
+    order: root causes most costly first, each followed by the symptoms it explains (``cause_id`` = its ``id``).
+
+    ``cost_ns`` is the typed finding's cost, null where it was not measured (as ``analyze --json`` prints it; the
+    frame view writes 0 there, which the pages would show as a measured "0 ns")."""
+    def go():
+        f = table(store, rid, "findings")
+        typed = {x.id: x.cost.ns for r in tables(store, rid).roots for x in (r, *r.symptoms)}
+        unmeasured = [i for i, c in typed.items() if c is None]
+        if not unmeasured:
+            return f
+        return f.with_columns(cost_ns=pl.when(pl.col("id").is_in(unmeasured)).then(None).otherwise(pl.col("cost_ns")))
+    return _cached(store, rid, "findings:typed_cost", go)
 
 
 def root_causes(store: RunStore, rid: str) -> pl.DataFrame:

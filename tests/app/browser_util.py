@@ -67,7 +67,7 @@ def navigate_ready(page, path: str, key: str, run: str, timeout_ms: int = 60_000
 
 def grid_rows(page, grid_id: str) -> list[dict[str, str]]:
     """The rows a table (``components.grid``) shows, as {column field: text}, in display order."""
-    page.wait_for_selector(f"#{grid_id} tbody tr", timeout=15_000)
+    page.wait_for_selector(f"#{grid_id} tbody tr", timeout=15_000, state="attached")
     return page.evaluate(
         """(id) => [...document.querySelectorAll('#' + id + ' tbody tr')].map(r => Object.fromEntries(
                [...r.querySelectorAll('td')].map(c => [c.dataset.col, c.textContent.trim()])))""",
