@@ -29,7 +29,7 @@ from workbench.app import (
     page_recompiles,
     page_timeline,
 )
-from workbench.app import compute
+from workbench.app import compute, export
 from workbench.app.components import error_panel
 from workbench.app.store import RunStore
 from workbench.app import security
@@ -89,13 +89,15 @@ def _header(store: RunStore) -> html.Div:
 
 
 def create_app(paths: Iterable[str | Path] | None = None, *, store: RunStore | None = None,
-               bind: str | None = None, allow_hosts: Iterable[str] = (), background: bool = True) -> Dash:
-    """The Dash app over the runs under ``paths`` (default: the bundled ``sample_traces/``).
+               bind: str | None = None, allow_hosts: Iterable[str] = (), background: bool = True,
+               allow_roots: Iterable[str | Path] = ()) -> Dash:
+    """The Dash app over the runs under ``paths`` (default: the bundled ``sample_traces/``); a path typed in the
+    app may lead inside those or ``allow_roots``.
 
     It answers only requests addressed to the localhost names, ``bind`` and ``allow_hosts`` (app/security.py).
     With ``background``, a daemon thread opens and analyses the landing run, then every other run's run-list line.
     """
-    store = store or RunStore(list(paths) if paths else default_roots())
+    store = store or RunStore(list(paths) if paths else default_roots(), allow_roots=allow_roots)
     app = Dash(
         __name__,
         title="workbench",
@@ -142,6 +144,7 @@ def create_app(paths: Iterable[str | Path] | None = None, *, store: RunStore | N
     for p in PAGES:
         p.register(app, store)
     security.install(app.server, security.allowed_hosts(bind, allow_hosts))
+    export.install(app.server, store)
     app.workbench_store = store  # type: ignore[attr-defined]
     if background and store.entries:
         def warm(rid: str) -> None:  # the landing page's story, built before the browser asks for it

@@ -17,7 +17,7 @@ from workbench.app import compute, page_breakdown, page_drift, page_hangs, page_
 from workbench.app.components import (
     bar_list, col, duration_column, error_panel, grid, run_problems, safe, section, stats_row,
 )
-from workbench.app.store import RunStore
+from workbench.app.store import RunStore, RunUnavailable
 from workbench.format import count, duration, kind_title, percent
 
 PATH = "/"
@@ -121,9 +121,21 @@ def runs_note(store: RunStore, current: str | None) -> Any:
     return html.Div(parts, id="runs-note")
 
 
+def open_controls() -> html.Div:
+    """A path box (checked on the server: inside the app's folders or an --allow-root, no links) and Refresh."""
+    return html.Div([
+        dcc.Input(id="open-path", type="text", placeholder="open a run: a folder or trace path on this machine",
+                  debounce=True, className="open-path", maxLength=4096),
+        html.Button("Open", id="open-path-button", n_clicks=0),
+        html.Button("Refresh: find new runs", id="refresh-runs", n_clicks=0),
+        html.Span(id="open-path-result", className="muted"),
+    ], className="controls open-controls")
+
+
 def runs_section(store: RunStore, current: str | None) -> Any:
     return section(
         "Runs: which one is worth looking at",
+        open_controls(),
         html.Div([runs_note(store, current), runs_table(store, current)], id="runs-list"),
         html.Div("Each run's most costly root cause, the most costly run first; click a run to read its story.",
                  className="muted"),
@@ -164,7 +176,11 @@ def _run_part(store: RunStore, rid: str) -> Any:
                                         ("backend", "Backend"), ("torch_version", "torch"),
                                         ("nccl_version", "NCCL")) if c in ranks.columns]
     return html.Div([
-        html.Div([html.Span("Run "), html.Code(rid), html.Span(f" · {run.path}", className="muted")],
+        html.Div([html.Span("Run "), html.Code(rid), html.Span(f" · {run.path}", className="muted"),
+                  html.Span([" · take it away: ",
+                             html.A("HTML report", href=f"/export/report?run={rid}", id="export-report"), " · ",
+                             html.A("compile config", href=f"/export/config?run={rid}", id="export-config"),
+                             " · every table has a CSV link"], className="muted export-links")],
                  className="run-title"),
         run_problems(run),
         stats,
@@ -239,6 +255,8 @@ def symptom_cost(s_cost: Any, root_cost: Any) -> str:
     measured over a slightly wider window says so)."""
     if s_cost is None or root_cost is None or s_cost <= root_cost:
         return duration(s_cost)
+    if duration(s_cost) == duration(root_cost):
+        return duration(root_cost)
     return f"{duration(root_cost)}: all of it (measured alone over its own window: {duration(s_cost)})"
 
 
@@ -303,10 +321,48 @@ def _findings_grid(store: RunStore, rid: str) -> Any:
     return grid(findings_table(f), id="findings-grid", columns=FINDING_COLUMNS)
 
 
-def register(app, store: RunStore) -> None:
-    """The run list refreshes while the runs are being analysed in the background."""
+def _analyse_new(store: RunStore, ids: list[str]) -> None:
+    """Compute the run-list lines of runs added while the app runs, in a background thread."""
+    import threading
 
-    @app.callback(Output("runs-list", "children"), Output("runs-poll", "disabled"), Input("runs-poll", "n_intervals"),
-                  Input("runs-current", "data"), prevent_initial_call=True)
-    def poll(_n, current):
-        return [runs_note(store, current), runs_table(store, current)], _all_ready(store)
+    def go():
+        for rid in ids:
+            try:
+                with store.in_background():
+                    compute.headline(store, rid)
+                store.release_if_unused(rid)
+            except Exception:  # noqa: BLE001 - the run list shows the error line
+                continue
+    if ids:
+        threading.Thread(target=go, daemon=True, name="workbench-new-runs").start()
+
+
+def register(app, store: RunStore) -> None:
+    """The run list refreshes while the runs are being analysed in the background; Open and Refresh add runs."""
+    from dash import State, ctx, no_update
+
+    @app.callback(Output("runs-list", "children"), Output("runs-poll", "disabled"),
+                  Output("open-path-result", "children"), Output("run-select", "options"),
+                  Input("runs-poll", "n_intervals"), Input("runs-current", "data"),
+                  Input("open-path-button", "n_clicks"), Input("open-path", "n_submit"),
+                  Input("refresh-runs", "n_clicks"), State("open-path", "value"), prevent_initial_call=True)
+    def poll(_n, current, _open, _submit, _refresh, path):
+        message: Any = no_update
+        options: Any = no_update
+        if ctx.triggered_id in ("open-path-button", "open-path"):
+            try:
+                ids = store.open_path(path or "")
+            except RunUnavailable as exc:
+                message = html.Span(str(exc), className="run-error-text", id="open-path-error")
+            else:
+                _analyse_new(store, [i for i in ids if store.headline_ready(i) is None])
+                message = html.Span(["Opened: ", *[x for i in ids for x in (dcc.Link(i, href=f"/?run={i}"), " ")]],
+                                    id="open-path-ok") if ids else "no run found there"
+                options = [{"label": e.label, "value": e.id, "title": str(e.path)} for e in store.entries]
+        elif ctx.triggered_id == "refresh-runs":
+            added = store.refresh()
+            _analyse_new(store, added)
+            message = html.Span(f"{len(added)} new run{'s' if len(added) != 1 else ''} found" +
+                                (f": {', '.join(added)}" if added else ""), id="refresh-result")
+            options = [{"label": e.label, "value": e.id, "title": str(e.path)} for e in store.entries]
+        return [runs_note(store, current), runs_table(store, current)], _all_ready(store), message, options

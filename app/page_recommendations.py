@@ -173,6 +173,7 @@ def _layout(store: RunStore, rid: str) -> Any:
         section("Fixes, best first", *items, id="recs-section"),
         section("Compile config (TOML)", html.Pre(toml_text or "# nothing to configure", id="toml-preview",
                                                   className="toml"),
+                html.A("Download compile_config.toml", href=f"/export/config?run={rid}", id="download-config"),
                 *apply_part,
                 html.Div(info_panel([html.Div(["Configs already written for this run: ",
                                                *[html.Code(str(p), className="existing-config") for p in earlier]]),

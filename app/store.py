@@ -153,11 +153,13 @@ class RunStore:
     MAX_OPEN_RUNS = 12
 
     def __init__(self, roots: Iterable[str | Path], *, opener: Callable[[Path], Any] | None = None,
-                 max_open_runs: int | None = None):
+                 max_open_runs: int | None = None, allow_roots: Iterable[str | Path] = ()):
         self.max_open_runs = max_open_runs or self.MAX_OPEN_RUNS
         self._recent: list[str] = []
         self._pinned: set[str] = set()
         self.roots = [Path(r).resolve() for r in roots]
+        #: Where a path typed in the app may lead (real paths): the roots it was started with and ``allow_roots``.
+        self.allowed = [*self.roots, *(Path(os.path.realpath(r)) for r in allow_roots)]
         #: What listing the roots left out, one line each (a linked folder leading outside them).
         self.notes: list[str] = []
         self.entries = find_runs(self.roots, notes=self.notes)
@@ -285,6 +287,69 @@ class RunStore:
         """The run-list line of ``run_id`` when it has been computed, else ``None`` (never computes)."""
         slot = self._headlines.get(run_id)
         return slot.value if slot is not None and slot.done else None
+
+    # -- new runs ----------------------------------------------------------------------------------------------
+    def refresh(self) -> list[str]:
+        """List the roots again: runs that appeared since are added (ids of the runs already listed never change;
+        a run that disappeared stays listed and shows its error when opened). Returns the new ids."""
+        notes: list[str] = []
+        found = find_runs(self.roots, notes=notes)
+        with self._guard:
+            known = {os.path.realpath(e.path) for e in self.entries}
+            fresh = [e for e in found if os.path.realpath(e.path) not in known]
+            added = self._add(fresh)
+            self.notes += [n for n in notes if n not in self.notes]
+        return added
+
+    def open_path(self, text: str) -> list[str]:
+        """Add the run(s) at the path typed in the app: ``text`` is an absolute path, or one relative to the first
+        root. It must exist, not be a link itself, and its real path must lie inside the roots the app was started
+        with or an ``--allow-root``; then it is listed like a root (one run, or the runs below it). Returns the ids
+        of the runs it holds (already listed ones included); :class:`RunUnavailable` (one line) otherwise."""
+        text = (text or "").strip()
+        if not text or len(text) > 4096 or "\x00" in text:
+            raise RunUnavailable("type the path of a run directory, a trace folder or a trace file")
+        raw = Path(text)
+        if not raw.is_absolute():
+            if not self.roots:
+                raise RunUnavailable(f"{text}: give an absolute path")
+            raw = self.roots[0] / raw
+        path = Path(os.path.abspath(raw))
+        if not os.path.lexists(path):
+            raise RunUnavailable(f"{path}: no such file or folder")
+        if path.is_symlink():
+            raise RunUnavailable(f"{path}: a link; give the folder it leads to (the app does not follow links)")
+        real = Path(os.path.realpath(path))
+        if not inside(real, self.allowed):
+            where = ", ".join(str(r) for r in self.allowed) or "none"
+            raise RunUnavailable(f"{path}: outside the folders the app may read ({where}); start it with "
+                                 "--allow-root to open runs elsewhere")
+        if not _has_inputs(real):
+            raise RunUnavailable(f"{path}: no trace or compile log found there (3 folder levels searched)")
+        notes: list[str] = []
+        found = [e for e in find_runs([real], notes=notes) if inside(e.path, self.allowed)]
+        if not found:
+            raise RunUnavailable(f"{path}: no run found there" + (f" ({notes[0]})" if notes else ""))
+        with self._guard:
+            by_real = {os.path.realpath(e.path): e.id for e in self.entries}
+            ids = [by_real[os.path.realpath(e.path)] for e in found if os.path.realpath(e.path) in by_real]
+            ids += self._add([e for e in found if os.path.realpath(e.path) not in by_real])
+            if real not in self.roots and not any(real.is_relative_to(r) for r in self.roots):
+                self.roots.append(real)   # a --allow-root path: its runs are checked against it when opened
+        return ids
+
+    def _add(self, entries: list[RunEntry]) -> list[str]:
+        """Append ``entries`` with ids unique among the listed ones (called under the guard)."""
+        added = []
+        for e in entries:
+            rid, n = e.id, 2
+            while rid in self._by_id:
+                rid, n = f"{e.id}-{n}", n + 1
+            entry = RunEntry(id=rid, path=e.path, label=e.label if rid == e.id else rid, is_run_dir=e.is_run_dir)
+            self.entries.append(entry)
+            self._by_id[rid] = entry
+            added.append(rid)
+        return added
 
     # -- cache -------------------------------------------------------------------------------------------------
     def cached(self, run_id: str, key: str, compute: Callable[[], Any]) -> Any:

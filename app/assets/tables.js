@@ -29,6 +29,25 @@
     wrap.className = "table-wrap" + (spec.rows.length > 25 ? " table-scroll" : "");
     wrap.appendChild(table);
     var parts = [wrap];
+    // "CSV": the rows as shown (headers as the columns say), quoted per RFC 4180, downloaded from the page
+    var csv = document.createElement("a");
+    csv.className = "csv-link";
+    csv.textContent = "CSV";
+    csv.title = "download this table as CSV";
+    csv.href = "#";
+    csv.addEventListener("click", function (ev) {
+      ev.preventDefault();
+      var q = function (v) { v = v == null ? "" : String(v); return /[",\n\r]/.test(v) ? '"' + v.replace(/"/g, '""') + '"' : v; };
+      var lines = [spec.columns.map(function (c) { return q(c.header); }).join(",")];
+      spec.rows.forEach(function (row) { lines.push(row.map(q).join(",")); });
+      var blob = new Blob([lines.join("\r\n") + "\r\n"], {type: "text/csv"});
+      var a = document.createElement("a");
+      a.href = URL.createObjectURL(blob);
+      a.download = (box.id || "table") + ".csv";
+      document.body.appendChild(a); a.click(); a.remove();
+      setTimeout(function () { URL.revokeObjectURL(a.href); }, 1000);
+    });
+    parts.push(csv);
     if (spec.note) {
       var note = document.createElement("div");
       note.className = "muted";
