@@ -122,6 +122,9 @@ def create_app(paths: Iterable[str | Path] | None = None, *, store: RunStore | N
     )
     def route(pathname, search, selected):
         query = parse_query(search)
+        if ctx.triggered_id == "run-select" and selected and selected == query.get("run"):
+            # the header caught up with the URL's run (set by this callback): the page shown is already its
+            return (no_update,) * (3 + len(PAGES))
         new_search = no_update
         if ctx.triggered_id == "run-select" and selected and selected != query.get("run"):
             query = {"run": selected, **{k: query[k] for k in _STICKY if k in query}}

@@ -15,7 +15,7 @@ from workbench.analyses.findings import kind_spec, ranks_text
 from workbench.analyses.summary import findings_costs, findings_table
 from workbench.app import compute, page_breakdown, page_drift, page_hangs, page_pipeline, page_recompiles
 from workbench.app.components import (
-    bar_list, col, duration_column, error_panel, grid, run_problems, safe, section, stats_row,
+    bar_list, col, duration_column, error_panel, grid, pct_column, run_problems, safe, section, stats_row,
 )
 from workbench.app.store import RunStore, RunUnavailable
 from workbench.format import count, duration, kind_title, percent
@@ -97,8 +97,20 @@ def runs_table(store: RunStore, current: str | None) -> html.Table:
     head = html.Thead(html.Tr([html.Th("Run"), html.Th("Device · span"), html.Th("Top root cause"),
                                html.Th("What it costs"), html.Th("")]))
     by_id = {e.id: e for e in store.entries}
-    return html.Table([head, html.Tbody([_run_row(store, by_id[r], current) for r in compute.runs_by_cost(store)])],
-                      className="runs-table", id="runs-table")
+    order = compute.runs_by_cost(store)
+    first, rest = order[:RUNS_SHOWN], order[RUNS_SHOWN:]
+    body = [html.Tbody([_run_row(store, by_id[r], current) for r in first])]
+    table = html.Table([head, *body], className="runs-table", id="runs-table")
+    if not rest:
+        return table
+    return html.Div([table, html.Details([
+        html.Summary(f"{len(rest)} more run{'s' if len(rest) != 1 else ''}", id="runs-more-summary"),
+        html.Table(html.Tbody([_run_row(store, by_id[r], current) for r in rest]), className="runs-table")],
+        id="runs-more")])
+
+
+#: The run list shows this many runs (the most costly first), the rest folded: the story stays on the first screen.
+RUNS_SHOWN = 4
 
 
 def _all_ready(store: RunStore) -> bool:
@@ -188,8 +200,29 @@ def _run_part(store: RunStore, rid: str) -> Any:
                 id="findings-section"),
         section("Every finding", safe("Findings", _findings_grid, store, rid), id="all-findings-section"),
         section("Ranks", grid(ranks, id="ranks-grid", columns=rank_cols)),
+        section("Per rank, as workbench analyze prints it", safe("Per rank", _analyze_grid, store, rid)),
         section("Steps per rank", grid(step_stats(run.steps), id="steps-grid", columns=STEP_COLUMNS)),
     ])
+
+
+ANALYZE_COLUMNS = [col("rank", "rank"), duration_column("step_time_ns", "step"),
+                   duration_column("data_wait_median_ns", "data wait"), pct_column("compute_pct", "compute"),
+                   pct_column("idle_pct", "idle"), pct_column("comm_compute_overlap_pct", "overlap"),
+                   pct_column("exposed_comm_pct", "exposed"), duration_column("collective_wait_ns", "coll wait"),
+                   col("recompiles", "recomp")]
+
+
+def _analyze_grid(store: RunStore, rid: str) -> Any:
+    """The per-rank table of ``workbench analyze`` (its columns, from the same summary)."""
+    ranks = compute.summary(store, rid)["ranks"]
+    schema = {"rank": pl.Int64, "step_time_ns": pl.Int64, "data_wait_median_ns": pl.Int64, "compute_pct": pl.Float64,
+              "idle_pct": pl.Float64, "comm_compute_overlap_pct": pl.Float64, "exposed_comm_pct": pl.Float64,
+              "collective_wait_ns": pl.Int64, "recompiles": pl.Int64}
+    rows = [{"rank": int(r), **{k: e.get(k) for k in schema if k != "rank"}} for r, e in ranks.items()]
+    return html.Div([grid(pl.DataFrame(rows, schema=schema), id="analyze-grid", columns=ANALYZE_COLUMNS),
+                     html.Div("step: median step time (duration + data wait); data wait: median per step; overlap: "
+                              "communication under compute; exposed: communication alone, % of the device window.",
+                              className="muted")])
 
 
 def drawn_step_ids(store: RunStore, rid: str) -> set[int]:
@@ -214,7 +247,9 @@ def timeline_target(store: RunStore, rid: str, row: dict[str, Any]) -> tuple[str
         q["step"] = str(shown[0])
         if shown[0] != steps[0]:
             text = f"Show step {shown[0]} on the timeline"
-    elif steps:
+    elif not steps:
+        text = "Show on the timeline (the whole run)"
+    else:
         text = (f"Show the whole run on the timeline (step{'s' if len(steps) > 1 else ''} "
                 f"{', '.join(map(str, steps[:4]))} {'are' if len(steps) > 1 else 'is'} outside the recorded window)")
     return "/timeline?" + urlencode(q), text

@@ -21,8 +21,9 @@ import workbench
 from browser_util import goto_ready, grid_rows, navigate_ready, pick, stat
 from workbench import rundir
 from workbench.analyses import metrics
+from workbench.analyses.findings import ranks_text
 from workbench.app.main import create_app
-from workbench.format import duration, kind_title
+from workbench.format import duration, kind_title, percent
 
 pytestmark = pytest.mark.browser
 
@@ -107,6 +108,14 @@ def test_overview_numbers_are_analyzes(page, served, analyzed, runs_root, name):
         assert r["max_ns"] == duration(e["max_step_time_ns"]), (rank, r)
         assert r["data_wait_median_ns"] == duration(e["data_wait_median_ns"]), (rank, r)
         assert e["max_step_time_ns"] <= span, "the longest step lies inside the span"
+    # the per-rank table of workbench analyze, cell for cell
+    table = {int(r["rank"]): r for r in grid_rows(page, "analyze-grid")}
+    for rank, e in a["ranks"].items():
+        r = table[int(rank)]
+        assert (r["step_time_ns"], r["data_wait_median_ns"], r["collective_wait_ns"]) == (
+            duration(e["step_time_ns"]), duration(e["data_wait_median_ns"]), duration(e["collective_wait_ns"])), rank
+        assert [r[k] for k in ("compute_pct", "idle_pct", "comm_compute_overlap_pct", "exposed_comm_pct")] == [
+            percent(e[k]) for k in ("compute_pct", "idle_pct", "comm_compute_overlap_pct", "exposed_comm_pct")], rank
     roots = [f for f in a["findings"] if _costly(f)]
     shown = page.eval_on_selector_all(".root-cause .root-cost", "els => els.map(e => [e.dataset.costNs, "
                                                                  "e.textContent])")
@@ -148,6 +157,15 @@ def test_run_list_by_cost_and_landing_on_the_most_costly(page, served, sample_ap
     assert page.text_content(".run-title code") == best == PLANTED
 
 
+def test_the_story_is_on_the_first_screen(page, served):
+    """Item 8: at 1280×800 the first two root causes' titles and costs are visible without scrolling."""
+    page.set_viewport_size({"width": 1280, "height": 800})
+    goto_ready(page, served.url(f"/?run={PLANTED}"), "overview", timeout_ms=120_000)
+    for i in (1, 2):
+        box = page.locator(f"#root-{i} .root-cost").bounding_box()
+        assert box is not None and box["y"] + box["height"] <= 800, (i, box)
+
+
 # ------------------------------------------------------------------------------------------------ item 4
 
 
@@ -163,11 +181,16 @@ def test_wait_annotation_sits_in_its_step_and_says_the_overviews_wait(page, serv
         const notes = (gd.layout.annotations || []).filter(a => (a.text || '').includes('waits here'));
         const steps = gd.data.filter(t => t.name === 'steps');
         const numbers = gd.data.find(t => t.name === 'step numbers');
-        return {notes: notes.map(a => ({text: a.text, x: a.x})), shapes: shapes.map(s => [s.x0, s.x1, s.y0, s.y1]),
-                steps: steps.map(t => ({x: t.x, y: t.y, text: t.text})),
+        const ticks = gd._fullLayout.yaxis; const lanes = {};
+        (ticks.tickvals || []).forEach((v, i) => { lanes[v] = (ticks.ticktext || [])[i]; });
+        return {lanes: lanes, notes: notes.map(a => ({text: a.text, x: a.x})), shapes: shapes.map(s => [s.x0, s.x1, s.y0, s.y1]),
+                steps: steps.map(t => ({x: Array.from(t.x), y: Array.from(t.y), text: Array.from(t.text)})),
                 numbers: numbers ? {x: numbers.x, y: numbers.y, text: numbers.text} : null};
     }""")
     assert info["notes"], "the wait is annotated"
+
+    def lane_of(y) -> str:
+        return str(info["lanes"].get(str(y), info["lanes"].get(y, y)))
     text = info["notes"][0]["text"]
     assert f"waits here {duration(wait)}" in text, text
     m = re.search(r"rank 0's step (\d+)", text) or re.search(r"\(step (\d+)\)", text)
@@ -179,7 +202,7 @@ def test_wait_annotation_sits_in_its_step_and_says_the_overviews_wait(page, serv
     for tr in info["steps"]:
         xs, ys, ts = tr["x"], tr["y"], tr["text"]
         for i in range(0, len(xs) - 1, 3):
-            if "rank 0" in str(ys[i]) and xs[i] is not None and xs[i] <= mid <= xs[i + 1]:
+            if lane_of(ys[i]).startswith("rank 0 ") and xs[i] is not None and xs[i] <= mid <= xs[i + 1]:
                 under = ts[i]
     assert under is not None and under.startswith(f"step {own} "), (under, text)
 
@@ -193,7 +216,8 @@ def test_sub_pixel_kernels_are_drawn(page, served):
         const gd = document.querySelector('#timeline-graph .js-plotly-plot');
         const xa = gd._fullLayout.xaxis; const perMs = xa._length / (xa.range[1] - xa.range[0]);
         const out = [];
-        for (const t of gd.data) { if (!String(t.y && t.y[0]).includes('stream')) continue;
+        const kernels = ['compute', 'communication', 'memcpy', 'memset', 'other'];
+        for (const t of gd.data) { if (!kernels.includes(t.name)) continue;
             const x = Array.from(t.x);
             for (let i = 0; i + 1 < x.length; i += 3) out.push((x[i + 1] - x[i]) * perMs); }
         return out; }""")
@@ -263,7 +287,8 @@ def test_every_overview_link_leads_to_a_page_that_explains(page, served):
                                               "els => els.map(e => e.textContent)")
             if empty:
                 bad.append(f"{name}: {text!r} → {href}: {empty[0][:100]}")
-            if "root-timeline-link" in cls and "step=" not in href and "outside the recorded window" not in text:
+            if "root-timeline-link" in cls and "step=" not in href and "outside the recorded window" not in text \
+                    and "the whole run" not in text:
                 bad.append(f"{name}: {text!r} has no step and does not say why")
     assert bad == [], "\n".join(bad)
 
@@ -304,8 +329,7 @@ def test_no_filler_and_one_fix_per_problem_with_its_saving(page, served, analyze
         mine = [r for r in best.values() if r.fix.title == t]
         assert int(saving) == sum(round(r.finding.cost.ns * r.fix.gain) for r in mine), (t, saving)
         want = sorted({k for r in mine for k in r.finding.ranks})
-        assert ranks.strip() == (f"for rank {want[0]}" if len(want) == 1 else
-                                 f"for ranks {', '.join(map(str, want))}"), (t, ranks)
+        assert ranks.strip() == f"for {ranks_text(want)}", (t, ranks)
 
 
 # ------------------------------------------------------------------------------------------------ item 9
