@@ -50,7 +50,9 @@ def sample_app(runs_root):
 
 
 @pytest.fixture()
-def served(sample_app, served_factory):
+def served(sample_app, served_factory, page):
+    page.set_default_timeout(120_000)   # a loaded machine: the first visit of a run opens and analyses it
+    page.set_default_navigation_timeout(120_000)
     return served_factory(sample_app)
 
 
@@ -179,7 +181,7 @@ def test_wait_annotation_sits_in_its_step_and_says_the_overviews_wait(page, serv
         const gd = document.querySelector('#timeline-graph .js-plotly-plot');
         const shapes = (gd.layout.shapes || []);
         const notes = (gd.layout.annotations || []).filter(a => (a.text || '').includes('waits here'));
-        const steps = gd.data.filter(t => t.name === 'steps');
+        const steps = gd._fullData.filter(t => t.name === 'steps');   // decoded arrays (data holds base64)
         const numbers = gd.data.find(t => t.name === 'step numbers');
         const ticks = gd._fullLayout.yaxis; const lanes = {};
         (ticks.tickvals || []).forEach((v, i) => { lanes[v] = (ticks.ticktext || [])[i]; });
@@ -217,7 +219,7 @@ def test_sub_pixel_kernels_are_drawn(page, served):
         const xa = gd._fullLayout.xaxis; const perMs = xa._length / (xa.range[1] - xa.range[0]);
         const out = [];
         const kernels = ['compute', 'communication', 'memcpy', 'memset', 'other'];
-        for (const t of gd.data) { if (!kernels.includes(t.name)) continue;
+        for (const t of gd._fullData) { if (!kernels.includes(t.name)) continue;
             const x = Array.from(t.x);
             for (let i = 0; i + 1 < x.length; i += 3) out.push((x[i + 1] - x[i]) * perMs); }
         return out; }""")
@@ -233,7 +235,8 @@ def test_pipeline_schedule_agrees_with_its_table(page, served):
         goto_ready(page, served.url(f"/pipeline?run={name}"), "pipeline", timeout_ms=120_000)
         fig = page.evaluate("() => { const gd = document.querySelector('#schedule-figure .js-plotly-plot');"
                             " return {meta: gd.layout.meta, title: gd.layout.title.text, data: gd.data.map(t => "
-                            "({name: t.name, x: t.x, base: t.base, y: t.y, text: t.text}))}; }")
+                            "({name: t.name, x: t.x && Array.from(t.x), base: t.base && Array.from(t.base), "
+                            "y: t.y && Array.from(t.y), text: t.text}))}; }")
         step = int(re.match(r"Schedule of step (\d+)", fig["title"]).group(1))
         from workbench.app.store import RunStore  # noqa: PLC0415 - the table of that step, as the app computes it
         idle = {int(k): v for k, v in fig["meta"]["idle_pct"].items()}
