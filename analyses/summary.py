@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from workbench.analyses import applied, bubbles, hangs, recompiles, stragglers  # noqa: F401  (register detectors)
+from workbench.analyses import applied, bubbles, hangs, late_ranks, recompiles, stragglers  # noqa: F401  (detectors)
 from workbench.analyses import metrics
 from workbench.analyses.breakdown import KERNEL_WAIT_NS, breakdown_by_rank
 from workbench.analyses.bubbles import step_idle

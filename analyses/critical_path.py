@@ -1,0 +1,637 @@
+"""The cross-rank critical path: at every collective, who waited for whom, and what the late rank was doing.
+
+Layers (docs/critical-path.md):
+
+* :func:`sync_points` — one row per rank and collective instance: the host's call (Flight Recorder
+  ``time_created_ns``, every step), the execution start and completion where known (a profiler window's
+  ``gloo:*`` span or NCCL kernel; NCCL's Flight Recorder with timing), matched across ranks by process group and
+  sequence id, and stepped by the rank's ``steps.jsonl``. Without Flight Recorder entries, the profiler's
+  collectives alone (matched by group, step and order).
+* :func:`workbench.analyses.clock.align` — every time on one clock (per-host offsets from the completions).
+* :func:`instance_table` — per rank and instance: its *effective arrival* (the execution start where known, else
+  the later of its call and its exit from the group's previous collective: a collective cannot start before the
+  one before it ended, so a burst of calls is not counted as several waits), its wait (last arrival minus its
+  own), its lateness over the on-time rank (the lower median arrival) and its own time since the previous exit.
+* :func:`noise_table` — the run's own noise per slot (process group and position in the step): ``NOISE_Z`` ×
+  √2 × the robust spread (1.4826 × MAD) of every rank's time between two collectives, each rank centred on its
+  own median, so a rank late every step is not noise, and nor is one late now and then.
+* :func:`blame` — the layered counterfactual: walking down from the last arrival, the latest rank is charged
+  its arrival minus the next one's, the next the same, down to the first rank whose lateness is within noise;
+  every rank that arrived before a layer waited through it. Waits in noise stay unattributed.
+* :func:`attribute` — what each charged rank did in the time that made it late: its interval since the previous
+  exit is cut into activities (:mod:`workbench.analyses.activities`), so is every on-time rank's, and the layer is
+  split over the categories (and labels) in proportion to the charged rank's excess over the on-time median.
+
+:func:`critical_path` runs them all on a run (:class:`CriticalPath`: the tables, the who-held-whom matrix, the
+per-rank lateness). The findings are built in :mod:`workbench.analyses.late_ranks`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from workbench.analyses import activities as act
+from workbench.analyses.metrics import NOISE_Z
+
+#: One row per rank and collective instance (``seq``: the group's sequence id; from Kineto alone: the order of the
+#: call in its group and step, with ``key_step`` the step it is matched in, else -1).
+SYNC_POINTS: dict[str, pl.DataType] = {
+    "rank": pl.Int32,
+    "pg_name": pl.String,
+    "key_step": pl.Int32,
+    "seq": pl.Int64,
+    "op": pl.String,
+    "step": pl.Int32,          # the training step of the instance (the earliest over its ranks)
+    "arrival": pl.Int64,       # the host's call (ns)
+    "start": pl.Int64,         # execution start (NCCL kernel on the device, the gloo thread), null where unknown
+    "complete": pl.Int64,      # completion, null where unknown
+    "source": pl.String,       # fr | kineto | fr+kineto
+    "call_site": pl.String,    # file:line in function of the user's call (Flight Recorder stacks), else null
+}
+
+#: Below this the noise threshold is never put (ns): arrival differences under it are not blamed on anyone.
+MIN_NOISE_NS = 200_000
+#: On-time ranks compared with a late one (their median): at most this many, the closest to the on-time arrival.
+MAX_ON_TIME = 8
+#: An untraced gap this long inside a profiler window is named after the host events around it.
+NAMED_GAP_NS = 1_000_000
+#: Activities whose excess is below this share of a layer's total excess are left out of its split.
+MIN_SHARE = 0.05
+_P2P = ("send", "recv", "sendrecv", "isend", "irecv", "p2p")
+
+
+# ---------------------------------------------------------------------------------------------- sync points
+def _empty(schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
+    return pl.DataFrame(schema=dict(schema))
+
+
+def _fr_points(entries: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    from workbench.analyses.hangs import entry_steps
+
+    e = entries.filter(~pl.col("is_p2p").fill_null(False) & pl.col("seq").is_not_null()
+                       & pl.col("created_ns").is_not_null())
+    if e.is_empty():
+        return _empty(SYNC_POINTS)
+    e = e.sort("rank", "pg_name", "seq").unique(["rank", "pg_name", "seq"], keep="first", maintain_order=True)
+    e = entry_steps(e, steps) if steps is not None and not steps.is_empty() else e.with_columns(
+        step=pl.lit(None, pl.Int32))
+    site = pl.col("call_site") if "call_site" in e.columns else pl.lit(None, pl.String)
+    return e.select(
+        "rank", "pg_name", key_step=pl.lit(-1, pl.Int32), seq="seq", op=pl.col("op").cast(pl.String),
+        step=pl.col("step").min().over("pg_name", "seq"), arrival="created_ns",
+        start=pl.when(pl.col("backend").cast(pl.String) == "nccl").then(pl.col("started_ns")),
+        complete="completed_ns", source=pl.lit("fr"), call_site=site,
+    ).cast(SYNC_POINTS)  # type: ignore[arg-type]
+
+
+def _kineto_points(collectives: pl.DataFrame) -> pl.DataFrame:
+    c = collectives.filter(~pl.col("collective").cast(pl.String).str.to_lowercase().is_in(_P2P))
+    if c.is_empty():
+        return _empty(SYNC_POINTS)
+    gpu = pl.col("backend").cast(pl.String).fill_null("") != "gloo"
+    return c.with_columns(pl.col("pg_name").fill_null(""), pl.col("step").fill_null(-1)).sort("start").select(
+        "rank", "pg_name", key_step="step",
+        seq=(pl.col("start").rank("ordinal").over("rank", "pg_name", "step") - 1).cast(pl.Int64),
+        op=pl.col("collective").cast(pl.String), step="step", arrival="start",
+        start=pl.coalesce("kernel_start", pl.when(~gpu).then(pl.col("start"))),
+        complete=pl.coalesce("kernel_end", "end"), source=pl.lit("kineto"), call_site=pl.lit(None, pl.String),
+    ).cast(SYNC_POINTS)  # type: ignore[arg-type]
+
+
+def sync_points(entries: pl.DataFrame | None, collectives: pl.DataFrame | None,
+                steps: pl.DataFrame | None) -> pl.DataFrame:
+    """One row per rank and collective instance (schema :data:`SYNC_POINTS`), point-to-point calls left out.
+
+    From the Flight Recorder entries when there are any (every step); a profiler window's collective of the same
+    rank, group and step, in the same order, gives the instance its execution start and completion (matched only
+    when the rank's counts agree in that step). Without entries, the profiler's collectives alone."""
+    fr = _fr_points(entries, steps) if entries is not None and not entries.is_empty() else _empty(SYNC_POINTS)
+    kt = _kineto_points(collectives) if collectives is not None and not collectives.is_empty() else \
+        _empty(SYNC_POINTS)
+    if fr.is_empty():
+        return kt.sort("pg_name", "key_step", "seq", "rank")
+    if kt.is_empty():
+        return fr.sort("pg_name", "key_step", "seq", "rank")
+    # the n-th call of a group in a step on a rank, in both sources; matched where both count the same calls
+    fr_o = fr.with_columns(_o=(pl.col("seq").rank("ordinal").over("rank", "pg_name", "step") - 1).cast(pl.Int64),
+                           _n=pl.len().over("rank", "pg_name", "step"))
+    kt_o = kt.select("rank", "pg_name", "step", _o="seq", _kstart="start", _kcomplete="complete",
+                     _n2=pl.len().over("rank", "pg_name", "step"))
+    j = fr_o.join(kt_o, on=["rank", "pg_name", "step", "_o"], how="left")
+    ok = pl.col("_n2").is_not_null() & (pl.col("_n") == pl.col("_n2"))
+    return j.with_columns(
+        start=pl.when(ok).then(pl.coalesce("start", "_kstart")).otherwise("start"),
+        complete=pl.when(ok).then(pl.coalesce("complete", "_kcomplete")).otherwise("complete"),
+        source=pl.when(ok).then(pl.lit("fr+kineto")).otherwise(pl.col("source")),
+    ).select(list(SYNC_POINTS)).sort("pg_name", "key_step", "seq", "rank")
+
+
+# ---------------------------------------------------------------------------------------------- instances
+#: Per rank and instance (:func:`instance_table`).
+INSTANCES: dict[str, pl.DataType] = {
+    "rank": pl.Int32, "pg_name": pl.String, "key_step": pl.Int32, "seq": pl.Int64, "op": pl.String,
+    "step": pl.Int32, "slot": pl.Int32,
+    "exit_prev": pl.Int64,     # when the rank left the group's previous collective (its completion, else the
+    #                            previous instance's last arrival); null for the group's first instance
+    "eff_arrival": pl.Int64,   # effective arrival (module docstring)
+    "last_arrival": pl.Int64,
+    "on_time": pl.Int64,       # the lower median of the instance's effective arrivals
+    "wait_ns": pl.Int64,       # last arrival - own effective arrival
+    "lateness_ns": pl.Int64,   # own effective arrival - on_time (0 for the on-time ranks and those before)
+    "own_ns": pl.Int64,        # own time since the previous exit (effective arrival - exit_prev)
+    "position": pl.Int32,      # 0 = first to arrive
+    "ranks_seen": pl.Int32,
+    "complete_ns": pl.Int64,   # own completion where known
+    "call_site": pl.String,
+}
+
+
+def instance_table(sync: pl.DataFrame) -> pl.DataFrame:
+    """Per rank and instance: effective arrival, wait, lateness, own time since the previous exit (schema
+    :data:`INSTANCES`). Instances not seen on every rank of their group are left out (nothing is blamed there)."""
+    if sync.is_empty():
+        return _empty(INSTANCES)
+    rows: list[pl.DataFrame] = []
+    for (pg,), g in sync.group_by(["pg_name"], maintain_order=True):
+        rows.append(_group_instances(str(pg), g))
+    out = pl.concat(rows, how="vertical_relaxed") if rows else _empty(INSTANCES)
+    return out.select(list(INSTANCES)).cast(INSTANCES).sort("pg_name", "key_step", "seq", "rank")  # type: ignore[arg-type]
+
+
+def _group_instances(pg: str, g: pl.DataFrame) -> pl.DataFrame:
+    """:func:`instance_table` for one process group (a matrix of instances × ranks, walked in order)."""
+    ranks = sorted(set(g["rank"].to_list()))
+    col = {r: i for i, r in enumerate(ranks)}
+    keys = g.select("key_step", "seq").unique().sort("key_step", "seq")
+    kidx = {(a, b): i for i, (a, b) in enumerate(keys.iter_rows())}
+    n_k, n_r = keys.height, len(ranks)
+    base = int(g.select(pl.min_horizontal(pl.col("arrival").min())).item())
+    nan = np.full((n_k, n_r), np.nan)
+    arr, start, comp = nan.copy(), nan.copy(), nan.copy()
+    for r, ks, sq, a, s, c in g.select("rank", "key_step", "seq", "arrival", "start", "complete").iter_rows():
+        i, j = kidx[(ks, sq)], col[r]
+        arr[i, j] = (a - base) if a is not None else np.nan
+        start[i, j] = (s - base) if s is not None else np.nan
+        comp[i, j] = (c - base) if c is not None else np.nan
+    seen = ~np.isnan(arr)
+    full = seen.all(axis=1)
+    eff = np.full((n_k, n_r), np.nan)
+    exit_prev = np.full((n_k, n_r), np.nan)
+    last = np.full(n_k, np.nan)
+    prev_full = False
+    for i in range(n_k):
+        if i > 0 and prev_full:
+            xp = np.where(np.isnan(comp[i - 1]), last[i - 1], comp[i - 1])
+            exit_prev[i] = xp
+            base_eff = np.fmax(arr[i], xp)
+        else:
+            base_eff = arr[i]
+        eff[i] = np.where(np.isnan(start[i]), base_eff, start[i])
+        eff[i][~seen[i]] = np.nan
+        last[i] = np.nanmax(eff[i]) if seen[i].any() else np.nan
+        prev_full = bool(full[i])
+    # per instance: order, on-time (lower median), lateness
+    order = np.argsort(np.where(np.isnan(eff), np.inf, eff), axis=1, kind="stable")
+    pos = np.empty_like(order)
+    np.put_along_axis(pos, order, np.arange(n_r)[None, :].repeat(n_k, axis=0), axis=1)
+    n_seen = seen.sum(axis=1)
+    srt = np.take_along_axis(eff, order, axis=1)
+    m = np.maximum(0, (n_seen - 1) // 2)
+    on_time = srt[np.arange(n_k), m]
+    inst = keys.with_columns(pl.Series("_i", range(n_k)))
+    meta = g.group_by("key_step", "seq").agg(pl.col("op").first(), pl.col("step").min())
+    inst = inst.join(meta, on=["key_step", "seq"], how="left")
+    slot = inst.with_columns(   # the k-th call of this op in its step: steps with extra calls keep their slots
+        slot=(pl.col("seq").rank("ordinal").over("step", "op") - 1).cast(pl.Int32)).sort("_i")["slot"].to_numpy()
+    site = {(r, ks, sq): cs for r, ks, sq, cs in g.select("rank", "key_step", "seq", "call_site").iter_rows()}
+    ii, jj = np.nonzero(seen & full[:, None])
+    keys_l = keys.rows()
+    steps_l = inst.sort("_i")["step"].to_list()
+    ops_l = inst.sort("_i")["op"].to_list()
+
+    def back(x: float) -> int | None:
+        return None if math.isnan(x) else int(round(x)) + base
+
+    data = {
+        "rank": [ranks[j] for j in jj], "pg_name": [pg] * len(ii),
+        "key_step": [keys_l[i][0] for i in ii], "seq": [keys_l[i][1] for i in ii],
+        "op": [ops_l[i] for i in ii], "step": [steps_l[i] for i in ii], "slot": [int(slot[i]) for i in ii],
+        "exit_prev": [back(exit_prev[i, j]) for i, j in zip(ii, jj)],
+        "eff_arrival": [back(eff[i, j]) for i, j in zip(ii, jj)],
+        "last_arrival": [back(last[i]) for i in ii],
+        "on_time": [back(on_time[i]) for i in ii],
+        "wait_ns": [int(round(last[i] - eff[i, j])) for i, j in zip(ii, jj)],
+        "lateness_ns": [max(0, int(round(eff[i, j] - on_time[i]))) for i, j in zip(ii, jj)],
+        "own_ns": [None if math.isnan(exit_prev[i, j]) else int(round(eff[i, j] - exit_prev[i, j]))
+                   for i, j in zip(ii, jj)],
+        "position": [int(pos[i, j]) for i, j in zip(ii, jj)],
+        "ranks_seen": [int(n_seen[i]) for i in ii],
+        "complete_ns": [back(comp[i, j]) for i, j in zip(ii, jj)],
+        "call_site": [site.get((ranks[j], keys_l[i][0], keys_l[i][1])) for i, j in zip(ii, jj)],
+    }
+    return pl.DataFrame(data, schema=INSTANCES)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------- noise
+def shorth_sigma(values: Iterable[float]) -> float:
+    """A robust spread of ``values``: the length of the shortest interval that holds half of them, over 1.349
+    (the standard deviation for a normal sample). It measures the width of the tightest cluster, not where it is,
+    so a rank late in every step, or in half of them, does not widen it; 0 with fewer than 4 values."""
+    v = np.sort(np.asarray([x for x in values if x is not None and not math.isnan(x)], dtype=float))
+    n = v.size
+    if n < 4:
+        return 0.0
+    h = n // 2 + 1
+    return float(np.min(v[h - 1:] - v[:n - h + 1]) / 1.349)
+
+
+#: A slot with fewer samples than this takes its noise from every slot of its group together.
+MIN_NOISE_SAMPLES = 12
+
+
+def noise_table(inst: pl.DataFrame, skip_steps: Iterable[int] = ()) -> pl.DataFrame:
+    """The lateness each slot (process group, op and its k-th call in the step) tolerates as noise: ``noise_ns`` =
+    max(:data:`MIN_NOISE_NS`, NOISE_Z × :func:`shorth_sigma` of the residuals of the ranks' relative arrivals).
+    A relative arrival is the arrival minus the instance's on-time (lower median) arrival, the on-time rank left
+    out (with two ranks: the higher rank's arrival minus the lower's); it takes out what every rank shares (a slow
+    step). Its residual subtracts the rank's own median in that slot, so a rank late every step does not widen it;
+    the shortest-half spread then ignores a rank late in some steps. A slot with fewer than
+    :data:`MIN_NOISE_SAMPLES` residuals uses those of its whole group. ``skip_steps``: steps left out (warm-up).
+    Columns: ``pg_name``, ``slot``, ``op``, ``noise_ns``, ``samples``, ``pooled``."""
+    schema = {"pg_name": pl.String, "slot": pl.Int32, "op": pl.String, "noise_ns": pl.Int64, "samples": pl.Int32,
+              "pooled": pl.Boolean}
+    x = inst.filter(pl.col("step").is_not_null() & pl.col("exit_prev").is_not_null()
+                    & ~pl.col("step").is_in(list(skip_steps)))
+    if x.is_empty():
+        return pl.DataFrame(schema=schema)
+    key = ["pg_name", "key_step", "seq"]
+    x = x.with_columns(_rel=(pl.col("eff_arrival") - pl.col("on_time")).cast(pl.Float64),
+                       _m=((pl.col("ranks_seen") - 1) // 2).cast(pl.Int32))
+    two = x.filter(pl.col("ranks_seen") == 2).with_columns(
+        _rel=(pl.col("eff_arrival") - pl.col("eff_arrival").sort_by("rank").first().over(key)).cast(pl.Float64),
+    ).filter(pl.col("rank") != pl.col("rank").min().over(key))
+    many = x.filter((pl.col("ranks_seen") > 2) & (pl.col("position") != pl.col("_m")))
+    cols = ["pg_name", "slot", "op", "rank", "_rel"]
+    pool = pl.concat([two.select(cols), many.select(cols)])
+    pool = pool.with_columns(_n=pl.len().over("pg_name", "slot", "op", "rank")).filter(pl.col("_n") >= 3)
+    pool = pool.with_columns(_res=pl.col("_rel") - pl.col("_rel").median().over("pg_name", "slot", "op", "rank"))
+    rows = []
+    group_sigma = {pg: shorth_sigma(g["_res"].to_list()) for (pg,), g in pool.group_by(["pg_name"])}
+    for (pg, slot, op), g in x.group_by(["pg_name", "slot", "op"], maintain_order=True):
+        mine = pool.filter((pl.col("pg_name") == pg) & (pl.col("slot") == slot) & (pl.col("op") == op))
+        pooled = mine.height < MIN_NOISE_SAMPLES
+        sigma = group_sigma.get(pg, 0.0) if pooled else shorth_sigma(mine["_res"].to_list())
+        rows.append({"pg_name": pg, "slot": slot, "op": op, "noise_ns": int(max(MIN_NOISE_NS, NOISE_Z * sigma)),
+                     "samples": mine.height, "pooled": pooled})
+    return pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)
+
+
+def warmup_steps(inst: pl.DataFrame) -> set[int]:
+    """The run's first step (its first compiles and lazy set-up): not judged for lateness or noise."""
+    st = inst["step"].drop_nulls()
+    return {int(st.min())} if st.len() else set()
+
+
+# ---------------------------------------------------------------------------------------------- blame
+#: The layers of the critical path (:func:`blame`): one row per charged rank and instance.
+LAYERS: dict[str, pl.DataType] = {
+    "culprit": pl.Int32, "pg_name": pl.String, "key_step": pl.Int32, "seq": pl.Int64, "step": pl.Int32,
+    "op": pl.String, "layer_start": pl.Int64, "layer_end": pl.Int64, "layer_ns": pl.Int64,
+    "lateness_ns": pl.Int64, "noise_ns": pl.Int64, "victims": pl.Int32, "call_site": pl.String,
+}
+#: Every wait, split by whom it was for (``culprit`` null: the part of the wait in noise, attributed to nobody).
+WAITS: dict[str, pl.DataType] = {
+    "victim": pl.Int32, "culprit": pl.Int32, "pg_name": pl.String, "key_step": pl.Int32, "seq": pl.Int64,
+    "step": pl.Int32, "start": pl.Int64, "end": pl.Int64, "ns": pl.Int64,
+}
+
+
+def blame(inst: pl.DataFrame, noise: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(layers, waits): the layered counterfactual at every instance (module docstring). A layer is charged to a
+    rank whose lateness over the on-time arrival is above its slot's noise; each rank that arrived before it
+    waited through it. Waits below the first charged layer are unattributed (``culprit`` null)."""
+    if inst.is_empty():
+        return _empty(LAYERS), _empty(WAITS)
+    nmap = {(p, s, o): n for p, s, o, n in noise.select("pg_name", "slot", "op", "noise_ns").iter_rows()} \
+        if not noise.is_empty() else {}
+    layers: list[dict[str, Any]] = []
+    waits: list[dict[str, Any]] = []
+    cols = ["rank", "pg_name", "key_step", "seq", "step", "slot", "op", "eff_arrival", "lateness_ns", "position",
+            "call_site", "exit_prev"]
+    for key, g in inst.select(cols).group_by(["pg_name", "key_step", "seq"], maintain_order=True):
+        pg, ks, sq = key
+        rows = sorted(g.iter_rows(named=True), key=lambda r: r["position"])
+        if len(rows) < 2 or rows[0]["exit_prev"] is None and rows[0]["step"] is None:
+            continue
+        step, slot, op = rows[0]["step"], rows[0]["slot"], rows[0]["op"]
+        thr = nmap.get((pg, slot, op), MIN_NOISE_NS)
+        n = len(rows)
+        m = max(0, (n - 1) // 2)
+        charged_from = n          # positions >= charged_from are charged
+        for j in range(n - 1, m, -1):
+            if rows[j]["lateness_ns"] > thr:
+                charged_from = j
+            else:
+                break
+        for j in range(charged_from, n):
+            a, b = rows[j - 1]["eff_arrival"], rows[j]["eff_arrival"]
+            if b - a <= 0:
+                continue
+            layers.append({"culprit": rows[j]["rank"], "pg_name": pg, "key_step": ks, "seq": sq, "step": step,
+                           "op": op, "layer_start": a, "layer_end": b, "layer_ns": b - a,
+                           "lateness_ns": rows[j]["lateness_ns"], "noise_ns": thr, "victims": j,
+                           "call_site": rows[j]["call_site"]})
+            for v in rows[:j]:
+                waits.append({"victim": v["rank"], "culprit": rows[j]["rank"], "pg_name": pg, "key_step": ks,
+                              "seq": sq, "step": step, "start": a, "end": b, "ns": b - a})
+        # the rest of each rank's wait (in noise), up to the first charged layer's start
+        top = rows[charged_from - 1]["eff_arrival"] if charged_from < n else rows[-1]["eff_arrival"]
+        for v in rows:
+            if v["eff_arrival"] < top:
+                waits.append({"victim": v["rank"], "culprit": None, "pg_name": pg, "key_step": ks, "seq": sq,
+                              "step": step, "start": v["eff_arrival"], "end": top, "ns": top - v["eff_arrival"]})
+    lf = pl.DataFrame(layers, schema=LAYERS) if layers else _empty(LAYERS)
+    wf = pl.DataFrame(waits, schema=WAITS) if waits else _empty(WAITS)
+    return lf, wf
+
+
+# ---------------------------------------------------------------------------------------------- attribution
+#: What the charged ranks were doing: one row per culprit, layer and activity (ns of the layer it explains).
+ATTRIBUTION: dict[str, pl.DataType] = {
+    "culprit": pl.Int32, "step": pl.Int32, "wait_step": pl.Int32, "pg_name": pl.String, "seq": pl.Int64,
+    "category": pl.String, "label": pl.String, "site": pl.String, "ns": pl.Int64, "excess_ns": pl.Int64,
+    "in_window": pl.Boolean,
+}
+
+
+@dataclass
+class RankActivity:
+    """One rank's labelled spans and step bounds, in its own clock; ``offset``: its clock minus the aligned one."""
+
+    spans: list[act.Span]
+    bounds: list[tuple[int, int, int]]
+    offset: int = 0
+    windows: list[tuple[int, int]] = field(default_factory=list)   # profiler windows (own clock)
+    exports: list[tuple[int, int, int | None]] = field(default_factory=list)   # (start, end, GIL CPU) own clock
+
+    def pieces(self, t0: int, t1: int) -> list[act.Piece]:
+        """``[t0, t1]`` (aligned clock) cut into activities; an untraced gap of :data:`NAMED_GAP_NS` or more inside a
+        profiler window is labelled with the host events around it (``between <op> and <op>``)."""
+        out = act.resolve(self.spans, t0 + self.offset, t1 + self.offset, self.bounds)
+        if not self.windows:
+            return out
+        return [self._named_gap(p) if p.category == "untraced" and p.ns >= NAMED_GAP_NS and self.in_window(
+            p.start - self.offset, p.end - self.offset) else p for p in out]
+
+    def _named_gap(self, p: act.Piece) -> act.Piece:
+        before = max((s for s in self.spans if s.end <= p.start and s.label), key=lambda s: s.end, default=None)
+        after = min((s for s in self.spans if s.start >= p.end and s.label), key=lambda s: s.start, default=None)
+        if before is None and after is None:
+            return p
+        label = f"between {before.label if before else 'the step start'} and {after.label if after else 'the end'}"
+        return act.Piece(p.start, p.end, p.category, label, p.site, p.step)
+
+    def export_ns(self, t0: int, t1: int) -> int:
+        """How much the profiler's background exports that overlap ``[t0, t1]`` (aligned clock) can have slowed
+        this rank: the CPU time they held the GIL, else (not recorded) their length."""
+        a, b = t0 + self.offset, t1 + self.offset
+        return sum((cpu if cpu is not None else e - s) for s, e, cpu in self.exports if s < b and e > a)
+
+    def in_window(self, t0: int, t1: int) -> bool:
+        a, b = t0 + self.offset, t1 + self.offset
+        return any(s < b and e > a for s, e in self.windows)
+
+
+def attribute(layers: pl.DataFrame, inst: pl.DataFrame, activity: Mapping[int, RankActivity]) -> pl.DataFrame:
+    """Each layer split over what its culprit did (schema :data:`ATTRIBUTION`): the culprit's time since the
+    previous exit and the on-time ranks' (at most :data:`MAX_ON_TIME`), cut into activities; the layer goes to
+    the culprit's activities in proportion to their excess over the on-time median (per category, label and
+    step); ``step`` is the step the activity ran in, ``wait_step`` the step of the collective."""
+    if layers.is_empty():
+        return _empty(ATTRIBUTION)
+    by_inst = {k: g for k, g in inst.group_by(["pg_name", "key_step", "seq"], maintain_order=True)}
+    out: list[dict[str, Any]] = []
+    for lay in layers.iter_rows(named=True):
+        g = by_inst.get((lay["pg_name"], lay["key_step"], lay["seq"]))
+        c = lay["culprit"]
+        if g is None or c not in activity:
+            out.append(_row(lay, "untraced", None, None, lay["layer_ns"], lay["layer_ns"], lay["step"], False))
+            continue
+        rows = {r["rank"]: r for r in g.iter_rows(named=True)}
+        me = rows[c]
+        m = max(0, (len(rows) - 1) // 2)
+        on_time = sorted((r for r in rows.values() if r["position"] <= m and r["rank"] in activity),
+                         key=lambda r: -r["position"])[:MAX_ON_TIME]
+        t0 = me["exit_prev"]
+        if t0 is None or not on_time:
+            out.append(_row(lay, "untraced", None, None, lay["layer_ns"], lay["layer_ns"], lay["step"], False))
+            continue
+        step = lay["step"]
+        ra = activity[c]
+        mine = act.totals(ra.pieces(t0, me["eff_arrival"]), rel_step=step)
+        theirs = [act.totals(activity[r["rank"]].pieces(r["exit_prev"], r["eff_arrival"]), rel_step=step)
+                  for r in on_time if r["exit_prev"] is not None]
+        sites: dict[tuple[str, str | None], str | None] = {}
+        for p in ra.pieces(t0, me["eff_arrival"]):
+            sites.setdefault((p.category, p.label), p.site)
+        excess = {}
+        for key, ns in mine.items():
+            other = float(np.median([t.get(key, 0) for t in theirs])) if theirs else 0.0
+            if ns - other > 0:
+                excess[key] = ns - other
+        _cap_exports(excess, ra, [activity[r["rank"]] for r in on_time], t0, me["eff_arrival"],
+                     [(r["exit_prev"], r["eff_arrival"]) for r in on_time])
+        total = sum(excess.values())
+        excess = {k: v for k, v in excess.items() if v >= MIN_SHARE * total}
+        total = sum(excess.values())
+        window = ra.in_window(t0, me["eff_arrival"])
+        if total <= 0:
+            out.append(_row(lay, "untraced", None, None, lay["layer_ns"], lay["layer_ns"], step, window))
+            continue
+        for (cat, label, off), ex in sorted(excess.items(), key=lambda kv: -kv[1]):
+            share = int(round(lay["layer_ns"] * ex / total))
+            if share <= 0:
+                continue
+            astep = (step + off) if step is not None else None
+            out.append(_row(lay, cat, label, sites.get((cat, label)), share, int(ex), astep, window))
+    return pl.DataFrame(out, schema=ATTRIBUTION) if out else _empty(ATTRIBUTION)
+
+
+def _cap_exports(excess: dict[tuple[str, str | None, int], float], me: RankActivity, others: list[RankActivity],
+                 t0: int, t1: int, spans: list[tuple[int | None, int]]) -> None:
+    """The profiler's background export overlaps whatever the rank was doing: its excess is at most how much longer
+    the late rank's export ran than the on-time ranks' (whole exports overlapping each interval); the rest of it
+    is untraced time (in ``excess``, in place)."""
+    keys = [k for k in excess if k[0] == "profiler" and k[1] == act.EXPORT_LABEL]
+    if not keys:
+        return
+    mine = me.export_ns(t0, t1)
+    theirs = [o.export_ns(a, b) for o, (a, b) in zip(others, spans) if a is not None]
+    cap = max(0.0, mine - (float(np.median(theirs)) if theirs else 0.0))
+    total = sum(excess[k] for k in keys)
+    if total <= cap:
+        return
+    for k in keys:
+        moved = excess[k] * (1 - cap / total)
+        excess[k] -= moved
+        other = ("untraced", "during the profiler's trace export", k[2])
+        excess[other] = excess.get(other, 0.0) + moved
+
+
+def _row(lay: Mapping[str, Any], cat: str, label: str | None, site: str | None, ns: int, excess: int,
+         step: int | None, window: bool) -> dict[str, Any]:
+    return {"culprit": lay["culprit"], "step": step, "wait_step": lay["step"], "pg_name": lay["pg_name"],
+            "seq": lay["seq"], "category": cat, "label": label, "site": site, "ns": ns, "excess_ns": excess,
+            "in_window": window}
+
+
+def rank_activity(ranks: Iterable[int], steps: pl.DataFrame | None, compiles: pl.DataFrame | None,
+                  events: pl.DataFrame | None, offsets: Mapping[int, int] | None = None,
+                  exports: Mapping[int, list[tuple[int, int, int | None]]] | None = None
+                  ) -> dict[int, RankActivity]:
+    """:class:`RankActivity` of each rank (``offsets``: each rank's clock minus the aligned clock, ns;
+    ``exports``: the profiler's background trace exports per rank)."""
+    out = {}
+    windows = _windows(steps)
+    for r in ranks:
+        ex = list((exports or {}).get(int(r), ()))
+        spans, bounds = act.rank_spans(int(r), steps, compiles, events, ex)
+        out[int(r)] = RankActivity(spans, bounds, int((offsets or {}).get(int(r), 0)), windows.get(int(r), []), ex)
+    return out
+
+
+def _windows(steps: pl.DataFrame | None) -> dict[int, list[tuple[int, int]]]:
+    if steps is None or steps.is_empty() or "source" not in steps.columns:
+        return {}
+    p = steps.filter(pl.col("source").cast(pl.String) == "profiler")
+    out: dict[int, list[tuple[int, int]]] = {}
+    for r, a, b in p.select("rank", "start", "end").iter_rows():
+        if a is not None and b is not None:
+            out.setdefault(int(r), []).append((int(a), int(b)))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- the whole path
+@dataclass
+class CriticalPath:
+    """The cross-rank critical path of a run (module docstring): ``sync`` (aligned sync points), ``instances``,
+    ``noise``, ``layers``, ``waits``, ``attribution``, ``clock`` (per-host offsets and residuals,
+    :func:`workbench.analyses.clock.host_offsets`), ``notes`` (what could not be done, one line each)."""
+
+    sync: pl.DataFrame
+    instances: pl.DataFrame
+    noise: pl.DataFrame
+    layers: pl.DataFrame
+    waits: pl.DataFrame
+    attribution: pl.DataFrame
+    clock: pl.DataFrame
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return self.instances.is_empty()
+
+    def matrix(self, step: int | None = None) -> pl.DataFrame:
+        """Who held whom: per step (all steps, or ``step``), victim and culprit, the wait (ns); ``culprit`` null is
+        the wait in noise. Columns: ``step``, ``victim``, ``culprit``, ``ns``."""
+        w = self.waits if step is None else self.waits.filter(pl.col("step") == step)
+        return w.group_by("step", "victim", "culprit").agg(pl.col("ns").sum()).sort(
+            "step", "victim", "culprit", nulls_last=True)
+
+    def lateness(self) -> pl.DataFrame:
+        """Per culprit and step (the step its late activity ran in): the time it held the others back (ns, the sum
+        of its layers' shares) and the top activity. Columns: ``culprit``, ``step``, ``ns``, ``category``,
+        ``label``, ``site``."""
+        a = self.attribution
+        if a.is_empty():
+            return pl.DataFrame(schema={"culprit": pl.Int32, "step": pl.Int32, "ns": pl.Int64,
+                                        "category": pl.String, "label": pl.String, "site": pl.String})
+        top = a.group_by("culprit", "step", "category", "label", "site").agg(pl.col("ns").sum()).sort(
+            "ns", descending=True).group_by("culprit", "step", maintain_order=True).first()
+        tot = a.group_by("culprit", "step").agg(pl.col("ns").sum())
+        return tot.join(top.drop("ns"), on=["culprit", "step"], how="left").sort("culprit", "step")
+
+
+def critical_path(entries: pl.DataFrame | None, collectives: pl.DataFrame | None, steps: pl.DataFrame | None,
+                  compiles: pl.DataFrame | None = None, events: pl.DataFrame | None = None,
+                  ranks: pl.DataFrame | None = None,
+                  exports: Mapping[int, list[tuple[int, int, int | None]]] | None = None) -> CriticalPath:
+    """Every layer above on the given tables (``entries``: Flight Recorder entries, ``collectives``: the profiler's,
+    ``events``: the window events of the ranks to explain, ``ranks``: the RANKS table for hosts, ``exports``: the
+    profiler's trace exports per rank, :func:`workbench.rundir.trace_exports`)."""
+    from workbench.analyses.clock import align
+
+    notes: list[str] = []
+    sync = sync_points(entries, collectives, steps)
+    if sync.is_empty():
+        e = _empty
+        return CriticalPath(e(SYNC_POINTS), e(INSTANCES), pl.DataFrame(), e(LAYERS), e(WAITS), e(ATTRIBUTION),
+                            pl.DataFrame(), ["no collectives recorded (no Flight Recorder dump, no profiler window)"])
+    sync, clock, more = align(sync, ranks)
+    notes += more
+    inst = instance_table(sync)
+    noise = noise_table(inst, warmup_steps(inst))
+    layers, waits = blame(inst, noise)
+    offsets = {}
+    if not clock.is_empty() and ranks is not None and "host" in ranks.columns:
+        per_host = {h: o for h, o in clock.select("host", "offset_ns").iter_rows()}
+        offsets = {int(r): int(per_host.get(h, 0) or 0) for r, h in ranks.select("rank", "host").iter_rows()}
+    culprits = sorted(set(layers["culprit"].to_list())) if not layers.is_empty() else []
+    involved = sorted(set(culprits) | set(inst["rank"].unique().to_list())) if culprits else []
+    activity = rank_activity(involved, steps, compiles, events, offsets, exports)
+    attribution = attribute(layers, inst, activity)
+    return CriticalPath(sync, inst, noise, layers, waits, attribution, clock, notes)
+
+
+def critical_path_of(run: Any) -> CriticalPath:
+    """:func:`critical_path` of a :class:`workbench.Run` (its Flight Recorder dumps, collectives, steps, compiles,
+    and the window events of the ranks that held others back)."""
+    from workbench.flight_recorder import run_hangs
+
+    hang = run_hangs(run)
+    entries = hang.entries
+    steps = getattr(run, "steps", None)
+    colls = getattr(run, "collectives", None)
+    compiles = getattr(run, "compiles", None)
+    ranks = getattr(run, "ranks", None)
+    exports = hang.trace_exports
+    cp = critical_path(entries, colls, steps, compiles, None, ranks, exports)
+    if cp.layers.is_empty():
+        return cp
+    events = _window_events(run, cp)
+    if events is None or events.is_empty():
+        return cp
+    offsets = {}
+    if not cp.clock.is_empty() and ranks is not None and "host" in ranks.columns:
+        per_host = {h: o for h, o in cp.clock.select("host", "offset_ns").iter_rows()}
+        offsets = {int(r): int(per_host.get(h, 0) or 0) for r, h in ranks.select("rank", "host").iter_rows()}
+    activity = rank_activity(sorted(cp.instances["rank"].unique().to_list()), steps, compiles, events, offsets,
+                             exports)
+    cp.attribution = attribute(cp.layers, cp.instances, activity)
+    return cp
+
+
+def _window_events(run: Any, cp: CriticalPath) -> pl.DataFrame | None:
+    """The host events of the profiler windows that a charged layer falls in (read only for those ranks)."""
+    scan = getattr(run, "scan", None)
+    ranks = sorted(cp.instances["rank"].unique().to_list())
+    try:
+        if callable(scan):
+            lf = scan("events", ranks=ranks)
+            return lf.filter(pl.col("kind").cast(pl.String).is_in(["cpu_op", "annotation", "python_function"])
+                             ).collect()
+        ev = getattr(run, "events", None)
+        return ev if isinstance(ev, pl.DataFrame) else None
+    except Exception:
+        return None
+
+
+__all__ = ["ATTRIBUTION", "CriticalPath", "INSTANCES", "LAYERS", "MIN_NOISE_NS", "RankActivity", "SYNC_POINTS",
+           "WAITS", "attribute", "blame", "critical_path", "critical_path_of", "instance_table", "noise_table",
+           "rank_activity", "shorth_sigma", "sync_points", "warmup_steps"]

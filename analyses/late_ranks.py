@@ -1,0 +1,175 @@
+"""Findings from the cross-rank critical path: the rank that held the others back, in which steps, doing what.
+
+:func:`late_rank_findings` turns a :class:`~workbench.analyses.critical_path.CriticalPath` into ``straggler``
+findings, one per late rank: its steps and per-step lateness (the time it held the others back: the sum of its
+layers), what it was doing (the activity with the largest share of that time, with its label and ``file:line``
+where known, else the call site of the collective it arrived late at), and every other rank's wait for it. The
+cost is the most any one other rank waited for it (the wall time the job lost, summed over steps).
+
+Not made into a straggler: the run's first step (first compiles, set-up), lateness that is compiling where a compile finding already names that rank and step
+(that finding is the cause; the waits are its symptoms), and the profiler's own trace export between steps (the
+collector's cost, not the user's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import polars as pl
+
+from workbench.analyses.activities import WORDS
+from workbench.analyses.critical_path import CriticalPath, warmup_steps
+from workbench.analyses.detectors import Inputs, register_detector
+from workbench.analyses.findings import Cost, Finding, format_ns, make_finding, ranks_text
+from workbench.analyses.kinds import (
+    CompileSkewEvidence, DivergentRecompileEvidence, Kind, StragglerEvidence,
+)
+
+#: Categories never made a straggler's reason (the collector's own work).
+NOT_A_STRAGGLER = ("profiler",)
+#: Activities listed in a finding's evidence (largest first).
+TOP_ACTIVITIES = 5
+
+
+def _compile_steps(found: Iterable[Finding[Any]]) -> set[tuple[int, int]]:
+    """(rank, step) of every compile a compile finding already blames (its waits are that finding's)."""
+    out: set[tuple[int, int]] = set()
+    for f in found:
+        ev = f.evidence
+        if isinstance(ev, DivergentRecompileEvidence) and ev.step is not None:
+            out |= {(int(r), int(ev.step)) for r in ev.compiling_ranks}
+        elif isinstance(ev, CompileSkewEvidence) and ev.step is not None:
+            out.add((int(ev.slowest_rank), int(ev.step)))
+    return out
+
+
+def _steps_text(steps: Sequence[int]) -> str:
+    s = sorted(steps)
+    if not s:
+        return "no step"
+    if len(s) == 1:
+        return f"step {s[0]}"
+    if s == list(range(s[0], s[-1] + 1)):
+        return f"steps {s[0]}-{s[-1]}"
+    if len(s) <= 6:
+        return "steps " + ", ".join(map(str, s[:-1])) + f" and {s[-1]}"
+    return f"{len(s)} steps ({s[0]}-{s[-1]})"
+
+
+def _median(v: list[int]) -> int:
+    v = sorted(v)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) // 2
+
+
+def late_rank_findings(cp: CriticalPath, *, wall_ns: Mapping[int, int] | None = None,
+                       found: Iterable[Finding[Any]] = ()) -> list[Finding[StragglerEvidence]]:
+    """One ``straggler`` finding per rank the critical path charges (module docstring), most costly first."""
+    a = cp.attribution
+    if a.is_empty():
+        return []
+    compiled = _compile_steps(found)
+    warm = warmup_steps(cp.instances)
+    a = a.filter(~pl.col("category").is_in(list(NOT_A_STRAGGLER)) & ~pl.col("step").is_in(list(warm))
+                 & ~pl.col("wait_step").is_in(list(warm)))
+    if compiled:
+        keep = [not (cat == "compile" and (int(c), int(s if s is not None else -1)) in compiled)
+                for c, s, cat in a.select("culprit", "step", "category").iter_rows()]
+        a = a.filter(pl.Series(keep, dtype=pl.Boolean))
+    out = []
+    for (c,), mine in a.group_by(["culprit"], maintain_order=True):
+        c = int(c)
+        judged_layers = cp.layers.filter(pl.col("culprit") == c).join(
+            mine.select("pg_name", "seq").unique(), on=["pg_name", "seq"], how="semi")
+        noise = int(judged_layers["noise_ns"].median()) if judged_layers.height else None
+        per_step = {int(s): int(n) for s, n in mine.drop_nulls("step").group_by("step").agg(
+            pl.col("ns").sum()).iter_rows()}
+        floor = noise or 0
+        steps = sorted(s for s, n in per_step.items() if n >= floor)
+        if not steps:
+            continue
+        total = int(mine["ns"].sum())
+        by_act = mine.group_by("category", "label", "site").agg(pl.col("ns").sum()).sort("ns", descending=True)
+        by_cat = mine.group_by("category").agg(pl.col("ns").sum()).sort("ns", descending=True)
+        reason = by_cat["category"][0]
+        top = by_act.filter(pl.col("category") == reason).row(0, named=True)
+        layers = cp.layers.filter(pl.col("culprit") == c)
+        site = top["site"] or _late_call_site(layers)
+        judged = mine.select("pg_name", "seq").unique()
+        waits = cp.waits.filter(pl.col("culprit") == c).join(judged, on=["pg_name", "seq"], how="semi")
+        wait_by = {int(v): int(n) for v, n in waits.group_by("victim").agg(pl.col("ns").sum()).iter_rows()}
+        cost = min(total, max(wait_by.values())) if wait_by else total
+        traced = _window_reason(mine)
+        lat = [per_step[s] for s in steps]
+        ev = StragglerEvidence(
+            rank=c, signal="critical_path", events=int(layers.height), held_count=int(layers.height),
+            held_back_ns=total, held_share_pct=None, typical_share_pct=None, first_step=steps[0],
+            trend=None, held_steps=tuple(steps), data_wait_median_ns=None, others_data_wait_median_ns=None,
+            reason=reason, what=top["label"], site=site, lateness_by_step={s: per_step[s] for s in steps},
+            wait_by_rank=wait_by,
+            activities=tuple({"category": r["category"], "label": r["label"], "site": r["site"], "ns": int(r["ns"])}
+                             for r in by_act.head(TOP_ACTIVITIES).iter_rows(named=True)),
+            noise_ns=noise)
+        wall = (wall_ns or {}).get(c) or (max((wall_ns or {}).values()) if wall_ns else None)
+        out.append(make_finding(
+            Kind.STRAGGLER, _message(c, steps, lat, reason, top["label"], site, wait_by, traced, cost), ev,
+            Cost.measured(cost, "the longest any other rank waited for it at the collectives it arrived at late "
+                                "(the layers of the critical path it was charged, every step, Flight Recorder)"),
+            ranks=[c], steps=steps, wall_ns=wall, source="critical_path"))
+    return sorted(out, key=lambda f: -f.cost_ns)
+
+
+def _late_call_site(layers: pl.DataFrame) -> str | None:
+    sites = layers["call_site"].drop_nulls() if "call_site" in layers.columns else pl.Series([], dtype=pl.String)
+    return sites.mode().sort()[0] if sites.len() else None
+
+
+def _window_reason(mine: pl.DataFrame) -> str | None:
+    """What a profiler window showed of it (the top traced activity in window steps), when its overall reason is
+    untraced time outside the windows."""
+    w = mine.filter(pl.col("in_window") & (pl.col("category") != "untraced"))
+    if w.is_empty():
+        return None
+    r = w.group_by("category", "label").agg(pl.col("ns").sum()).sort("ns", descending=True).row(0, named=True)
+    return f"{WORDS.get(r['category'], r['category'])} ({r['label']})" if r["label"] else WORDS.get(r["category"])
+
+
+def _short_site(site: str | None) -> str | None:
+    if not site:
+        return None
+    head, _, tail = site.partition(" in ")
+    parts = head.rsplit("/", 2)
+    short = "/".join(parts[-2:]) if len(parts) > 2 else head
+    return f"{short} in {tail}" if tail else short
+
+
+def _message(rank: int, steps: list[int], lat: list[int], reason: str, label: str | None, site: str | None,
+             wait_by: dict[int, int], traced: str | None, cost: int) -> str:
+    doing = WORDS.get(reason, reason)
+    if label and reason not in ("untraced", "data"):
+        doing += f": {label}"
+    where = _short_site(site)
+    at = f" at {where}" if where and reason not in ("untraced",) else ""
+    before = f" before the collective called from {where}" if where and reason == "untraced" else ""
+    seen = f" (in a profiler window it was {traced})" if traced and reason == "untraced" else ""
+    others = ", ".join(f"rank {v} {format_ns(n)}" for v, n in sorted(wait_by.items()))
+    return (f"Rank {rank} held the other ranks back in {_steps_text(steps)}: {format_ns(_median(lat))} per step "
+            f"(median; {format_ns(sum(lat))} in all), {doing}{at}{before}{seen}. "
+            f"The others waited for it in their collectives ({others}); {ranks_text(wait_by)} "
+            f"{'was' if len(wait_by) == 1 else 'were'} not slow themselves. Cost: {format_ns(cost)}.")
+
+
+__all__ = ["late_rank_findings"]
+
+
+@register_detector(Kind.STRAGGLER, needs=("hangs", "steps", "collectives", "compiles", "ranks", "found"), order=55,
+                   replaces=("workbench.analyses.stragglers._detect",))
+def _detect(x: Inputs) -> list[Finding[StragglerEvidence]]:
+    """:func:`late_rank_findings` of the run's critical path (Flight Recorder entries every step, the profiler's
+    collectives in its windows); it replaces the step-start heuristic's detector (``analyses/stragglers.py``)."""
+    from workbench.analyses.critical_path import critical_path
+    from workbench.analyses.metrics import wall_ns
+
+    cp = critical_path(x.hangs.entries, x.collectives, x.steps, x.compiles, None, x.ranks, x.hangs.trace_exports)
+    return late_rank_findings(cp, wall_ns=wall_ns(x.steps), found=x.found)
