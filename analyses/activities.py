@@ -128,7 +128,7 @@ def compile_spans(compiles: pl.DataFrame | None, rank: int) -> list[Span]:
 
 def event_category(kind: str, name: str) -> tuple[str, str | None, str | None] | None:
     """(category, label, site) of one host event, or None for context annotations (steps, phase ranges)."""
-    if kind == "python_function":
+    if kind == "python":          # python_function events (with_stack)
         m = _PYFRAME.match(name)
         if m:
             return "python", m.group("fn"), f"{m.group('file')}:{m.group('line')}"
@@ -167,7 +167,7 @@ def event_spans(events: pl.DataFrame | None, rank: int, t0: int | None = None, t
         "ProfilerStep#"))["tid"].drop_nulls().unique().to_list()
     if steps_tids:
         e = e.filter(pl.col("tid").is_in(steps_tids))
-    e = e.filter(pl.col("kind").is_in(["cpu_op", "annotation", "python_function"]) & (pl.col("end") > pl.col("start")))
+    e = e.filter(pl.col("kind").is_in(["cpu_op", "annotation", "python"]) & (pl.col("end") > pl.col("start")))
     out = []
     for kind, name, start, end in e.select("kind", "name", "start", "end").iter_rows():
         got = event_category(kind, name or "")

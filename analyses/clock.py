@@ -42,7 +42,7 @@ def host_offsets(sync: pl.DataFrame, ranks: pl.DataFrame | None) -> pl.DataFrame
     members = hosts.group_by("host").agg(pl.col("rank").sort().alias("ranks"))
     ref_rank = int(sync["rank"].min())
     ref_host = hosts.filter(pl.col("rank") == ref_rank)["host"][0]
-    done = sync.filter(pl.col("complete").is_not_null()).join(hosts, on="rank")
+    done = sync.filter(pl.col("complete").is_not_null() & (pl.col("source") != "steps")).join(hosts, on="rank")
     key = ["pg_name", "key_step", "seq"]
     per = done.group_by([*key, "host"]).agg(c=pl.col("complete").median())
     ref = per.filter(pl.col("host") == ref_host).select(*key, ref="c")

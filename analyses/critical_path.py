@@ -104,17 +104,46 @@ def _kineto_points(collectives: pl.DataFrame) -> pl.DataFrame:
     ).cast(SYNC_POINTS)  # type: ignore[arg-type]
 
 
+#: The process group name of the step starts used as sync points where no collective was recorded.
+STEP_STARTS = "steps"
+
+
+def _step_points(steps: pl.DataFrame, covered: set[int]) -> pl.DataFrame:
+    """Each collector step not in ``covered`` as a sync point of group :data:`STEP_STARTS`: its start (after the
+    batch wait) is the arrival and the rank's end of the step before is its exit. Without any collective recorded
+    there, a rank that starts a step late (its data, code between steps) is the one the others wait for in that
+    step's collectives (as long as every step has one)."""
+    s = steps.filter(pl.col("source").cast(pl.String) == "collector") if "source" in steps.columns else steps
+    s = s.filter(pl.col("start").is_not_null() & pl.col("end").is_not_null()).sort("rank", "step")
+    s = s.with_columns(_prev_end=pl.col("end").shift(1).over("rank"), _prev_step=pl.col("step").shift(1).over("rank"))
+    s = s.filter(~pl.col("step").is_in(sorted(covered)) & (pl.col("_prev_step") == pl.col("step") - 1))
+    if s.is_empty():
+        return _empty(SYNC_POINTS)
+    # the exit of instance k is recorded as the completion of instance k-1 (the rank's end of the step before)
+    nxt = s.select("rank", step=pl.col("step") - 1, complete="_prev_end")
+    out = s.select("rank", "step", arrival="start").join(nxt, on=["rank", "step"], how="full", coalesce=True)
+    return out.select(
+        "rank", pg_name=pl.lit(STEP_STARTS), key_step=pl.lit(-1, pl.Int32), seq=pl.col("step").cast(pl.Int64),
+        op=pl.lit("step start"), step="step", arrival="arrival", start=pl.lit(None, pl.Int64), complete="complete",
+        source=pl.lit("steps"), call_site=pl.lit(None, pl.String),
+    ).filter(pl.col("arrival").is_not_null()).cast(SYNC_POINTS)  # type: ignore[arg-type]
+
+
 def sync_points(entries: pl.DataFrame | None, collectives: pl.DataFrame | None,
                 steps: pl.DataFrame | None) -> pl.DataFrame:
     """One row per rank and collective instance (schema :data:`SYNC_POINTS`), point-to-point calls left out.
 
     From the Flight Recorder entries when there are any (every step); a profiler window's collective of the same
     rank, group and step, in the same order, gives the instance its execution start and completion (matched only
-    when the rank's counts agree in that step). Without entries, the profiler's collectives alone."""
+    when the rank's counts agree in that step). Without entries, the profiler's collectives alone, and for the
+    steps with no collective recorded the collector's step starts (:func:`_step_points`)."""
     fr = _fr_points(entries, steps) if entries is not None and not entries.is_empty() else _empty(SYNC_POINTS)
     kt = _kineto_points(collectives) if collectives is not None and not collectives.is_empty() else \
         _empty(SYNC_POINTS)
     if fr.is_empty():
+        if steps is not None and not steps.is_empty() and not kt.is_empty():   # a window shows a collective a step
+            covered = set(kt["step"].drop_nulls().unique().to_list())
+            kt = pl.concat([kt, _step_points(steps, covered)])
         return kt.sort("pg_name", "key_step", "seq", "rank")
     if kt.is_empty():
         return fr.sort("pg_name", "key_step", "seq", "rank")
@@ -253,6 +282,10 @@ def shorth_sigma(values: Iterable[float]) -> float:
 
 #: A slot with fewer samples than this takes its noise from every slot of its group together.
 MIN_NOISE_SAMPLES = 12
+#: With fewer samples than this even together, the noise is this share of the ranks' median time between two
+#: collectives (a profiler window of three steps cannot tell its own noise).
+MIN_SHORTH = 8
+FEW_SAMPLES_SHARE = 0.1
 
 
 def noise_table(inst: pl.DataFrame, skip_steps: Iterable[int] = ()) -> pl.DataFrame:
@@ -282,19 +315,28 @@ def noise_table(inst: pl.DataFrame, skip_steps: Iterable[int] = ()) -> pl.DataFr
     pool = pool.with_columns(_n=pl.len().over("pg_name", "slot", "op", "rank")).filter(pl.col("_n") >= 3)
     pool = pool.with_columns(_res=pl.col("_rel") - pl.col("_rel").median().over("pg_name", "slot", "op", "rank"))
     rows = []
-    group_sigma = {pg: shorth_sigma(g["_res"].to_list()) for (pg,), g in pool.group_by(["pg_name"])}
+    group = {pg: g["_res"].to_list() for (pg,), g in pool.group_by(["pg_name"])}
     for (pg, slot, op), g in x.group_by(["pg_name", "slot", "op"], maintain_order=True):
         mine = pool.filter((pl.col("pg_name") == pg) & (pl.col("slot") == slot) & (pl.col("op") == op))
         pooled = mine.height < MIN_NOISE_SAMPLES
-        sigma = group_sigma.get(pg, 0.0) if pooled else shorth_sigma(mine["_res"].to_list())
-        rows.append({"pg_name": pg, "slot": slot, "op": op, "noise_ns": int(max(MIN_NOISE_NS, NOISE_Z * sigma)),
-                     "samples": mine.height, "pooled": pooled})
+        values = group.get(pg, []) if pooled else mine["_res"].to_list()
+        if len(values) >= MIN_SHORTH:
+            noise = NOISE_Z * shorth_sigma(values)
+        else:   # too few to tell the run's noise: a share of the ranks' own time between collectives
+            own = g["own_ns"].drop_nulls()
+            noise = FEW_SAMPLES_SHARE * float(own.median()) if own.len() else 0.0
+        rows.append({"pg_name": pg, "slot": slot, "op": op, "noise_ns": int(max(MIN_NOISE_NS, noise)),
+                     "samples": len(values), "pooled": pooled})
     return pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)
 
 
-def warmup_steps(inst: pl.DataFrame) -> set[int]:
-    """The run's first step (its first compiles and lazy set-up): not judged for lateness or noise."""
-    st = inst["step"].drop_nulls()
+def warmup_steps(inst: pl.DataFrame, steps: pl.DataFrame | None = None) -> set[int]:
+    """The run's first step (its first compiles and lazy set-up; from ``steps`` when given, else the first step
+    with a collective): not judged for lateness or noise."""
+    if steps is not None and not steps.is_empty():
+        st = steps["step"].drop_nulls()
+    else:
+        st = inst["step"].drop_nulls()
     return {int(st.min())} if st.len() else set()
 
 
@@ -399,7 +441,7 @@ class RankActivity:
 
     def export_ns(self, t0: int, t1: int) -> int:
         """How much the profiler's background exports that overlap ``[t0, t1]`` (aligned clock) can have slowed
-        this rank: the CPU time they held the GIL, else (not recorded) their length."""
+        this rank: their CPU time (the GIL they hold, the CPU they take), else (not recorded) their length."""
         a, b = t0 + self.offset, t1 + self.offset
         return sum((cpu if cpu is not None else e - s) for s, e, cpu in self.exports if s < b and e > a)
 
@@ -428,15 +470,18 @@ def attribute(layers: pl.DataFrame, inst: pl.DataFrame, activity: Mapping[int, R
         m = max(0, (len(rows) - 1) // 2)
         on_time = sorted((r for r in rows.values() if r["position"] <= m and r["rank"] in activity),
                          key=lambda r: -r["position"])[:MAX_ON_TIME]
-        t0 = me["exit_prev"]
+        step = lay["step"]
+        ra = activity[c]
+        t0 = _since(me, ra, step)
         if t0 is None or not on_time:
             out.append(_row(lay, "untraced", None, None, lay["layer_ns"], lay["layer_ns"], lay["step"], False))
             continue
-        step = lay["step"]
-        ra = activity[c]
         mine = act.totals(ra.pieces(t0, me["eff_arrival"]), rel_step=step)
-        theirs = [act.totals(activity[r["rank"]].pieces(r["exit_prev"], r["eff_arrival"]), rel_step=step)
-                  for r in on_time if r["exit_prev"] is not None]
+        theirs = []
+        for r in on_time:
+            a = _since(r, activity[r["rank"]], step)
+            if a is not None:
+                theirs.append(act.totals(activity[r["rank"]].pieces(a, r["eff_arrival"]), rel_step=step))
         sites: dict[tuple[str, str | None], str | None] = {}
         for p in ra.pieces(t0, me["eff_arrival"]):
             sites.setdefault((p.category, p.label), p.site)
@@ -446,7 +491,7 @@ def attribute(layers: pl.DataFrame, inst: pl.DataFrame, activity: Mapping[int, R
             if ns - other > 0:
                 excess[key] = ns - other
         _cap_exports(excess, ra, [activity[r["rank"]] for r in on_time], t0, me["eff_arrival"],
-                     [(r["exit_prev"], r["eff_arrival"]) for r in on_time])
+                     [(_since(r, activity[r["rank"]], step), r["eff_arrival"]) for r in on_time])
         total = sum(excess.values())
         excess = {k: v for k, v in excess.items() if v >= MIN_SHARE * total}
         total = sum(excess.values())
@@ -461,6 +506,18 @@ def attribute(layers: pl.DataFrame, inst: pl.DataFrame, activity: Mapping[int, R
             astep = (step + off) if step is not None else None
             out.append(_row(lay, cat, label, sites.get((cat, label)), share, int(ex), astep, window))
     return pl.DataFrame(out, schema=ATTRIBUTION) if out else _empty(ATTRIBUTION)
+
+
+def _since(row: Mapping[str, Any], ra: RankActivity, step: int | None) -> int | None:
+    """Where a rank's interval before an arrival starts (aligned clock): its exit from the group's previous
+    collective, else (the first one recorded, e.g. a profiler window's first) the start of its step, batch wait
+    included."""
+    if row["exit_prev"] is not None:
+        return row["exit_prev"]
+    if step is None:
+        return None
+    ask = next((a for a, _, s in ra.bounds if s == step), None)
+    return None if ask is None else ask - ra.offset
 
 
 def _cap_exports(excess: dict[tuple[str, str | None, int], float], me: RankActivity, others: list[RankActivity],
@@ -576,7 +633,7 @@ def critical_path(entries: pl.DataFrame | None, collectives: pl.DataFrame | None
     sync, clock, more = align(sync, ranks)
     notes += more
     inst = instance_table(sync)
-    noise = noise_table(inst, warmup_steps(inst))
+    noise = noise_table(inst, warmup_steps(inst, steps))
     layers, waits = blame(inst, noise)
     offsets = {}
     if not clock.is_empty() and ranks is not None and "host" in ranks.columns:
@@ -624,7 +681,7 @@ def _window_events(run: Any, cp: CriticalPath) -> pl.DataFrame | None:
     try:
         if callable(scan):
             lf = scan("events", ranks=ranks)
-            return lf.filter(pl.col("kind").cast(pl.String).is_in(["cpu_op", "annotation", "python_function"])
+            return lf.filter(pl.col("kind").cast(pl.String).is_in(["cpu_op", "annotation", "python"])
                              ).collect()
         ev = getattr(run, "events", None)
         return ev if isinstance(ev, pl.DataFrame) else None

@@ -6,7 +6,8 @@ layers), what it was doing (the activity with the largest share of that time, wi
 where known, else the call site of the collective it arrived late at), and every other rank's wait for it. The
 cost is the most any one other rank waited for it (the wall time the job lost, summed over steps).
 
-Not made into a straggler: the run's first step (first compiles, set-up), lateness that is compiling where a compile finding already names that rank and step
+A rank is named only when it held the others back in some step by at least :data:`CLEAR_NOISE` times the noise
+of the noisiest collective of its process groups; its steps are those where it did by more than the noise. Not made into a straggler: the run's first step (first compiles, set-up), lateness that is compiling where a compile finding already names that rank and step
 (that finding is the cause; the waits are its symptoms), and the profiler's own trace export between steps (the
 collector's cost, not the user's).
 """
@@ -23,24 +24,36 @@ from workbench.analyses.critical_path import CriticalPath, warmup_steps
 from workbench.analyses.detectors import Inputs, register_detector
 from workbench.analyses.findings import Cost, Finding, format_ns, make_finding, ranks_text
 from workbench.analyses.kinds import (
-    CompileSkewEvidence, DivergentRecompileEvidence, Kind, StragglerEvidence,
+    CompileSkewEvidence, CompilingEvidence, DivergentRecompileEvidence, Kind, StragglerEvidence,
 )
 
 #: Categories never made a straggler's reason (the collector's own work).
 NOT_A_STRAGGLER = ("profiler",)
 #: Activities listed in a finding's evidence (largest first).
 TOP_ACTIVITIES = 5
+#: A late rank is a finding only if it held the others back in some step by this many times the noise of the
+#: noisiest collective of its groups (the run's own spread: a rank late by a little now and then, in a quiet
+#: collective of a noisy run, is the tail of that noise, not a straggler).
+CLEAR_NOISE = 2.0
 
 
-def _compile_steps(found: Iterable[Finding[Any]]) -> set[tuple[int, int]]:
-    """(rank, step) of every compile a compile finding already blames (its waits are that finding's)."""
+def _compile_steps(found: Iterable[Finding[Any]], bounds: Mapping[int, list[tuple[int, int, int]]] | None = None
+                   ) -> set[tuple[int, int]]:
+    """(rank, step) of every compile a compile finding already blames (its waits are that finding's): divergent
+    recompiles, a start-up compile skew, compiles inside a profiler window (``compiling``; their steps from the
+    ranks' step ``bounds``)."""
     out: set[tuple[int, int]] = set()
     for f in found:
         ev = f.evidence
         if isinstance(ev, DivergentRecompileEvidence) and ev.step is not None:
             out |= {(int(r), int(ev.step)) for r in ev.compiling_ranks}
-        elif isinstance(ev, CompileSkewEvidence) and ev.step is not None:
+        elif isinstance(ev, CompileSkewEvidence) and ev.step is not None and f.cost_ns > 0:
             out.add((int(ev.slowest_rank), int(ev.step)))
+        elif isinstance(ev, CompilingEvidence):
+            for r in f.ranks:
+                for a, b, step in (bounds or {}).get(int(r), []):
+                    if any(s < b and e > a for s, e in ev.spans):
+                        out.add((int(r), int(step)))
     return out
 
 
@@ -64,19 +77,30 @@ def _median(v: list[int]) -> int:
 
 
 def late_rank_findings(cp: CriticalPath, *, wall_ns: Mapping[int, int] | None = None,
-                       found: Iterable[Finding[Any]] = ()) -> list[Finding[StragglerEvidence]]:
-    """One ``straggler`` finding per rank the critical path charges (module docstring), most costly first."""
+                       found: Iterable[Finding[Any]] = (), steps: pl.DataFrame | None = None
+                       ) -> list[Finding[StragglerEvidence]]:
+    """One ``straggler`` finding per rank the critical path charges (module docstring), most costly first
+    (``found``: the compile findings that already explain some of its time; ``steps``: the run's steps)."""
     a = cp.attribution
     if a.is_empty():
         return []
-    compiled = _compile_steps(found)
-    warm = warmup_steps(cp.instances)
+    from workbench.analyses.activities import step_spans
+
+    steps_frame = steps
+    bounds = {int(r): step_spans(steps, int(r))[1] for r in a["culprit"].unique()} if steps is not None else {}
+    compiled = _compile_steps(found, bounds)
+    warm = warmup_steps(cp.instances, steps)
     a = a.filter(~pl.col("category").is_in(list(NOT_A_STRAGGLER)) & ~pl.col("step").is_in(list(warm))
                  & ~pl.col("wait_step").is_in(list(warm)))
-    if compiled:
-        keep = [not (cat == "compile" and (int(c), int(s if s is not None else -1)) in compiled)
-                for c, s, cat in a.select("culprit", "step", "category").iter_rows()]
-        a = a.filter(pl.Series(keep, dtype=pl.Boolean))
+    if compiled:   # a layer that is mostly an explained compile is that compile's, all of it
+        lay = a.group_by("culprit", "pg_name", "seq").agg(
+            _c=pl.col("ns").filter(pl.col("category") == "compile").sum(), _all=pl.col("ns").sum(),
+            _steps=pl.col("step").filter(pl.col("category") == "compile").unique())
+        drop = [(c, pg, q) for c, pg, q, cns, tot, sts in lay.iter_rows()
+                if cns * 2 >= tot and any((int(c), int(x)) in compiled for x in (sts or []) if x is not None)]
+        if drop:
+            d = pl.DataFrame(drop, schema={"culprit": pl.Int32, "pg_name": pl.String, "seq": pl.Int64}, orient="row")
+            a = a.join(d, on=["culprit", "pg_name", "seq"], how="anti")
     out = []
     for (c,), mine in a.group_by(["culprit"], maintain_order=True):
         c = int(c)
@@ -87,8 +111,10 @@ def late_rank_findings(cp: CriticalPath, *, wall_ns: Mapping[int, int] | None = 
             pl.col("ns").sum()).iter_rows()}
         floor = noise or 0
         steps = sorted(s for s, n in per_step.items() if n >= floor)
-        if not steps:
-            continue
+        groups = judged_layers["pg_name"].unique().to_list()
+        widest = cp.noise.filter(pl.col("pg_name").is_in(groups))["noise_ns"].max() if not cp.noise.is_empty() else 0
+        if not steps or max(per_step[s] for s in steps) < CLEAR_NOISE * max(floor, widest or 0):
+            continue    # never clearly above the run's noise: its waits stay in the matrix, not a finding
         total = int(mine["ns"].sum())
         by_act = mine.group_by("category", "label", "site").agg(pl.col("ns").sum()).sort("ns", descending=True)
         by_cat = mine.group_by("category").agg(pl.col("ns").sum()).sort("ns", descending=True)
@@ -102,10 +128,11 @@ def late_rank_findings(cp: CriticalPath, *, wall_ns: Mapping[int, int] | None = 
         cost = min(total, max(wait_by.values())) if wait_by else total
         traced = _window_reason(mine)
         lat = [per_step[s] for s in steps]
+        own_wait, others_wait = _data_waits(steps_frame, c)
         ev = StragglerEvidence(
             rank=c, signal="critical_path", events=int(layers.height), held_count=int(layers.height),
             held_back_ns=total, held_share_pct=None, typical_share_pct=None, first_step=steps[0],
-            trend=None, held_steps=tuple(steps), data_wait_median_ns=None, others_data_wait_median_ns=None,
+            trend=None, held_steps=tuple(steps), data_wait_median_ns=own_wait, others_data_wait_median_ns=others_wait,
             reason=reason, what=top["label"], site=site, lateness_by_step={s: per_step[s] for s in steps},
             wait_by_rank=wait_by,
             activities=tuple({"category": r["category"], "label": r["label"], "site": r["site"], "ns": int(r["ns"])}
@@ -118,6 +145,15 @@ def late_rank_findings(cp: CriticalPath, *, wall_ns: Mapping[int, int] | None = 
                                 "(the layers of the critical path it was charged, every step, Flight Recorder)"),
             ranks=[c], steps=steps, wall_ns=wall, source="critical_path"))
     return sorted(out, key=lambda f: -f.cost_ns)
+
+
+def _data_waits(steps: pl.DataFrame | None, rank: int) -> tuple[int | None, int | None]:
+    """(this rank's median data wait per step, the median of the other ranks' medians), from the collector steps."""
+    from workbench.analyses.metrics import data_wait_median_ns
+
+    med = data_wait_median_ns(steps) if steps is not None and not steps.is_empty() else {}
+    others = sorted(v for r, v in med.items() if r != rank)
+    return med.get(rank), (_median(others) if others else None)
 
 
 def _late_call_site(layers: pl.DataFrame) -> str | None:
@@ -163,13 +199,29 @@ def _message(rank: int, steps: list[int], lat: list[int], reason: str, label: st
 __all__ = ["late_rank_findings"]
 
 
-@register_detector(Kind.STRAGGLER, needs=("hangs", "steps", "collectives", "compiles", "ranks", "found"), order=55,
-                   replaces=("workbench.analyses.stragglers._detect",))
+@register_detector(Kind.STRAGGLER, needs=("hangs", "steps", "collectives", "compiles", "ranks", "traced", "found"),
+                   order=95, replaces=("workbench.analyses.stragglers._detect",))
 def _detect(x: Inputs) -> list[Finding[StragglerEvidence]]:
     """:func:`late_rank_findings` of the run's critical path (Flight Recorder entries every step, the profiler's
-    collectives in its windows); it replaces the step-start heuristic's detector (``analyses/stragglers.py``)."""
+    collectives in its windows, the compiles its traces show); it replaces the step-start heuristic's detector
+    (``analyses/stragglers.py``) and runs after the compile detectors, whose findings keep their compiles."""
     from workbench.analyses.critical_path import critical_path
     from workbench.analyses.metrics import wall_ns
 
-    cp = critical_path(x.hangs.entries, x.collectives, x.steps, x.compiles, None, x.ranks, x.hangs.trace_exports)
-    return late_rank_findings(cp, wall_ns=wall_ns(x.steps), found=x.found)
+    cp = critical_path(x.hangs.entries, x.collectives, x.steps, _with_traced(x.compiles, x.traced), None, x.ranks,
+                       x.hangs.trace_exports)
+    return late_rank_findings(cp, wall_ns=wall_ns(x.steps), found=x.found, steps=x.steps)
+
+
+def _with_traced(compiles: pl.DataFrame, traced: Mapping[int, list[tuple[int, int]]]) -> pl.DataFrame:
+    """``compiles`` plus a row per compile range the traces show (``(dynamo_timed)``), for runs without compile
+    logs: the critical path then knows that time is compiling."""
+    rows = [{"rank": r, "start": a, "end": b, "compile_id": "trace", "co_name": "torch.compile (trace)"}
+            for r, spans in (traced or {}).items() for a, b in spans]
+    if not rows:
+        return compiles
+    extra = pl.DataFrame(rows, schema={"rank": pl.Int32, "start": pl.Int64, "end": pl.Int64, "compile_id": pl.String,
+                                       "co_name": pl.String})
+    if compiles is None or compiles.is_empty():
+        return extra.with_columns(co_filename=pl.lit(None, pl.String), co_firstlineno=pl.lit(None, pl.Int32))
+    return pl.concat([compiles, extra], how="diagonal_relaxed")

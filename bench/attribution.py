@@ -9,7 +9,8 @@ ranks' own measurements (docs/critical-path.md, "Proof").
 Per case (:mod:`workbench_zoo.generated`): :func:`plan` (seed → world size, culprits, phase, kind, size, steps, or a
 clean control), :func:`run_case` (the zoo's forked launcher), ``workbench.open`` + ``analysis_tables`` (what
 ``workbench analyze`` runs), :func:`score`. Printed: culprit right (every culprit whose truth is above twice the
-run's noise in some step named, with exactly its steps: those at or above twice the noise, and maybe those below),
+run's noise in some step named, with its steps: those where its truth is at least twice the noise, and maybe the
+other planted ones, never an unplanted one),
 cost error median and p90 (|cost - truth| / truth per named culprit, truth: the layered counterfactual of the
 culprits' own timed work), false medium/high roots on the controls, false culprits (a rank with nothing planted
 named), culprits undetectable on this machine (truth below twice the noise in every step), and the wall time.

@@ -211,7 +211,7 @@ class ProfilerWindows:
                 _remove_step_span(gz, unran_step)
             os.replace(gz, self.trace_dir / name)
             self.files.append(self.trace_dir / name)
-            _note_export(self.trace_dir, name, t0, time.time_ns(), gil_cpu)
+            _note_export(self.trace_dir, name, t0, time.time_ns(), gil_cpu, time.thread_time_ns() - cpu0)
         except Exception as exc:
             self.windows_skipped += 1
             self._on_error("profiler", exc)
@@ -243,15 +243,16 @@ class ProfilerWindows:
         self._on_error("profiler", exc)
 
 
-def _note_export(trace_dir: Path, name: str, start_ns: int, end_ns: int, gil_cpu_ns: int) -> None:
-    """One line in ``trace/exports.jsonl``: when this export ran and the CPU time of its part that holds the GIL
-    (Kineto's JSON writer), which is how much it can have slowed the training thread meanwhile; the critical path
-    names that time the profiler's, not the user's."""
+def _note_export(trace_dir: Path, name: str, start_ns: int, end_ns: int, gil_cpu_ns: int, cpu_ns: int) -> None:
+    """One line in ``trace/exports.jsonl``: when this export ran, the CPU time of its part that holds the GIL
+    (Kineto's JSON writer) and its whole CPU time (with the gzip, which competes for the CPU where cores are few):
+    how much it can have slowed the training thread meanwhile. The critical path names that time the profiler's,
+    not the user's."""
     import orjson
 
     with open(trace_dir / EXPORTS_FILE, "ab") as fh:
-        fh.write(orjson.dumps({"file": name, "start_ns": start_ns, "end_ns": end_ns, "gil_cpu_ns": gil_cpu_ns})
-                 + b"\n")
+        fh.write(orjson.dumps({"file": name, "start_ns": start_ns, "end_ns": end_ns, "gil_cpu_ns": gil_cpu_ns,
+                               "cpu_ns": cpu_ns}) + b"\n")
 
 
 def _remove_step_span(path: Path, step: int) -> None:

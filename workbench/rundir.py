@@ -213,9 +213,17 @@ def parse_jsonl(data: bytes) -> tuple[list[dict[str, Any]], int]:
 TRACE_EXPORTS = "rank{rank}/trace/exports.jsonl"
 
 
+def _cpu_of(row: dict[str, Any]) -> int | None:
+    """An export's CPU time (all of it, else its GIL-holding part; None when not recorded)."""
+    for key in ("cpu_ns", "gil_cpu_ns"):
+        if isinstance(row.get(key), int) and row[key] >= 0:
+            return int(row[key])
+    return None
+
+
 def trace_exports(path: Path, problems: list[str] | None = None) -> dict[int, list[tuple[int, int, int | None]]]:
-    """Per rank of the run directory ``path``: (start, end, CPU time holding the GIL or None) ns of each background
-    trace export; an unreadable file or line is one line in ``problems`` and the rest is kept."""
+    """Per rank of the run directory ``path``: (start, end, CPU time or None) ns of each background trace export
+    (``collectors/profiling.py``); an unreadable file or line is one line in ``problems`` and the rest is kept."""
     from workbench.errors import TraceError
 
     out: dict[int, list[tuple[int, int, int | None]]] = {}
@@ -229,8 +237,7 @@ def trace_exports(path: Path, problems: list[str] | None = None) -> dict[int, li
             if problems is not None:
                 problems.append(str(exc))
             continue
-        spans = [(r["start_ns"], r["end_ns"], r["gil_cpu_ns"] if isinstance(r.get("gil_cpu_ns"), int) else None)
-                 for r in rows
+        spans = [(r["start_ns"], r["end_ns"], _cpu_of(r)) for r in rows
                  if isinstance(r.get("start_ns"), int) and isinstance(r.get("end_ns"), int)
                  and r["end_ns"] >= r["start_ns"]]
         if (bad or len(spans) < len(rows)) and problems is not None:

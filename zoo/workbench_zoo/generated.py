@@ -397,13 +397,17 @@ def truth_for(out: str | Path) -> dict[str, Any]:
 
 
 __all__ = ["Case", "KINDS", "PHASES", "Plant", "ground_truth", "layered_truth", "main", "plan", "run_case",
-           "truth_for"]
+           "truth_for", "culprit_kinds", "score"]
 
 
 # ---------------------------------------------------------------------------------------------- scoring
-#: Kinds that name a late rank: the straggler and the compile kinds a one-rank compile is reported as.
-CULPRIT_KINDS = ("straggler", "divergent_recompile", "compile_skew")
-#: A step whose truth is at least this many times the run's noise must be found; below it, it may be.
+def culprit_kinds() -> tuple[Any, ...]:
+    """Kinds that name a late rank: the straggler and the compile kinds a one-rank compile is reported as."""
+    from workbench.analyses.kinds import Kind
+
+    return (Kind.STRAGGLER, Kind.DIVERGENT_RECOMPILE, Kind.COMPILE_SKEW)
+#: A step whose truth is at least this many times the run's noise must be found (a finding lists the steps where
+#: the rank held the others back by more than the noise); a planted step below it may be.
 MUST_NOISE = 2.0
 
 
@@ -418,6 +422,7 @@ class CulpritScore:
     may: list[int]
     found: bool = False
     found_steps: list[int] = field(default_factory=list)
+    clear_steps: list[int] = field(default_factory=list)
     cost_ns: int | None = None
     kinds: list[str] = field(default_factory=list)
     reason: str | None = None
@@ -428,8 +433,10 @@ class CulpritScore:
 
     @property
     def steps_ok(self) -> bool:
-        got = set(self.found_steps)
-        return set(self.must) <= got <= set(self.must) | set(self.may)
+        """Every step it clearly cost (truth ≥ twice the noise) is among the finding's steps (lateness above the
+        noise), and every step the finding clearly names (lateness ≥ twice the noise) was planted: a step within a
+        noise unit of the bar may go either way."""
+        return set(self.must) <= set(self.found_steps) and set(self.clear_steps) <= set(self.must) | set(self.may)
 
     @property
     def right(self) -> bool:
@@ -477,22 +484,24 @@ def case_steps(case: Case, rank: int) -> list[int]:
 
 
 def _per_step(f: Any) -> dict[int, int]:
-    """A root's time per step: a straggler's per-step lateness, else its cost over its steps, evenly."""
+    """A root's time per step: a straggler's per-step lateness, else its cost on each of its steps."""
     by = getattr(f.evidence, "lateness_by_step", None)
     if by:
         return {int(s): int(v) for s, v in by.items()}
-    return {int(s): f.cost_ns // max(1, len(f.steps)) for s in f.steps}
+    return {int(s): f.cost_ns for s in f.steps}
 
 
 def score(case: Case, truth: dict[str, Any], roots: list[Any]) -> CaseScore:
     """Score the analyses' ``roots`` of a recorded ``case`` against its ``truth`` (:func:`ground_truth`)."""
     by = {int(r): {int(s): int(v) for s, v in d.items()} for r, d in (truth.get("truth_by_rank_step_ns") or {}).items()}
+    from workbench.analyses.kinds import Kind
+
     noise = None
     for f in roots:
         n = getattr(f.evidence, "noise_ns", None)
-        if f.kind == "straggler" and n:
+        if f.kind == Kind.STRAGGLER and n:
             noise = int(n) if noise is None else min(noise, int(n))
-    culprit_roots = [f for f in roots if f.kind in CULPRIT_KINDS and f.severity != "info"]   # not a zero-cost note
+    culprit_roots = [f for f in roots if f.kind in culprit_kinds() and f.severity != "info"]   # not a zero-cost note
     out = []
     for r in case.culprits:
         steps = by.get(r, {})
@@ -503,10 +512,11 @@ def score(case: Case, truth: dict[str, Any], roots: list[Any]) -> CaseScore:
         mine = [f for f in culprit_roots if r in f.blamed_ranks and len(f.blamed_ranks) == 1]
         if mine:
             cs.found = True
-            cs.found_steps = sorted({int(s) for f in mine for s, v in _per_step(f).items() if v >= thr})
+            cs.found_steps = sorted({int(s) for f in mine for s in f.steps})    # above the run's noise
+            cs.clear_steps = sorted({int(s) for f in mine for s, v in _per_step(f).items() if v >= thr})
             cs.cost_ns = sum(f.cost_ns for f in mine)
             cs.kinds = sorted({f.kind.value for f in mine})
-            cs.reason = next((getattr(f.evidence, "reason", None) for f in mine if f.kind == "straggler"), None)
+            cs.reason = next((getattr(f.evidence, "reason", None) for f in mine if f.kind == Kind.STRAGGLER), None)
         out.append(cs)
     planted = set(case.culprits)
     false = [{"kind": f.kind.value, "ranks": list(f.blamed_ranks), "steps": list(f.steps), "severity": f.severity,
