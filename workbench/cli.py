@@ -30,7 +30,7 @@ app = typer.Typer(
 )
 
 #: Modules under ``workbench.commands`` whose ``register(app)`` adds commands; missing ones are skipped.
-COMMAND_MODULES = ("info", "analyze", "diff", "recommend", "report", "serve", "faults")
+COMMAND_MODULES = ("info", "analyze", "diff", "recommend", "report", "serve", "faults", "export")
 
 _state = {"debug": False}
 

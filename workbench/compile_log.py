@@ -124,7 +124,7 @@ def _num(value: Any, field: str, notes: Counter) -> float | None:
     """``value`` as a finite float, else None with a note."""
     if value is None:
         return None
-    if type(value) is float and -1e17 <= value <= 1e17:  # the common case (NaN fails the comparison)
+    if type(value) is float and 0 <= value <= 1e17:  # the common case (NaN fails the comparison)
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         notes[f"compilation_metrics.{field} is not a number: ignored"] += 1
@@ -136,6 +136,9 @@ def _num(value: Any, field: str, notes: Counter) -> float | None:
         return None
     if x != x or x in (float("inf"), float("-inf")) or abs(x) > 1e17:
         notes[f"compilation_metrics.{field} is out of range: ignored"] += 1
+        return None
+    if x < 0 and field.endswith(("_s", "_us")):   # times and durations are never negative
+        notes[f"compilation_metrics.{field} is negative: ignored"] += 1
         return None
     return x
 
@@ -205,7 +208,12 @@ class _LogReader:
     def context(self, ev: dict[str, Any]) -> dict[str, int | None]:
         """The typed context keys of a line; :class:`_BadField` when one is not an integer."""
         skipped = self.skipped
-        return {k: _int(ev.get(k), k, skipped) for k in _CONTEXT_INTS}
+        ctx = {k: _int(ev.get(k), k, skipped) for k in _CONTEXT_INTS}
+        for k, v in ctx.items():
+            if v is not None and v < 0:   # ids and attempts count from 0
+                skipped[f"'{k}' is negative: read as {'0' if k == 'attempt' else 'absent'}"] += 1
+                ctx[k] = 0 if k == "attempt" else None
+        return ctx
 
     def row_for(self, ctx: dict[str, int | None], *, starts: bool = False, finishes: str | None = None
                 ) -> dict[str, Any] | None:

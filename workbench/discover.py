@@ -204,8 +204,11 @@ def discover(path: str | Path) -> Sources:
 
 def _discover_run_dir(root: Path) -> Sources:
     src = Sources(root=root, is_run_dir=True)
-    if (root / rundir.RUN_JSON).is_file():
-        src.run_json = root / rundir.RUN_JSON
+    run_json = root / rundir.RUN_JSON
+    if run_json.is_dir():
+        src.notes.append(f"{run_json}: a folder, not a file: skipped")
+    elif os.path.lexists(run_json) and _regular(run_json, src.notes):   # a FIFO or a device: one note
+        src.run_json = run_json
     sniffed = [0]
     top = root.resolve()
     for rank, rdir in rundir.rank_dirs(root, src.notes).items():

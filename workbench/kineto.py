@@ -633,7 +633,7 @@ def _skipped_counts(raw: pl.DataFrame) -> pl.DataFrame:
         .when(ts.is_null()).then(pl.lit("no 'ts' field"))
         .when(ts.is_nan()).then(pl.lit("'ts' is not a number (wrong type: text, boolean, list or object): "
                                        "event dropped"))
-        .when(ts < 0).then(pl.lit("negative 'ts': event dropped"))
+        .when(ts < 0).then(pl.lit("negative 'ts' (before the trace's start: a clock jump or a corrupt time): event dropped"))
         .when(ts.is_infinite() | (ts > MAX_TS_US)).then(pl.lit(f"'ts' out of range (over {MAX_TS_US:.0e} µs): event dropped"))
         .when(dur.is_null()).then(pl.lit(NO_DUR_REASON))
         .when(dur.is_nan()).then(pl.lit("'dur' is not a number (wrong type: text, boolean, list or object): "
@@ -700,6 +700,10 @@ def _us_to_ns(us: pl.Expr) -> pl.Expr:
     return whole.cast(pl.Int64) * 1000 + ((us - whole) * 1000.0).round().cast(pl.Int64)
 
 
+#: An event kept without its name: ``name`` missing or JSON null.
+NO_NAME_REASON = "'name' missing or null (wrong type: null, not text): kept without a name"
+
+
 def _digest(raw: pl.DataFrame) -> _Part:
     """Reduce a raw ``traceEvents`` frame to a :class:`_Part` (the raw frame can then be dropped)."""
     args = pl.col("args")
@@ -751,13 +755,18 @@ def _digest(raw: pl.DataFrame) -> _Part:
         .any().alias("ts"),
         ((pl.col("ph") == "X") & pl.col("dur").is_in([0.0, 1.0])).any().alias("dur"),
         (_is_timed() & (pl.col("ts") > 1e14)).sum().alias("epoch"),
+        (_is_timed() & pl.col("name").is_null()).sum().alias("no_name"),
     ).collect().row(0, named=True)
+    skipped = _skipped_counts(raw)
+    if flags["no_name"]:
+        skipped = pl.concat([skipped, pl.DataFrame({"reason": [NO_NAME_REASON], "count": [int(flags["no_name"])]},
+                                                   schema=skipped.schema)])
     number_like = (pl.col("v").str.contains(_NUMBER_LIKE)).any()
     odd_text = any(
         bool(pl.DataFrame({"v": raw.get_column(c).drop_nulls().unique()}).select(number_like).item())
         for c in ("ph", "cat", "name"))
     return _Part(
-        events=ev, calls=ca, skipped=_skipped_counts(raw), threads=th,
+        events=ev, calls=ca, skipped=skipped, threads=th,
         timed=ev.height, epoch=int(flags["epoch"] or 0), suspect=bool(flags["ts"]),
         rows=raw.height, has_ph=raw.get_column("ph").null_count() < raw.height,
         suspect_dur=bool(flags["dur"]), suspect_text=odd_text,

@@ -18,7 +18,7 @@ from typing import Literal
 
 import polars as pl
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 KernelClass = Literal["compute", "communication", "memcpy", "memset", "sync"]
 KERNEL_CLASSES: tuple[str, ...] = ("compute", "communication", "memcpy", "memset", "sync")
