@@ -61,6 +61,8 @@ MIN_NOISE_NS = 200_000
 MAX_ON_TIME = 8
 #: An untraced gap this long inside a profiler window is named after the host events around it.
 NAMED_GAP_NS = 1_000_000
+#: The label of untraced time during a profiler export beyond what the export's CPU time explains.
+EXPORT_UNTRACED = "during the profiler's trace export"
 #: Activities whose excess is below this share of a layer's total excess are left out of its split.
 MIN_SHARE = 0.05
 _P2P = ("send", "recv", "sendrecv", "isend", "irecv", "p2p")
@@ -291,12 +293,15 @@ FEW_SAMPLES_SHARE = 0.1
 def noise_table(inst: pl.DataFrame, skip_steps: Iterable[int] = ()) -> pl.DataFrame:
     """The lateness each slot (process group, op and its k-th call in the step) tolerates as noise: ``noise_ns`` =
     max(:data:`MIN_NOISE_NS`, NOISE_Z × :func:`shorth_sigma` of the residuals of the ranks' relative arrivals).
+
     A relative arrival is the arrival minus the instance's on-time (lower median) arrival, the on-time rank left
-    out (with two ranks: the higher rank's arrival minus the lower's); it takes out what every rank shares (a slow
+    out (with two ranks: the higher rank's arrival minus the lower's): it takes out what every rank shares (a slow
     step). Its residual subtracts the rank's own median in that slot, so a rank late every step does not widen it;
-    the shortest-half spread then ignores a rank late in some steps. A slot with fewer than
-    :data:`MIN_NOISE_SAMPLES` residuals uses those of its whole group. ``skip_steps``: steps left out (warm-up).
-    Columns: ``pg_name``, ``slot``, ``op``, ``noise_ns``, ``samples``, ``pooled``."""
+    the shortest-half spread then ignores a rank late in some steps (as long as late values are fewer than half of
+    a slot's: two culprits of four ranks late by sizes that vary widely can exceed it). A slot with fewer than :data:`MIN_NOISE_SAMPLES` residuals uses those of its whole group (fewer than
+    :data:`MIN_SHORTH` even so: :data:`FEW_SAMPLES_SHARE` of the ranks' median time between two collectives).
+    ``skip_steps``: steps left out (warm-up). Columns: ``pg_name``, ``slot``, ``op``, ``noise_ns``, ``samples``,
+    ``pooled``."""
     schema = {"pg_name": pl.String, "slot": pl.Int32, "op": pl.String, "noise_ns": pl.Int64, "samples": pl.Int32,
               "pooled": pl.Boolean}
     x = inst.filter(pl.col("step").is_not_null() & pl.col("exit_prev").is_not_null()
@@ -312,10 +317,18 @@ def noise_table(inst: pl.DataFrame, skip_steps: Iterable[int] = ()) -> pl.DataFr
     many = x.filter((pl.col("ranks_seen") > 2) & (pl.col("position") != pl.col("_m")))
     cols = ["pg_name", "slot", "op", "rank", "_rel"]
     pool = pl.concat([two.select(cols), many.select(cols)])
+    got = _noise_pass(x, pool)
+    rows = [{"pg_name": pg, "slot": sl, "op": op, "noise_ns": int(n), "samples": k, "pooled": pooled}
+            for (pg, sl, op), (n, k, pooled) in got.items()]
+    return pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)
+
+
+def _noise_pass(x: pl.DataFrame, pool: pl.DataFrame) -> dict[tuple[str, int, str], tuple[float, int, bool]]:
+    """:func:`noise_table`'s numbers: per (group, slot, op), (noise, samples, pooled)."""
     pool = pool.with_columns(_n=pl.len().over("pg_name", "slot", "op", "rank")).filter(pl.col("_n") >= 3)
     pool = pool.with_columns(_res=pl.col("_rel") - pl.col("_rel").median().over("pg_name", "slot", "op", "rank"))
-    rows = []
     group = {pg: g["_res"].to_list() for (pg,), g in pool.group_by(["pg_name"])}
+    out: dict[tuple[str, int, str], tuple[float, int, bool]] = {}
     for (pg, slot, op), g in x.group_by(["pg_name", "slot", "op"], maintain_order=True):
         mine = pool.filter((pl.col("pg_name") == pg) & (pl.col("slot") == slot) & (pl.col("op") == op))
         pooled = mine.height < MIN_NOISE_SAMPLES
@@ -325,9 +338,8 @@ def noise_table(inst: pl.DataFrame, skip_steps: Iterable[int] = ()) -> pl.DataFr
         else:   # too few to tell the run's noise: a share of the ranks' own time between collectives
             own = g["own_ns"].drop_nulls()
             noise = FEW_SAMPLES_SHARE * float(own.median()) if own.len() else 0.0
-        rows.append({"pg_name": pg, "slot": slot, "op": op, "noise_ns": int(max(MIN_NOISE_NS, noise)),
-                     "samples": len(values), "pooled": pooled})
-    return pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)
+        out[(pg, slot, op)] = (max(float(MIN_NOISE_NS), noise), len(values), pooled)
+    return out
 
 
 def warmup_steps(inst: pl.DataFrame, steps: pl.DataFrame | None = None) -> set[int]:
@@ -354,6 +366,19 @@ WAITS: dict[str, pl.DataType] = {
 }
 
 
+def late_from(arrivals: list[int], noise: int) -> int:
+    """The first late position (``arrivals`` sorted; ``len(arrivals)``: nobody is late). The arrivals fall into
+    clusters where each follows the one before within ``noise``; the on-time ranks are the earliest clusters that
+    hold at least a third of the ranks (so one rank early by itself does not make the others late, and when two of
+    three ranks are late the third is the on-time one); every rank after them is late."""
+    n = len(arrivals)
+    need = -(-n // 3)
+    for k in range(1, n):
+        if k >= need and arrivals[k] - arrivals[k - 1] > noise:
+            return k
+    return n
+
+
 def blame(inst: pl.DataFrame, noise: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(layers, waits): the layered counterfactual at every instance (module docstring). A layer is charged to a
     rank whose lateness over the on-time arrival is above its slot's noise; each rank that arrived before it
@@ -374,20 +399,15 @@ def blame(inst: pl.DataFrame, noise: pl.DataFrame) -> tuple[pl.DataFrame, pl.Dat
         step, slot, op = rows[0]["step"], rows[0]["slot"], rows[0]["op"]
         thr = nmap.get((pg, slot, op), MIN_NOISE_NS)
         n = len(rows)
-        m = max(0, (n - 1) // 2)
-        charged_from = n          # positions >= charged_from are charged
-        for j in range(n - 1, m, -1):
-            if rows[j]["lateness_ns"] > thr:
-                charged_from = j
-            else:
-                break
+        charged_from = late_from([r["eff_arrival"] for r in rows], thr)   # positions >= charged_from are charged
         for j in range(charged_from, n):
             a, b = rows[j - 1]["eff_arrival"], rows[j]["eff_arrival"]
             if b - a <= 0:
                 continue
+            on_time = rows[max(0, (charged_from - 1) // 2)]["eff_arrival"]
             layers.append({"culprit": rows[j]["rank"], "pg_name": pg, "key_step": ks, "seq": sq, "step": step,
                            "op": op, "layer_start": a, "layer_end": b, "layer_ns": b - a,
-                           "lateness_ns": rows[j]["lateness_ns"], "noise_ns": thr, "victims": j,
+                           "lateness_ns": b - on_time, "noise_ns": thr, "victims": j,
                            "call_site": rows[j]["call_site"]})
             for v in rows[:j]:
                 waits.append({"victim": v["rank"], "culprit": rows[j]["rank"], "pg_name": pg, "key_step": ks,
@@ -420,22 +440,27 @@ class RankActivity:
     bounds: list[tuple[int, int, int]]
     offset: int = 0
     windows: list[tuple[int, int]] = field(default_factory=list)   # profiler windows (own clock)
-    exports: list[tuple[int, int, int | None]] = field(default_factory=list)   # (start, end, GIL CPU) own clock
+    exports: list[tuple[int, int, int | None]] = field(default_factory=list)   # (start, end, CPU) own clock
+    traced: bool = False                   # the windows' host events are among the spans
 
     def pieces(self, t0: int, t1: int) -> list[act.Piece]:
         """``[t0, t1]`` (aligned clock) cut into activities; an untraced gap of :data:`NAMED_GAP_NS` or more inside a
         profiler window is labelled with the host events around it (``between <op> and <op>``)."""
         out = act.resolve(self.spans, t0 + self.offset, t1 + self.offset, self.bounds)
-        if not self.windows:
+        if not self.windows or not self.traced:
             return out
         return [self._named_gap(p) if p.category == "untraced" and p.ns >= NAMED_GAP_NS and self.in_window(
             p.start - self.offset, p.end - self.offset) else p for p in out]
 
     def _named_gap(self, p: act.Piece) -> act.Piece:
-        before = max((s for s in self.spans if s.end <= p.start and s.label), key=lambda s: s.end, default=None)
-        after = min((s for s in self.spans if s.start >= p.end and s.label), key=lambda s: s.start, default=None)
-        if before is None and after is None:
-            return p
+        """``p`` labelled with the host events around it (the step's own ops; the step start where none is
+        before it in its step)."""
+        step = next(((a, b) for a, b, _ in self.bounds if a <= p.start < b), None)
+        lo = step[0] if step else None
+        ops = [s for s in self.spans if s.label and s.category not in ("data", "outside_step", "profiler")]
+        before = max((s for s in ops if s.end <= p.start and (lo is None or s.end > lo)), key=lambda s: s.end,
+                     default=None)
+        after = min((s for s in ops if s.start >= p.end), key=lambda s: s.start, default=None)
         label = f"between {before.label if before else 'the step start'} and {after.label if after else 'the end'}"
         return act.Piece(p.start, p.end, p.category, label, p.site, p.step)
 
@@ -452,7 +477,8 @@ class RankActivity:
 
 def attribute(layers: pl.DataFrame, inst: pl.DataFrame, activity: Mapping[int, RankActivity]) -> pl.DataFrame:
     """Each layer split over what its culprit did (schema :data:`ATTRIBUTION`): the culprit's time since the
-    previous exit and the on-time ranks' (at most :data:`MAX_ON_TIME`), cut into activities; the layer goes to
+    previous exit and the on-time ranks' (those not late, :func:`late_from`; at most :data:`MAX_ON_TIME`, the
+    nearest the median), cut into activities; the layer goes to
     the culprit's activities in proportion to their excess over the on-time median (per category, label and
     step); ``step`` is the step the activity ran in, ``wait_step`` the step of the collective."""
     if layers.is_empty():
@@ -467,9 +493,11 @@ def attribute(layers: pl.DataFrame, inst: pl.DataFrame, activity: Mapping[int, R
             continue
         rows = {r["rank"]: r for r in g.iter_rows(named=True)}
         me = rows[c]
-        m = max(0, (len(rows) - 1) // 2)
-        on_time = sorted((r for r in rows.values() if r["position"] <= m and r["rank"] in activity),
-                         key=lambda r: -r["position"])[:MAX_ON_TIME]
+        ordered = sorted(rows.values(), key=lambda r: r["position"])
+        late = late_from([r["eff_arrival"] for r in ordered], lay["noise_ns"])
+        m = max(0, (late - 1) // 2)           # the on-time ranks: those not late, the nearest the median first
+        on_time = sorted((r for r in ordered[:late] if r["rank"] in activity),
+                         key=lambda r: abs(r["position"] - m))[:MAX_ON_TIME]
         step = lay["step"]
         ra = activity[c]
         t0 = _since(me, ra, step)
@@ -537,7 +565,7 @@ def _cap_exports(excess: dict[tuple[str, str | None, int], float], me: RankActiv
     for k in keys:
         moved = excess[k] * (1 - cap / total)
         excess[k] -= moved
-        other = ("untraced", "during the profiler's trace export", k[2])
+        other = ("untraced", EXPORT_UNTRACED, k[2])
         excess[other] = excess.get(other, 0.0) + moved
 
 
@@ -559,7 +587,9 @@ def rank_activity(ranks: Iterable[int], steps: pl.DataFrame | None, compiles: pl
     for r in ranks:
         ex = list((exports or {}).get(int(r), ()))
         spans, bounds = act.rank_spans(int(r), steps, compiles, events, ex)
-        out[int(r)] = RankActivity(spans, bounds, int((offsets or {}).get(int(r), 0)), windows.get(int(r), []), ex)
+        traced = events is not None and not events.is_empty() and int(r) in set(events["rank"].unique().to_list())
+        out[int(r)] = RankActivity(spans, bounds, int((offsets or {}).get(int(r), 0)), windows.get(int(r), []), ex,
+                                   traced)
     return out
 
 

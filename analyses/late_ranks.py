@@ -20,7 +20,7 @@ from typing import Any
 import polars as pl
 
 from workbench.analyses.activities import WORDS
-from workbench.analyses.critical_path import CriticalPath, warmup_steps
+from workbench.analyses.critical_path import EXPORT_UNTRACED, CriticalPath, warmup_steps
 from workbench.analyses.detectors import Inputs, register_detector
 from workbench.analyses.findings import Cost, Finding, format_ns, make_finding, ranks_text
 from workbench.analyses.kinds import (
@@ -164,10 +164,13 @@ def _late_call_site(layers: pl.DataFrame) -> str | None:
 def _window_reason(mine: pl.DataFrame) -> str | None:
     """What a profiler window showed of it (the top traced activity in window steps), when its overall reason is
     untraced time outside the windows."""
-    w = mine.filter(pl.col("in_window") & (pl.col("category") != "untraced"))
+    w = mine.filter(pl.col("in_window") & ((pl.col("category") != "untraced") | pl.col("label").is_not_null())
+                    & (pl.col("label").fill_null("") != EXPORT_UNTRACED))
     if w.is_empty():
         return None
     r = w.group_by("category", "label").agg(pl.col("ns").sum()).sort("ns", descending=True).row(0, named=True)
+    if r["category"] == "untraced":    # a gap the window names by the host events around it
+        return f"idle, no op or frame recorded, {r['label']}"
     return f"{WORDS.get(r['category'], r['category'])} ({r['label']})" if r["label"] else WORDS.get(r["category"])
 
 

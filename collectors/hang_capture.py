@@ -63,8 +63,18 @@ FR_PERIODIC_DIR = "fr"
 FR_POLL_S = 0.25
 #: A periodic dump is taken once this share of the Flight Recorder's buffer holds entries not dumped yet.
 FR_DUMP_FILL = 0.75
-#: The periodic dumps' time may reach at most this share of the wall time since the collector started.
+#: The periodic dumps' time may reach at most this share of the wall time since the collector started
+#: (``WORKBENCH_FR_DUMP_BUDGET`` sets another share: 0 turns the periodic dumps off, 1 never holds one back).
 FR_DUMP_BUDGET = 0.001
+
+
+def dump_budget() -> float:
+    """:data:`FR_DUMP_BUDGET`, or ``WORKBENCH_FR_DUMP_BUDGET`` when it holds a number in [0, 1]."""
+    try:
+        value = float(os.environ.get("WORKBENCH_FR_DUMP_BUDGET", ""))
+    except ValueError:
+        return FR_DUMP_BUDGET
+    return value if 0.0 <= value <= 1.0 else FR_DUMP_BUDGET
 #: CPU time per dumped entry assumed before the first dump measured it (seconds).
 FR_ENTRY_S = 10e-6
 
@@ -149,15 +159,17 @@ class PeriodicDumps:
         self.dumped_at = 0          # fr_recorded() at the last dump
         self.count = 0              # dumps written
         self.lost = 0
-        self.enabled = buffer > 0
+        self.budget = dump_budget()
+        self.enabled = buffer > 0 and self.budget > 0
 
     def due(self, recorded: int | None) -> bool:
         """Enough entries wait to be dumped (``recorded``: :func:`fr_recorded` now)."""
         return recorded is not None and recorded - self.dumped_at >= FR_DUMP_FILL * self.buffer
 
     def affordable(self, now: float) -> bool:
-        """A dump of the whole buffer now keeps the dumps within :data:`FR_DUMP_BUDGET` of the time so far."""
-        return self.spent_s + self.per_entry_s * self.buffer <= FR_DUMP_BUDGET * (now - self.t0)
+        """A dump of the whole buffer now keeps the dumps within the budget (:func:`dump_budget`) of the time so
+        far."""
+        return self.spent_s + self.per_entry_s * self.buffer <= self.budget * (now - self.t0)
 
     def poll(self) -> dict[str, Any] | None:
         """Dump when due and affordable; returns what the dump did (for ``events.jsonl``), else None."""

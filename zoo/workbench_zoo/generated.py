@@ -282,7 +282,7 @@ class _Work:
         import time
 
         if not self.heap:
-            self.heap = [[i, [i]] for i in range(200_000)]      # a heap the collector walks every time
+            self.heap = [[i, [i]] for i in range(20_000)]       # a heap the collector walks every time
         end = time.perf_counter() + s
         while time.perf_counter() < end:
             gc.collect()
