@@ -296,9 +296,10 @@ def noise_table(inst: pl.DataFrame, skip_steps: Iterable[int] = ()) -> pl.DataFr
 
     A relative arrival is the arrival minus the instance's on-time (lower median) arrival, the on-time rank left
     out (with two ranks: the higher rank's arrival minus the lower's): it takes out what every rank shares (a slow
-    step). Its residual subtracts the rank's own median in that slot, so a rank late every step does not widen it;
-    the shortest-half spread then ignores a rank late in some steps (as long as late values are fewer than half of
-    a slot's: two culprits of four ranks late by sizes that vary widely can exceed it). A slot with fewer than :data:`MIN_NOISE_SAMPLES` residuals uses those of its whole group (fewer than
+    step). Its residual subtracts the rank's own lower quartile in that slot, so a rank late every step does not
+    widen it, and a rank late in half of them contributes only its late values; the shortest-half spread then
+    ignores those (as long as late values are fewer than half of a slot's: two culprits of four ranks late by sizes
+    that vary widely can exceed it). A slot with fewer than :data:`MIN_NOISE_SAMPLES` residuals uses those of its whole group (fewer than
     :data:`MIN_SHORTH` even so: :data:`FEW_SAMPLES_SHARE` of the ranks' median time between two collectives).
     ``skip_steps``: steps left out (warm-up). Columns: ``pg_name``, ``slot``, ``op``, ``noise_ns``, ``samples``,
     ``pooled``."""
@@ -326,7 +327,8 @@ def noise_table(inst: pl.DataFrame, skip_steps: Iterable[int] = ()) -> pl.DataFr
 def _noise_pass(x: pl.DataFrame, pool: pl.DataFrame) -> dict[tuple[str, int, str], tuple[float, int, bool]]:
     """:func:`noise_table`'s numbers: per (group, slot, op), (noise, samples, pooled)."""
     pool = pool.with_columns(_n=pl.len().over("pg_name", "slot", "op", "rank")).filter(pl.col("_n") >= 3)
-    pool = pool.with_columns(_res=pl.col("_rel") - pl.col("_rel").median().over("pg_name", "slot", "op", "rank"))
+    pool = pool.with_columns(   # each rank centred on its lower quartile: late every step, or in half of them, or
+        _res=pl.col("_rel") - pl.col("_rel").quantile(0.25, "nearest").over("pg_name", "slot", "op", "rank"))
     group = {pg: g["_res"].to_list() for (pg,), g in pool.group_by(["pg_name"])}
     out: dict[tuple[str, int, str], tuple[float, int, bool]] = {}
     for (pg, slot, op), g in x.group_by(["pg_name", "slot", "op"], maintain_order=True):
@@ -465,8 +467,8 @@ class RankActivity:
         return act.Piece(p.start, p.end, p.category, label, p.site, p.step)
 
     def export_ns(self, t0: int, t1: int) -> int:
-        """How much the profiler's background exports that overlap ``[t0, t1]`` (aligned clock) can have slowed
-        this rank: their CPU time (the GIL they hold, the CPU they take), else (not recorded) their length."""
+        """How much the profiler's background exports that overlap ``[t0, t1]`` (aligned clock) slowed this rank:
+        the CPU time they held the GIL, else (not recorded) their length."""
         a, b = t0 + self.offset, t1 + self.offset
         return sum((cpu if cpu is not None else e - s) for s, e, cpu in self.exports if s < b and e > a)
 

@@ -37,6 +37,23 @@ TOP_ACTIVITIES = 5
 CLEAR_NOISE = 2.0
 
 
+def _profiler_dominated(a: pl.DataFrame) -> pl.DataFrame:
+    """``a`` without the untraced time during a profiler export (what its GIL time does not explain) where the
+    profiler's own stop and export made the same rank later than that, in that step or the one before: there it is
+    the profiler's disturbance (the export also takes CPU), not the user's work."""
+    during = a.filter(pl.col("label") == EXPORT_UNTRACED)
+    if during.is_empty():
+        return a
+    prof = a.filter(pl.col("category") == "profiler").group_by("culprit", "step").agg(_p=pl.col("ns").sum())
+    near = pl.concat([prof, prof.with_columns(pl.col("step") + 1)]).group_by("culprit", "step").agg(pl.col("_p").sum())
+    d = during.group_by("culprit", "step").agg(_d=pl.col("ns").sum()).join(near, on=["culprit", "step"], how="left")
+    drop = d.filter(pl.col("_d") <= pl.col("_p").fill_null(0)).select("culprit", "step")
+    if drop.is_empty():
+        return a
+    return pl.concat([a.filter(pl.col("label").fill_null("") != EXPORT_UNTRACED),
+                      during.join(drop, on=["culprit", "step"], how="anti")])
+
+
 def _compile_steps(found: Iterable[Finding[Any]], bounds: Mapping[int, list[tuple[int, int, int]]] | None = None
                    ) -> set[tuple[int, int]]:
     """(rank, step) of every compile a compile finding already blames (its waits are that finding's): divergent
@@ -90,6 +107,7 @@ def late_rank_findings(cp: CriticalPath, *, wall_ns: Mapping[int, int] | None = 
     bounds = {int(r): step_spans(steps, int(r))[1] for r in a["culprit"].unique()} if steps is not None else {}
     compiled = _compile_steps(found, bounds)
     warm = warmup_steps(cp.instances, steps)
+    a = _profiler_dominated(a)
     a = a.filter(~pl.col("category").is_in(list(NOT_A_STRAGGLER)) & ~pl.col("step").is_in(list(warm))
                  & ~pl.col("wait_step").is_in(list(warm)))
     if compiled:   # a layer that is mostly an explained compile is that compile's, all of it
@@ -133,7 +151,8 @@ def late_rank_findings(cp: CriticalPath, *, wall_ns: Mapping[int, int] | None = 
             rank=c, signal="critical_path", events=int(layers.height), held_count=int(layers.height),
             held_back_ns=total, held_share_pct=None, typical_share_pct=None, first_step=steps[0],
             trend=None, held_steps=tuple(steps), data_wait_median_ns=own_wait, others_data_wait_median_ns=others_wait,
-            reason=reason, what=top["label"], site=site, lateness_by_step={s: per_step[s] for s in steps},
+            reason=reason, what=top["label"], site=site.partition(" in ")[0] if site else None,
+            lateness_by_step={s: per_step[s] for s in steps},
             wait_by_rank=wait_by,
             activities=tuple({"category": r["category"], "label": r["label"], "site": r["site"], "ns": int(r["ns"])}
                              for r in by_act.head(TOP_ACTIVITIES).iter_rows(named=True)),

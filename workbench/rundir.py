@@ -214,16 +214,18 @@ TRACE_EXPORTS = "rank{rank}/trace/exports.jsonl"
 
 
 def _cpu_of(row: dict[str, Any]) -> int | None:
-    """An export's CPU time (all of it, else its GIL-holding part; None when not recorded)."""
-    for key in ("cpu_ns", "gil_cpu_ns"):
+    """The CPU time of an export's part that holds the GIL (what surely slowed the training thread; its gzip runs
+    without the GIL, on another core where there is one), else its whole CPU time; None when not recorded."""
+    for key in ("gil_cpu_ns", "cpu_ns"):
         if isinstance(row.get(key), int) and row[key] >= 0:
             return int(row[key])
     return None
 
 
 def trace_exports(path: Path, problems: list[str] | None = None) -> dict[int, list[tuple[int, int, int | None]]]:
-    """Per rank of the run directory ``path``: (start, end, CPU time or None) ns of each background trace export
-    (``collectors/profiling.py``); an unreadable file or line is one line in ``problems`` and the rest is kept."""
+    """Per rank of the run directory ``path``: (start, end, CPU time holding the GIL or None) ns of each background
+    trace export (``collectors/profiling.py``); an unreadable file or line is one line in ``problems`` and the rest
+    is kept."""
     from workbench.errors import TraceError
 
     out: dict[int, list[tuple[int, int, int | None]]] = {}
