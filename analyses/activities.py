@@ -250,5 +250,6 @@ def totals(pieces: Iterable[Piece], *, rel_step: int | None = None) -> dict[tupl
     return out
 
 
-__all__ = ["CATEGORIES", "EXPORT_LABEL", "Piece", "Span", "WORDS", "compile_spans", "event_category", "event_spans", "rank_spans",
+__all__ = ["CATEGORIES", "EXPORT_LABEL", "Piece", "Span", "WORDS", "compile_spans", "event_category", "event_spans",
+           "rank_spans",
            "resolve", "step_of", "step_spans", "totals"]

@@ -6,10 +6,11 @@ layers), what it was doing (the activity with the largest share of that time, wi
 where known, else the call site of the collective it arrived late at), and every other rank's wait for it. The
 cost is the most any one other rank waited for it (the wall time the job lost, summed over steps).
 
-A rank is named only when it held the others back in some step by at least :data:`CLEAR_NOISE` times the noise
-of the noisiest collective of its process groups; its steps are those where it did by more than the noise. Not made into a straggler: the run's first step (first compiles, set-up), lateness that is compiling where a compile finding already names that rank and step
-(that finding is the cause; the waits are its symptoms), and the profiler's own trace export between steps (the
-collector's cost, not the user's).
+A rank is named only when it held the others back in some step by at least :data:`CLEAR_NOISE` times the noise of
+the noisiest collective of its process groups; its steps are those where it did by more than the noise. Not made
+into a straggler: the run's first step (first compiles, set-up), lateness that is compiling where a compile finding
+already names that rank and step (that finding is the cause; the waits are its symptoms), and the profiler's own
+trace export between steps (the collector's cost, not the user's).
 """
 
 from __future__ import annotations

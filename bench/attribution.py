@@ -87,7 +87,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "cost_error_median": pct(errs, 0.5), "cost_error_p90": pct(errs, 0.9),
         "false_loud_roots_on_controls": sum(len(r["loud_roots"]) for r in controls),
         "false_culprits_loud": sum(1 for r in rows for f in r["false_culprits"] if f["severity"] in ("high", "medium")),
-        "false_culprits_low": sum(1 for r in rows for f in r["false_culprits"] if f["severity"] not in ("high", "medium")),
+        "false_culprits_low": sum(1 for r in rows for f in r["false_culprits"]
+                                  if f["severity"] not in ("high", "medium")),
         "undetectable_culprits": len(culprits) - len(detectable),
         "median_noise_ms": statistics.median([r["noise_ns"] / 1e6 for r in rows if r["noise_ns"]]) if any(
             r["noise_ns"] for r in rows) else None,

@@ -21,7 +21,7 @@ their ratios to ``baseline``, then the calling thread's CPU time per tiny ``all_
 own per-collective cost); no assertion (timing belongs here, not in tests). On a loaded machine read the CPU
 columns: wall times there measure the other tenants.
 
-    python bench/hang_overhead.py [--steps 3000] [--repeats 3] [--buffer 2000]
+    python bench/hang_overhead.py [--steps 3000] [--repeats 3] [--buffer 2000] [--step-ms 0]
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ WORKER = r'''
 import json, os, socket, sys, time
 import torch, torch.distributed as dist
 from workbench.collectors import Collector, hang_capture
-config, steps, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+config, steps, out, step_s = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
 if config not in ("hang_capture", "no_periodic"):
     hang_capture.start = lambda *a, **k: None        # the collector without hang capture
 torch.set_num_threads(1)
@@ -60,6 +60,8 @@ with Collector(out, profile_repeat=0, compile_capture=False) as c:
             model(x).sum().backward()
             dist.all_reduce(grad)
             model.zero_grad(set_to_none=True)
+            if step_s:
+                time.sleep(step_s)                     # a longer step (--step-ms): fewer collectives a second
         times.append(time.perf_counter_ns() - t0)
     cpu = (time.process_time_ns() - cpu0) / (steps - steps // 10)
     wall = (time.perf_counter_ns() - w0) / (steps - steps // 10)
@@ -75,17 +77,21 @@ from torch._C._distributed_c10d import _dump_fr_trace
 import pickle
 entries = len(pickle.loads(_dump_fr_trace())["entries"])
 warm = times[steps // 10:]
-dumps = [json.loads(x) for x in open(os.path.join(out, "rank0", "hang", "events.jsonl")) if '"fr_dump"' in x]
+ev = os.path.join(out, "rank0", "hang", "events.jsonl")
+dumps = [json.loads(x) for x in open(ev) if '"fr_dump"' in x] if os.path.exists(ev) else []
+cover = [json.loads(x) for x in open(ev) if '"fr_coverage"' in x] if os.path.exists(ev) else []
 print(json.dumps({"config": config, "median_ns": sorted(warm)[len(warm) // 2], "mean_ns": sum(warm) / len(warm),
                   "cpu_ns": cpu, "wall_ns": wall, "call_cpu_ns": per_call, "fr_entries": entries,
-                  "dumps": len(dumps), "lost": sum(d["lost"] for d in dumps),
-                  "dump_s": sum(d["seconds"] for d in dumps), "run_s": sum(times) / 1e9}))
+                  "dumps": len(dumps), "lost": cover[0]["lost"] if cover else sum(d["lost"] for d in dumps),
+                  "dump_s": sum(d["seconds"] for d in dumps),
+                  "dump_wall_s": sum(d.get("wall_seconds", 0) for d in dumps),
+                  "run_s": sum(times) / 1e9, "recorded": cover[0]["recorded"] if cover else None}))
 '''
 
 CONFIGS = ("baseline", "fr_on", "no_periodic", "hang_capture")
 
 
-def run_one(config: str, steps: int, tmp: Path, buffer: int | None = None) -> dict:
+def run_one(config: str, steps: int, tmp: Path, buffer: int | None = None, step_ms: float = 0.0) -> dict:
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     env.pop("TORCH_FR_BUFFER_SIZE", None)
     env.pop("WORKBENCH_FR_DUMP_BUDGET", None)
@@ -98,8 +104,8 @@ def run_one(config: str, steps: int, tmp: Path, buffer: int | None = None) -> di
     script = tmp / "worker.py"
     script.write_text(WORKER)
     out = tmp / f"run-{config}-{os.urandom(3).hex()}"
-    p = subprocess.run([sys.executable, str(script), config, str(steps), str(out)], env=env, capture_output=True,
-                       text=True, timeout=900)
+    argv = [sys.executable, str(script), config, str(steps), str(out), str(step_ms / 1e3)]
+    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
     if p.returncode != 0:
         raise SystemExit(f"{config}: worker failed:\n{p.stderr[-2000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -110,12 +116,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--buffer", type=int, default=None, help="TORCH_FR_BUFFER_SIZE (default: the collector's)")
+    ap.add_argument("--step-ms", type=float, default=0.0, help="sleep this long in every step (a longer step)")
     args = ap.parse_args(argv)
     results: dict[str, list[dict]] = {c: [] for c in CONFIGS}
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.repeats):
             for c in CONFIGS:
-                results[c].append(run_one(c, args.steps, Path(tmp), args.buffer))
+                results[c].append(run_one(c, args.steps, Path(tmp), args.buffer, args.step_ms))
     base = statistics.median(r["median_ns"] for r in results["baseline"])
     base_cpu = statistics.median(r["cpu_ns"] for r in results["baseline"])
     print(f"{'config':14s} {'median step':>12s} {'ratio':>7s} {'CPU/step':>10s} {'ratio':>7s} {'FR entries':>10s}"
@@ -129,8 +136,11 @@ def main(argv: list[str] | None = None) -> None:
     print("\nperiodic Flight Recorder dumps, as the collector measured them (hang_capture):")
     for r in results["hang_capture"]:
         share = 100 * r["dump_s"] / r["run_s"] if r["run_s"] else 0.0
-        print(f"  {r['dumps']:4d} dumps, {r['lost']} entries lost, {1e3 * r['dump_s']:.1f} ms of {r['run_s']:.1f} s: "
-              f"{share:.3f} % of the run (budget 0.1 %)")
+        print(f"  {r['dumps']:4d} dumps, {r['lost']} of {r['recorded']} entries lost, "
+              f"{1e3 * r['dump_s']:.1f} ms of CPU "
+              "holding the GIL "
+              f"({1e3 * r['dump_wall_s']:.1f} ms wall with the gzip and write) over {r['run_s']:.1f} s of steps: "
+              f"{share:.3f} % (budget 0.1 %)")
     base_call = statistics.median(r["call_cpu_ns"] for r in results["baseline"])
     print("\ncalling thread's CPU per tiny all_reduce (the Flight Recorder's own cost is the difference):")
     for c in CONFIGS:

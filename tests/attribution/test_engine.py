@@ -155,7 +155,8 @@ def test_clock_offset_of_a_shifted_host_is_recovered():
             shift = delta / MS if r >= 2 else 0.0
             rows.append((r, q, q, q * 50.0 + 5 + rnd.random() + shift, done + rnd.gauss(0, 0.05) + shift))
     s = sync(rows)
-    ranks = pl.DataFrame({"rank": [0, 1, 2, 3], "host": ["a", "a", "b", "b"]}).with_columns(pl.col("rank").cast(pl.Int32))
+    ranks = pl.DataFrame({"rank": [0, 1, 2, 3], "host": ["a", "a", "b", "b"]}).with_columns(
+        pl.col("rank").cast(pl.Int32))
     clock = host_offsets(s, ranks)
     b = clock.filter(pl.col("host") == "b").row(0, named=True)
     assert b["offset_ns"] == pytest.approx(delta, abs=0.2 * MS)
