@@ -1,6 +1,7 @@
 """Time breakdown of the device timeline per rank and per step, and idle time causes per stream.
 
-Definitions (all times int64 ns, all on the device timeline of one rank):
+Definitions (all times int64 ns, all on the device timeline of one rank; idle and the exposed times as
+:mod:`workbench.analyses.metrics` defines them):
 
 * window: from the first device activity start to the last device activity end in the analysed window
   (:mod:`workbench.analyses.window`). HTA calls this "kernel time".
@@ -28,6 +29,8 @@ import polars as pl
 
 from workbench.analyses.detectors import Inputs, register_detector
 from workbench.analyses.findings import Cost, Finding, format_ns, make_finding
+from workbench.analyses.intervals import class_coverage, mask_has, previous_end
+from workbench.analyses.metrics import COMM_EXPOSED_NS, IDLE_NS, MEMORY_EXPOSED_NS
 from workbench.analyses.kinds import (
     EXPOSED_COMM_PCT, EXPOSED_MEMCPY_PCT, IDLE_HOST_PCT, IDLE_PCT, ExposedCommEvidence, ExposedMemcpyEvidence,
     IdleEvidence, Kind,
@@ -115,56 +118,30 @@ def time_breakdown(kernels: pl.DataFrame, steps: pl.DataFrame, window: Window = 
     seg = step_segments(kw)
     if seg.is_empty():
         return with_percentages(seg.with_columns([pl.lit(0, pl.Int64).alias(c) for c in _NS_COLUMNS]))
-    # One sweep over every start/end boundary: running counts of active compute, communication, memcpy and
-    # memset give, for each elementary interval between two boundaries, which classes run. Segment starts are
-    # added as boundaries, so no elementary interval crosses a segment; an as-of join names its segment.
-    cls = pl.col("kernel_class").cast(pl.String)
-    deltas = [(cls == c).cast(pl.Int32).alias(f"_d_{c}") for c in ("compute", "communication", "memcpy", "memset")]
-    starts = kw.lazy().select("rank", pl.col("start").alias("t"), *deltas)
-    ends = kw.lazy().select("rank", pl.col("end").alias("t"), *[(-d) for d in deltas])
-    marks = seg.lazy().select("rank", pl.col("start").alias("t"),
-                              *[pl.lit(0, pl.Int32).alias(f"_d_{c}") for c in ("compute", "communication", "memcpy", "memset")])
-    sweep = (
-        pl.concat([starts, ends, marks])
-        .sort("rank", "t")
-        .with_columns(
-            # every rank's deltas sum to zero, so a global running sum is each rank's running count
-            _compute=pl.col("_d_compute").cum_sum() > 0,
-            _comm=pl.col("_d_communication").cum_sum() > 0,
-            _memcpy=pl.col("_d_memcpy").cum_sum() > 0,
-            _memset=pl.col("_d_memset").cum_sum() > 0,
-            _len=(pl.col("t").shift(-1) - pl.col("t")),
-        )
-        .with_columns(_len=pl.when(pl.col("rank").shift(-1) == pl.col("rank")).then(pl.col("_len")).otherwise(0))
-        .join_asof(seg.lazy().select("rank", pl.col("start").alias("_seg"), "step").sort("_seg"),
-                   left_on="t", right_on="_seg", by="rank", strategy="backward", check_sortedness=False)
-    )
+    # one sweep over every boundary: per segment, the time each combination of classes runs (intervals.py)
+    classes = ("compute", "communication", "memcpy", "memset")
+    cover = class_coverage(kw, seg, classes)
 
-    def covered(cond: pl.Expr) -> pl.Expr:
-        return pl.col("_len").filter(cond).sum()
+    def covered(*names: str, every: bool = False) -> pl.Expr:
+        return pl.col("ns").filter(mask_has(classes, *names, every=every)).sum()
 
-    c, m, cp, ms = pl.col("_compute"), pl.col("_comm"), pl.col("_memcpy"), pl.col("_memset")
-    sums = sweep.group_by("rank", pl.col("_seg").alias("start")).agg(
-        busy_ns=covered(c | m | cp | ms),
-        compute_ns=covered(c),
-        comm_ns=covered(m),
-        _cc_ns=covered(c | m),
-        memcpy_ns=covered(cp),
-        memset_ns=covered(ms),
-        memory_ns=covered(cp | ms),
-        comm_overlapped_ns=covered(c & m),
+    sums = cover.group_by("rank", "start").agg(
+        busy_ns=covered(*classes),
+        compute_ns=covered("compute"),
+        comm_ns=covered("communication"),
+        _cc_ns=covered("compute", "communication"),
+        memcpy_ns=covered("memcpy"),
+        memset_ns=covered("memset"),
+        memory_ns=covered("memcpy", "memset"),
+        comm_overlapped_ns=covered("compute", "communication", every=True),
     )
     zero = ["busy_ns", "compute_ns", "comm_ns", "_cc_ns", "memcpy_ns", "memset_ns", "memory_ns", "comm_overlapped_ns"]
     out = (
         seg.lazy().join(sums, on=["rank", "start"], how="left")
         .with_columns([pl.col(z).fill_null(0).cast(pl.Int64) for z in zero])
         .with_columns(window_ns=pl.col("end") - pl.col("start"))
-        .with_columns(
-            idle_ns=pl.col("window_ns") - pl.col("busy_ns"),
-            memory_exposed_ns=pl.col("busy_ns") - pl.col("_cc_ns"),
-            non_compute_ns=pl.col("busy_ns") - pl.col("compute_ns"),
-        )
-        .with_columns(comm_exposed_ns=pl.col("comm_ns") - pl.col("comm_overlapped_ns"))
+        .with_columns(IDLE_NS, MEMORY_EXPOSED_NS, COMM_EXPOSED_NS,   # metrics.py: the definitions
+                      non_compute_ns=pl.col("busy_ns") - pl.col("compute_ns"))
         .select("rank", "step", "start", "end", "activities", *_NS_COLUMNS)
         .sort("rank", "start")
         .collect()
@@ -212,7 +189,7 @@ def idle_gaps(
     if "launch_end" not in kernels.columns:
         kernels = kernels.with_columns(launch_end=pl.lit(None, pl.Int64))
     kw = window_kernels(kernels.select(cols), steps, window).filter(pl.col("start").is_not_null())
-    prev_end = pl.col("end").cum_max().shift(1).over("rank", "stream")
+    prev_end = previous_end(("rank", "stream"))
     host_gap = pl.col("category") == "host_wait"
     queued = pl.col("start") - pl.col("launch_end")  # launch call returned -> kernel started
     latency = pl.min_horizontal(queued.filter(host_gap).median().over("rank").clip(lower_bound=0),

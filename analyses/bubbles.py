@@ -30,11 +30,11 @@ from workbench.analyses.findings import Cost, Finding, make_finding
 from workbench.analyses.intervals import covered_between, merge_intervals
 from workbench.analyses.kinds import BUBBLE_PCT, Kind, PipelineBubbleEvidence
 from workbench.analyses.window import Window, window_steps
+from workbench.communication import is_p2p_recv_range
+from workbench.format import duration
 
 FORWARD_PATTERN = r"(?i)(^|[^a-z])(forward|fwd)([^a-z]|$)"
 BACKWARD_PATTERN = r"(?i)(^|[^a-z])(backward|bwd)([^a-z]|$)"
-#: Host ranges that wait for the neighbouring stage (point-to-point receives), subtracted from the work.
-P2P_WAIT_PATTERN = r"(?i)^(gloo|nccl):recv|^c10d::recv"
 
 
 def step_idle(step_breakdown: pl.DataFrame) -> pl.DataFrame:
@@ -107,7 +107,7 @@ def pipeline_bubbles(
     # time inside the ranges spent receiving from the neighbouring stage is waiting, not work
     waits = events.filter(
         pl.col("kind").cast(pl.String).is_in(["annotation", "cpu_op"])
-        & pl.col("name").cast(pl.String).str.contains(P2P_WAIT_PATTERN)
+        & is_p2p_recv_range(pl.col("name"))   # waits for the neighbouring stage: not work
         & ~pl.col("rank").is_in(gpu_ranks)
     ).select("rank", "start", "end")
     span = covered_between(ann, seg, name="span_ns").select("rank", "step", "span_ns")
@@ -173,17 +173,78 @@ def bubble_findings(bubbles: pl.DataFrame, min_pct: float = BUBBLE_PCT) -> list[
     worst = per_rank.sort("bubble_ns", descending=True).row(0, named=True)
     stages = bubbles["rank"].n_unique()
     mb = float(worst["mb"])
-    theory = 100.0 * (stages - 1) / (mb + stages - 1) if stages > 1 else None
+    theory = gpipe_bubble_pct(stages, mb)
     return [make_finding(
         Kind.PIPELINE_BUBBLE,
         f"Pipeline bubbles take {worst['pct']:.0f}% of the step on rank {worst['rank']} "
         f"({per_rank.height} stage{'s' if per_rank.height != 1 else ''} above {min_pct:.0f}%; GPipe theory with "
         f"{stages} stage{'s' if stages != 1 else ''} and {mb:.0f} micro-batches: {theory or 0:.0f}%); the first "
-        f"forward starts {(worst['delay'] or 0) / 1e6:.1f} ms into the "
+        f"forward starts {duration(worst['delay'] or 0)} into the "
         "step.",
-        PipelineBubbleEvidence(tuple(per_rank.drop("steps").to_dicts()), theory, mb, stages),
+        PipelineBubbleEvidence(tuple(per_rank.drop("steps").sort("rank").to_dicts()), theory, mb, stages),
         Cost.measured(worst["bubble_ns"], "step time not covered by any forward or backward on the worst stage"),
         ranks=per_rank["rank"].to_list(), steps=worst["steps"], source="bubbles")]
+
+
+#: Names of micro-batch ranges (pipeline schedules): ``forward_mb3``, ``backward_mb0``.
+MICROBATCH_PATTERN = r"(?i)^(forward|backward|fwd|bwd)[_ ]?(mb|microbatch)?[_ ]?(\d+)$"
+
+
+def microbatch_ranges(events: pl.DataFrame | None) -> pl.DataFrame:
+    """Forward/backward micro-batch ranges of a pipeline run, per rank: ``rank``, ``start``, ``end``, ``phase``
+    (``"forward"``/``"backward"``), ``mb`` (micro-batch number), ``step``, ``name``.
+
+    Ranges are the host-side annotations named like ``forward_mb3`` (or ``Forward 3`` where a rank has no
+    ``_mb`` names): on a GPU the device copies of backward ranges are empty, so the host ranges are the ones
+    that show the schedule. Empty when the run has none.
+    """
+    cols = {"rank": pl.Int32, "start": pl.Int64, "end": pl.Int64, "phase": pl.String, "mb": pl.Int32,
+            "step": pl.Int32, "name": pl.String}
+    if events is None or events.is_empty():
+        return pl.DataFrame(schema=cols)
+    ann = events.filter(pl.col("kind").cast(pl.String) == "annotation").with_columns(
+        name=pl.col("name").cast(pl.String)).filter(pl.col("name").str.contains(MICROBATCH_PATTERN))
+    if ann.is_empty():
+        return pl.DataFrame(schema=cols)
+    ann = ann.with_columns(
+        phase=pl.when(pl.col("name").str.to_lowercase().str.contains("^(forward|fwd)")).then(pl.lit("forward"))
+        .otherwise(pl.lit("backward")),
+        mb=pl.col("name").str.extract(r"(\d+)$", 1).cast(pl.Int32),
+        is_mb=pl.col("name").str.to_lowercase().str.contains("mb|microbatch"),
+    )
+    has_mb = ann.group_by("rank").agg(any_mb=pl.col("is_mb").any())
+    ann = ann.join(has_mb, on="rank").filter(pl.col("is_mb") == pl.col("any_mb"))
+    return ann.select(*[pl.col(c).cast(t) for c, t in cols.items()]).sort("rank", "start")
+
+
+def gpipe_bubble_pct(stages: int, microbatches: float) -> float | None:
+    """The GPipe bubble fraction ``(S-1)/(M+S-1)`` in percent, or None without stages."""
+    if stages <= 1 or microbatches <= 0:
+        return None
+    return 100.0 * (stages - 1) / (microbatches + stages - 1)
+
+
+def stage_summary(bubbles: pl.DataFrame) -> pl.DataFrame:
+    """Per stage (rank) of :func:`pipeline_bubbles` rows, over its analysed steps: ``steps``, ``microbatches``
+    (median forwards per step), and the medians of ``work_ns``, ``bubble_ns``, ``bubble_pct`` and
+    ``first_forward_delay_ns``; ``timeline`` (where the work was measured)."""
+    return bubbles.group_by("rank").agg(
+        pl.len().alias("steps"),
+        pl.col("forwards").median().alias("microbatches"),
+        pl.col("work_ns").median(),
+        pl.col("bubble_ns").median(),
+        pl.col("bubble_pct").median(),
+        pl.col("first_forward_delay_ns").median(),
+        pl.col("timeline").first(),
+    ).sort("rank")
+
+
+def pipeline_shape(bubbles: pl.DataFrame) -> tuple[int, float, float | None]:
+    """``(stages, micro-batches per step, GPipe theory %)`` of :func:`pipeline_bubbles` rows: the stages are its
+    ranks, the micro-batches the median forwards per stage and step."""
+    stages = bubbles["rank"].n_unique() if not bubbles.is_empty() else 0
+    m = float(bubbles["forwards"].median() or 0) if stages else 0.0
+    return stages, m, gpipe_bubble_pct(stages, m)
 
 
 @register_detector(Kind.PIPELINE_BUBBLE, needs=("bubbles",), order=40)

@@ -37,6 +37,7 @@ from workbench.analyses.findings import Cost, Finding, make_finding
 from workbench.analyses.kinds import (
     CLOCK_OFFSET_NS, DRIFT_NS, ClockOffsetEvidence, CollectiveDriftEvidence, CollectiveMismatchEvidence, Kind,
 )
+from workbench.format import duration
 
 P2P = ("send", "recv", "sendrecv", "isend", "irecv", "p2p")
 
@@ -312,7 +313,7 @@ def collective_findings(
             out.append(make_finding(
                 Kind.CLOCK_OFFSET,
                 "Ranks run on several hosts whose clocks differ (up to "
-                f"{big['offset_ns'].abs().max() / 1e6:.3f} ms); times were aligned using collective ends.",
+                f"{duration(big['offset_ns'].abs().max())}); times were aligned using collective ends.",
                 ClockOffsetEvidence(tuple(offsets.to_dicts())), Cost.none("none (a fact about the clocks)"),
                 ranks=big["rank"].to_list(), source="collectives"))
     if drift is not None and not drift.is_empty():
@@ -322,7 +323,7 @@ def collective_findings(
                 Kind.COLLECTIVE_DRIFT,
                 f"Rank {r['rank']} reaches collectives {'later' if r['drift_ns'] > 0 else 'earlier'} and "
                 f"{'later' if r['drift_ns'] > 0 else 'earlier'} relative to the other ranks: "
-                f"{r['drift_ns'] / 1e6:+.2f} ms over the window.",
+                f"{duration(r['drift_ns'], signed=True)} over the window.",
                 CollectiveDriftEvidence(int(r["rank"]), int(r["instances"]), int(r["steps"]), int(r["drift_ns"]),
                                         r["slope_ns_per_s"], r["mean_offset_ns"]),
                 Cost.none("none (a trend in arrival times, not time lost by itself)"),
@@ -336,3 +337,43 @@ def _detect(x: Inputs) -> list[Finding]:
     """:func:`collective_findings` of the matched collectives (clock offsets only when ranks span hosts)."""
     return collective_findings(x.tables["collective_instances"], x.tables["clock_offsets"],
                                x.tables["collective_drift"], aligned=spans_hosts(x.ranks))
+
+
+#: At most this many collective instances (the latest) go into the skew heatmap.
+MAX_SKEW_INSTANCES = 400
+
+
+def skew_cells(matched: pl.DataFrame, *, max_instances: int = MAX_SKEW_INSTANCES) -> pl.DataFrame:
+    """Long rank × instance frame of each rank's wait (``wait_ns``) at each complete, non-p2p collective instance.
+
+    ``matched`` is :func:`workbench.analyses.collectives.match_collectives` output; instances are numbered in
+    time order (``instance``), the latest ``max_instances`` kept.
+    """
+    if matched is None or matched.is_empty():
+        return pl.DataFrame()
+    m = matched.filter(~pl.col("p2p") & pl.col("complete") & (pl.col("ranks_seen") > 1))
+    if m.is_empty():
+        return m
+    key = ["pg_name", "pg_ranks", "step", "order"]
+    inst = (m.group_by(key).agg(pl.col("arrival").min().alias("_first"), pl.col("collective").first().cast(pl.String))
+            .sort("_first").tail(max_instances).with_row_index("instance"))
+    return m.join(inst.select(*key, "instance", pl.col("collective").alias("_name")), on=key, how="inner",
+                  nulls_equal=True).with_columns(
+        pl.concat_str([pl.col("_name"), pl.lit(" · step "), pl.col("step").cast(pl.String).fill_null("?"),
+                       pl.lit(" · last rank "), pl.col("last_rank").cast(pl.String)]).alias("text"))
+
+
+def arrival_offsets(matched: pl.DataFrame) -> pl.DataFrame:
+    """Per rank and complete non-p2p collective instance: ``offset_ns`` = the rank's arrival minus the median
+    arrival of all ranks at that instance (positive: it arrives *later* than the others), with ``t_s`` (seconds
+    since the first instance), ``step`` and ``collective``."""
+    if matched is None or matched.is_empty():
+        return pl.DataFrame()
+    key = ["pg_name", "pg_ranks", "step", "order"]
+    m = matched.filter(~pl.col("p2p") & pl.col("complete") & (pl.col("ranks_seen") > 1))
+    if m.is_empty():
+        return pl.DataFrame()
+    return m.with_columns(
+        offset_ns=pl.col("arrival") - pl.col("arrival").median().over(key),
+        t_s=(pl.col("arrival").min().over(key) - pl.col("arrival").min()).cast(pl.Float64) / 1e9,
+    ).select("rank", "t_s", "step", pl.col("collective").cast(pl.String), "offset_ns").sort("rank", "t_s")

@@ -21,7 +21,7 @@ from workbench.analyses.kinds import Kind
 
 if TYPE_CHECKING:   # imported for the annotations only: both modules import this one
     from workbench.analyses.rootcause import DeviceTime
-    from workbench.flight_recorder import HangTables
+    from workbench.schema import HangTables
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -36,11 +36,13 @@ from typing import Any, Literal
 import orjson
 import polars as pl
 
+from workbench.analyses import metrics
 from workbench.analyses.diff_stats import (  # noqa: F401  (re-exported: one import for the diff's users)
     MIN_STEPS, Change, Direction, StepStats, compare, job_step_times, median_change_ci, rank_sum_p, step_stats,
 )
 from workbench.analyses.findings import Finding
 from workbench.analyses.window import window_kernels, window_steps
+from workbench.format import duration
 
 Verdict = Literal["fixed", "smaller", "unchanged", "worse", "cannot tell", "not comparable"]
 Effect = Literal["different job", "warning", "expected", "note"]
@@ -543,10 +545,6 @@ def _spread(d: RunData) -> float:
     return step_stats(*job_step_times(d.steps)).spread_ns or 0.0
 
 
-def _ms(ns: float | None) -> str:
-    return "-" if ns is None else f"{ns / 1e6:,.1f} ms"
-
-
 def _judge(f: _F, g: _F | None, b: RunData, a: RunData, comp: Comparability) -> FindingVerdict:
     caveat = comp.caveat()
     base = dict(kind=f.kind, ranks=f.ranks, steps=f.steps, frame=f.frame, severity=f.severity, message=f.message,
@@ -563,22 +561,22 @@ def _judge(f: _F, g: _F | None, b: RunData, a: RunData, comp: Comparability) -> 
             ok, why = False, "not in AFTER, but one timing a run decides it (one sample a side)"
         pb = base["before_per_step_ns"]
         if ok and f.scope != "run" and pb is not None and pb < noise:
-            ok, why = False, (f"not in AFTER, but it cost {_ms(pb)} per step, within the step-to-step spread "
-                              f"({_ms(noise)})")
+            ok, why = False, (f"not in AFTER, but it cost {duration(pb)} per step, within the step-to-step spread "
+                              f"({duration(noise)})")
         if not ok:
             return FindingVerdict(**base, after_cost_ns=None, after_per_step_ns=None, verdict="cannot tell",
                                   evidence=f"{why}: its absence proves nothing")
         return FindingVerdict(**base, after_cost_ns=0, after_per_step_ns=0.0, verdict="fixed",
                               evidence=f"no {f.kind} on ranks {_ranks(f.ranks)} in {_looked_at(a, f.source)} "
-                                       f"(was {_ms(f.cost_ns)})")
+                                       f"(was {duration(f.cost_ns)})")
     after = dict(after_cost_ns=g.cost_ns, after_per_step_ns=_per_step(g, a), after_id=g.id)
     if f.scope == "run":  # a recompile happens or not: judge by how often
         nb, na = max(len(f.steps), 1), max(len(g.steps), 1)
         verdict: Verdict = "smaller" if na < nb else "worse" if na > nb else "unchanged"
         return FindingVerdict(**base, **after, verdict=verdict,
                               evidence=f"still there: steps {_ranks(f.steps)} → {_ranks(g.steps)}, ranks "
-                                       f"{_ranks(f.ranks)} → {_ranks(g.ranks)}, cost {_ms(f.cost_ns)} → "
-                                       f"{_ms(g.cost_ns)}")
+                                       f"{_ranks(f.ranks)} → {_ranks(g.ranks)}, cost {duration(f.cost_ns)} → "
+                                       f"{duration(g.cost_ns)}")
     pb, pa = base["before_per_step_ns"], after["after_per_step_ns"]
     if f.scope == "steps" and min(_collector_steps(b), _collector_steps(a)) < MIN_STEPS:
         return FindingVerdict(**base, **after, verdict="cannot tell",
@@ -586,17 +584,17 @@ def _judge(f: _F, g: _F | None, b: RunData, a: RunData, comp: Comparability) -> 
                                        f"steps: too few to tell a change of its cost from noise")
     if pb is None or pa is None or pb <= 0:
         return FindingVerdict(**base, **after, verdict="cannot tell",
-                              evidence=f"still there (cost {_ms(f.cost_ns)} → {_ms(g.cost_ns)}), but the cost "
+                              evidence=f"still there (cost {duration(f.cost_ns)} → {duration(g.cost_ns)}), but the cost "
                                        f"cannot be put per step on both sides")
     ratio = pa / pb
     verdict = "smaller" if ratio < 1 - FINDING_TOLERANCE else "worse" if ratio > 1 + FINDING_TOLERANCE \
         else "unchanged"
     if verdict != "unchanged" and abs(pa - pb) < noise:
         return FindingVerdict(**base, **after, verdict="unchanged",
-                              evidence=f"still there: {_ms(pb)} → {_ms(pa)} per step, a change within the "
-                                       f"step-to-step spread ({_ms(noise)}): noise-level")
+                              evidence=f"still there: {duration(pb)} → {duration(pa)} per step, a change within the "
+                                       f"step-to-step spread ({duration(noise)}): noise-level")
     return FindingVerdict(**base, **after, verdict=verdict,
-                          evidence=f"still there: {_ms(pb)} → {_ms(pa)} per step ({100 * (ratio - 1):+.0f} %; "
+                          evidence=f"still there: {duration(pb)} → {duration(pa)} per step ({100 * (ratio - 1):+.0f} %; "
                                    f"±{100 * FINDING_TOLERANCE:.0f} % counts as unchanged)")
 
 
@@ -689,16 +687,17 @@ def _count_metric(name: str, unit: str, vb: float | None, va: float | None, comp
 
 
 def _recompiles(c: pl.DataFrame) -> float | None:
+    """Recompiles of every rank (:func:`workbench.analyses.metrics.recompile_counts`)."""
     if c.is_empty() or "frame_compile_id" not in c.columns:
         return None
-    return float((c["frame_compile_id"] > 0).sum())
+    return float(sum(metrics.recompile_counts(c).values()))
 
 
 def _compile_time(c: pl.DataFrame) -> float | None:
-    """Compile time of the slowest-compiling rank (ns): it holds every other rank."""
-    if c.is_empty() or c["duration_ns"].drop_nulls().is_empty():
-        return None
-    return float(c.group_by("rank").agg(pl.col("duration_ns").sum())["duration_ns"].max())
+    """Compile time of the slowest-compiling rank (ns; :func:`workbench.analyses.metrics.compile_time_ns`): it holds
+    every other rank."""
+    known = [v for v in metrics.compile_time_ns(c).values() if v is not None]
+    return float(max(known)) if known else None
 
 
 def per_step_metrics(b: RunData, a: RunData, step_time: Change, sb: StepStats, sa: StepStats,

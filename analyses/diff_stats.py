@@ -4,7 +4,8 @@
 test finds a shift (:func:`rank_sum_p`, p < 0.05) that the medians (≥ 2 %), the test's effect size
 (:func:`prob_lower`) and the 95 % bootstrap CI of the median change (:func:`median_change_ci`) agree on;
 ``unchanged`` when that CI lies within ±5 %; else ``cannot tell`` — and always ``cannot tell`` with fewer than
-:data:`MIN_STEPS` a side. :func:`job_step_times` gives the job's step times (the slowest rank per step). Pure: numbers in, numbers out.
+:data:`MIN_STEPS` a side. The step times compared are :func:`workbench.analyses.metrics.job_step_times` (the
+slowest rank's per step). Pure: numbers in, numbers out.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from typing import Literal
 
 import numpy as np
 import polars as pl
+
+from workbench.analyses.metrics import job_step_times  # noqa: F401  (the diff's step times: one definition)
+from workbench.format import duration
 
 #: ``info``: shown, not judged (a single statistic without an uncertainty of its own).
 Direction = Literal["better", "worse", "unchanged", "cannot tell", "not comparable", "n/a", "info"]
@@ -112,8 +116,8 @@ def compare(before: Sequence[float], after: Sequence[float], *, lower_is_better:
                       f"the median before is 0 ({len(a)} vs {len(b)} {what})")
     if med_b is not None and abs(med_b - med_a) < floor:
         return Change(len(a), len(b), med_a, med_b, pct, None, None, None, "unchanged",
-                      f"unchanged: the median moved {abs(med_b - med_a) / 1e6:.3f} ms, below the "
-                      f"{floor / 1e6:.3f} ms that matters (1 % of the step time)")
+                      f"unchanged: the median moved {duration(abs(med_b - med_a))}, below the "
+                      f"{duration(floor)} that matters (1 % of the step time)")
     lo, hi = median_change_ci(a, b)
     p = rank_sum_p(a, b)
     lower = prob_lower(a, b)
@@ -133,22 +137,6 @@ def prob_lower(a: Sequence[float], b: Sequence[float]) -> float:
     """P(a value of ``b`` < a value of ``a``), ties counted half: the rank-sum test's effect size (0.5: none)."""
     x, y = np.asarray(a, float)[:, None], np.asarray(b, float)[None, :]
     return float(((y < x).sum() + 0.5 * (y == x).sum()) / (x.size * y.size)) if x.size and y.size else 0.5
-
-
-def job_step_times(steps: pl.DataFrame) -> tuple[str | None, list[float]]:
-    """The job's step times (ns), one per step: the slowest rank's duration (it sets the pace). Collector steps
-    when there are any (the first step, which holds the first compile, left out), else profiler steps."""
-    if steps.is_empty():
-        return None, []
-    s = steps.with_columns(pl.col("source").cast(pl.String))
-    for source in ("collector", "profiler"):
-        mine = s.filter(pl.col("source") == source)
-        if mine.height:
-            if source == "collector" and mine["step"].n_unique() > 1:
-                mine = mine.filter(pl.col("step") > mine["step"].min())
-            per = mine.group_by("step").agg(pl.col("dur").max()).sort("step")
-            return source, [float(v) for v in per["dur"].to_list() if v is not None]
-    return None, []
 
 
 def step_stats(source: str | None, values: Sequence[float]) -> StepStats:

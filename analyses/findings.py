@@ -28,6 +28,8 @@ import orjson
 import polars as pl
 
 from workbench.analyses.kinds import KINDS, Evidence, Kind, KindSpec, Severity, declare_kind, kind_spec
+from workbench.format import count as count_text  # the one formatter's names, as the analyses call them
+from workbench.format import duration as format_ns
 from workbench.schema import FINDINGS, conform, empty
 
 Basis = Literal["measured", "estimated"]
@@ -211,33 +213,12 @@ def sort_findings(findings: Iterable[Finding[Any]]) -> list[Finding[Any]]:
 
 
 # ---------------------------------------------------------------------------------------------- views
-def count_text(n: int, one: str, many: str | None = None) -> str:
-    """``"1 rank"``, ``"3 ranks"``, ``"2 compiles"`` (``many``: an irregular plural)."""
-    return f"{n:,} {one if n == 1 else (many or one + 's')}"
-
-
 def ranks_text(ranks: Iterable[int]) -> str:
     """``"rank 1"``, ``"ranks 0 and 2"``, ``"ranks 0, 2 and 3"`` (sorted, each once)."""
     rs = [str(r) for r in sorted({int(x) for x in ranks})]
     if len(rs) <= 1:
         return f"rank {rs[0] if rs else '-'}"
     return "ranks " + (", ".join(rs[:-1]) + " and " + rs[-1])
-
-
-def format_ns(ns: int | float | None) -> str:
-    """``"2.57 s"``, ``"312 ms"``, ``"4.1 ms"``, ``"85 µs"`` (two significant decimals at most)."""
-    if ns is None:
-        return "-"
-    v = float(ns)
-    if v >= 1e9:
-        return f"{v / 1e9:.2f} s"
-    if v >= 1e8:
-        return f"{v / 1e6:.0f} ms"
-    if v >= 1e6:
-        return f"{v / 1e6:.1f} ms"
-    if v >= 1e3:
-        return f"{v / 1e3:.0f} µs"
-    return f"{v:.0f} ns"
 
 
 def _json(v: Any) -> str:

@@ -33,6 +33,7 @@ import polars as pl
 from workbench.analyses.detectors import Inputs, register_detector
 from workbench.analyses.findings import Cost, Finding, make_finding
 from workbench.analyses.kinds import CompiledDesyncEvidence, JobFailureEvidence, Kind, kinds_where
+from workbench.format import duration as _fmt_s
 
 #: Kinds that end (or will end) the job: listed first (plain strings, for polars filters).
 JOB_FAILURE_KINDS: tuple[str, ...] = tuple(k.value for k in kinds_where(ends_job=True))
@@ -311,10 +312,6 @@ def first_mismatch(entries: pl.DataFrame, finished: set[int] = frozenset()) -> M
 
 
 # ---------------------------------------------------------------------------------------------- findings
-def _fmt_s(ns: int | None) -> str:
-    return "?" if ns is None else f"{ns / 1e9:.1f} s"
-
-
 def _short(site: str | None) -> str:
     if not site:
         return "an unknown line"

@@ -15,8 +15,6 @@ Example:
 
 from __future__ import annotations
 
-from array import array
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import fields
 from typing import Any
 
@@ -24,7 +22,9 @@ import polars as pl
 
 from workbench.analyses.breakdown import idle_causes, idle_gaps, main_streams, time_breakdown
 from workbench.analyses.bubbles import pipeline_bubbles
+from workbench.analyses.intervals import SpanStore
 from workbench.analyses.kernels import kernel_class_time, launch_stats, top_kernels
+from workbench.analyses.rootcause import device_time
 from workbench.analyses.window import Window, window_kernels
 from workbench.schema import EVENTS, KERNELS, empty
 
@@ -36,51 +36,6 @@ KEYS = ("breakdown", "idle_gaps", "idle_by_stream", "idle_by_step", "bubbles", "
 IDLE_GAPS_KEPT = 100_000
 #: ... but never fewer than this many per rank.
 IDLE_GAPS_MIN_PER_RANK = 16
-
-
-class SpanStore(MutableMapping):
-    """``{rank: [(start, end), ...]}`` held as one int64 array per rank (16 bytes a span instead of ~130 as
-    tuples): what keeps the root-cause intervals of thousands of ranks small. Reading a rank gives its list."""
-
-    __slots__ = ("_data",)
-
-    def __init__(self, spans: Mapping[int, Iterable[tuple[int, int]]] | None = None) -> None:
-        self._data: dict[int, array] = {}
-        if spans:
-            self.update(spans)
-
-    def __getitem__(self, rank: int) -> list[tuple[int, int]]:
-        flat = self._data[rank].tolist()
-        return list(zip(flat[0::2], flat[1::2]))
-
-    def __setitem__(self, rank: int, spans: Iterable[tuple[int, int]]) -> None:
-        self._data[rank] = array("q", [int(x) for se in spans for x in se])
-
-    def __delitem__(self, rank: int) -> None:
-        del self._data[rank]
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._data)
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def __contains__(self, rank: object) -> bool:
-        return rank in self._data
-
-    def update(self, other: Any = (), /, **kw: Any) -> None:  # type: ignore[override]
-        """As ``dict.update``; from another store the arrays are shared, not unpacked."""
-        if isinstance(other, SpanStore):
-            self._data.update(other._data)
-        else:
-            super().update(other, **kw)
-
-    def nbytes(self) -> int:
-        """Bytes of span data held."""
-        return sum(a.itemsize * len(a) for a in self._data.values())
-
-    def __repr__(self) -> str:
-        return f"SpanStore({len(self)} ranks, {self.nbytes() // 16:,} spans)"
 
 
 def _is_spans(annotation: Any) -> bool:
@@ -95,15 +50,6 @@ def compact_device_time(device: Any) -> Any:
         if _is_spans(f.type) and not isinstance(getattr(device, f.name), SpanStore):
             setattr(device, f.name, SpanStore(getattr(device, f.name)))
     return device
-
-
-def _device_time(kw: pl.DataFrame, events: pl.DataFrame | None = None, steps: pl.DataFrame | None = None,
-                 window: Window = "steady") -> Any:
-    try:
-        from workbench.analyses.rootcause import device_time
-    except ImportError:
-        return None
-    return device_time(kw, events, steps, window)  # ranks without device activity: host-side (rootcause.host_time)
 
 
 def rank_tables(kernels: pl.DataFrame, events: pl.DataFrame, steps: pl.DataFrame, window: Window,
@@ -127,7 +73,7 @@ def rank_tables(kernels: pl.DataFrame, events: pl.DataFrame, steps: pl.DataFrame
         # torch.compile's own ranges in the trace (rootcause.trace_compile_spans reads them)
         "compile_events": events.filter(pl.col("name").cast(pl.String).str.ends_with("(dynamo_timed)"))
         .select("rank", "name", "start", "end"),
-        "device_time": compact_device_time(_device_time(kw, events, steps, window)),
+        "device_time": compact_device_time(device_time(kw, events, steps, window)),  # CPU ranks: host_time
     }
 
 

@@ -30,7 +30,7 @@ import polars as pl
 from workbench import schema
 from workbench.analyses import metrics
 from workbench.analyses.detectors import Inputs, register_detector
-from workbench.analyses.findings import Cost, Finding, count_text, findings_frame, make_finding, ranks_text
+from workbench.analyses.findings import Cost, Finding, count_text, findings_frame, format_ns, make_finding, ranks_text
 from workbench.analyses.kinds import CAUSES  # noqa: F401  (re-exported: schema.COMPILES points here)
 from workbench.analyses.kinds import (
     COMPILE_TIME_NS, TIMEOUT_RISK_PCT, CacheDivergenceEvidence, CollectiveScheduleEvidence,
@@ -382,7 +382,7 @@ def divergence_cost(div: pl.DataFrame, compiles: pl.DataFrame | None = None, ste
                 method = "unknown: no compile time, collective or step time recorded"
         rows.append({**d, "step": step, "wait_ns": wait, "cost_basis": basis, "cost_method": method,
                      "waiting_ranks": sorted(waiting),
-                     "wait_by_rank": json.dumps({str(k): v for k, v in per_rank.items()})})
+                     "wait_by_rank": json.dumps({str(k): v for k, v in sorted(per_rank.items())})})
     if not rows:
         return schema.empty(DIVERGENCE_COST)
     return schema.conform(pl.DataFrame(rows, schema_overrides={k: v for k, v in DIVERGENCE_COST.items()}),
@@ -481,7 +481,7 @@ def cache_use(c: pl.DataFrame, step: int | None, compile_id: str) -> tuple[dict[
 
 # ---------------------------------------------------------------------- findings
 def _s(ns: int | None) -> str:
-    return "unknown time" if ns is None else f"{ns / 1e9:.2f} s"
+    return "unknown time" if ns is None else format_ns(ns)
 
 
 def _sum_known(values: list[Any]) -> int | None:

@@ -23,70 +23,21 @@ from typing import Any
 
 import polars as pl
 
+from workbench.analyses import metrics
 from workbench.analyses.detectors import Inputs, register_detector
 from workbench.analyses.findings import (
     Cost, Evidence, Finding, count_text, format_ns, kind_spec, make_finding, ranks_text, rescore, sort_findings,
 )
+from workbench.analyses.intervals import Spans, intersect, length, merge, subtract
 from workbench.analyses.kinds import (
     EXPOSED_COMM_PCT, RECOMPILE_KINDS, CollectiveWaitEvidence, CompileGroupEvidence, CompileSkewEvidence,
     CompilingEvidence, ConfigDivergenceEvidence, DivergentRecompileEvidence, ExposedCommEvidence, Kind,
     PipelineBubbleEvidence, StragglerEvidence, odd_ranks,
 )
+from workbench.communication import is_collective_range, is_comm_host_op, is_p2p_kernel, is_p2p_range
 
-Spans = list[tuple[int, int]]
 #: Symptom time under a cause shorter than this is attributed (taken off the symptom) but not listed.
 MIN_SYMPTOM_NS = 1_000_000
-
-
-# ---------------------------------------------------------------------------------------------- interval lists
-def merge(spans: Iterable[tuple[int, int]]) -> Spans:
-    """Disjoint sorted union of ``spans``."""
-    out: Spans = []
-    for s, e in sorted((int(a), int(b)) for a, b in spans if a is not None and b is not None and b > a):
-        if out and s <= out[-1][1]:
-            if e > out[-1][1]:
-                out[-1] = (out[-1][0], e)
-        else:
-            out.append((s, e))
-    return out
-
-
-def intersect(a: Spans, b: Spans) -> Spans:
-    """Intersection of two merged lists."""
-    out: Spans = []
-    i = j = 0
-    while i < len(a) and j < len(b):
-        s, e = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if e > s:
-            out.append((s, e))
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return out
-
-
-def subtract(a: Spans, b: Spans) -> Spans:
-    """``a`` minus ``b`` (both merged)."""
-    out: Spans = []
-    j = 0
-    for s, e in a:
-        cur = s
-        while j < len(b) and b[j][1] <= cur:
-            j += 1
-        k = j
-        while k < len(b) and b[k][0] < e:
-            if b[k][0] > cur:
-                out.append((cur, b[k][0]))
-            cur = max(cur, b[k][1])
-            k += 1
-        if cur < e:
-            out.append((cur, e))
-    return out
-
-
-def length(a: Spans) -> int:
-    return sum(e - s for s, e in a)
 
 
 # ---------------------------------------------------------------------------------------------- symptom time
@@ -108,10 +59,6 @@ class DeviceTime:
         """The intervals a symptom of ``kind`` is (its ``symptom_time``; none for other kinds)."""
         name = kind_spec(kind).symptom_time
         return getattr(self, name) if name is not None else {}
-
-
-_COMM_OP = r"^(gloo:|nccl:|c10d::|record_param_comms)"
-_P2P_KERNEL = r"(?i)sendrecv|_send|_recv"
 
 
 def host_time(events: pl.DataFrame | None, steps: pl.DataFrame | None, window: str = "steady",
@@ -137,17 +84,16 @@ def host_time(events: pl.DataFrame | None, steps: pl.DataFrame | None, window: s
         win = merge(zip(g["start"].to_list(), g["end"].to_list()))
         mine = e.filter(pl.col("rank") == rank)
         # point-to-point waits are a pipeline's bubble (pipeline_bubble), not exposed collectives
-        comm_ev = mine.filter(pl.col("name").str.contains(r"^(gloo:|nccl:)")
-                              & ~pl.col("name").str.contains(r"(send|recv)$"))
+        comm_ev = mine.filter(is_collective_range(pl.col("name")) & ~is_p2p_range(pl.col("name")))
         if comm_ev.is_empty():
             continue
         comm_tids = set(comm_ev["tid"].drop_nulls().to_list())
-        work = mine.filter((pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(_COMM_OP)
+        work = mine.filter((pl.col("kind") == "cpu_op") & ~is_comm_host_op(pl.col("name"))
                            & ~pl.col("tid").is_in(list(comm_tids)))
         comm = intersect(merge(zip(comm_ev["start"].to_list(), comm_ev["end"].to_list())), win)
         busy = merge(zip(work["start"].to_list(), work["end"].to_list()))
         out.window[rank] = win
-        out.exposed_comm[rank] = subtract(comm, busy)
+        out.exposed_comm[rank] = metrics.exposed_comm(comm, busy)   # the host's work stands for compute
         out.comm[rank] = comm
         out.host[rank] = True
         out.steps[rank] = sorted(int(x) for x in g["step"].to_list())
@@ -164,7 +110,7 @@ def device_time(window_kernels: pl.DataFrame, events: pl.DataFrame | None = None
             return host_time(events, steps, window)
         return out
     k = window_kernels.select("rank", pl.col("kernel_class").cast(pl.String), "start", "end",
-                              _p2p=pl.col("name").cast(pl.String).str.contains(_P2P_KERNEL)
+                              _p2p=is_p2p_kernel(pl.col("name"))
                               ).drop_nulls(["start", "end"])
     for (rank,), g in k.group_by(["rank"], maintain_order=True):
         rank = int(rank)
@@ -180,9 +126,9 @@ def device_time(window_kernels: pl.DataFrame, events: pl.DataFrame | None = None
         comm = merge((s, e) for s, e, c in rows if c == "communication")
         mem = merge((s, e) for s, e, c in rows if c in ("memcpy", "memset"))
         out.window[rank] = win
-        out.idle[rank] = subtract(win, busy)
-        out.exposed_comm[rank] = subtract(comm, compute)
-        out.exposed_memory[rank] = subtract(subtract(mem, compute), comm)
+        out.idle[rank] = metrics.idle(win, busy)
+        out.exposed_comm[rank] = metrics.exposed_comm(comm, compute)
+        out.exposed_memory[rank] = metrics.exposed_memory(mem, compute, comm)
         out.comm[rank] = comm
     if events is not None:
         host = host_time(events, steps, window, skip_ranks=sorted(out.window))
@@ -213,8 +159,64 @@ def host_comm_findings(device: DeviceTime, min_pct: float = EXPOSED_COMM_PCT) ->
 
 
 # ---------------------------------------------------------------------------------------------- cause time
-def cause_spans(f: Finding[Any], compiles: pl.DataFrame, matched: pl.DataFrame, steps: pl.DataFrame,
-                all_ranks: Sequence[int] = (), device: DeviceTime | None = None) -> dict[int, Spans]:
+class CauseTables:
+    """The tables :func:`cause_spans` reads, each indexed once on first use, so attributing thousands of findings
+    stays linear in the tables (a compile log of 100k compilations gives as many recompile findings)."""
+
+    def __init__(self, compiles: pl.DataFrame | None, matched: pl.DataFrame | None,
+                 steps: pl.DataFrame | None) -> None:
+        self._compiles = compiles if compiles is not None else pl.DataFrame()
+        self._matched = matched if matched is not None else pl.DataFrame()
+        self._steps = steps if steps is not None else pl.DataFrame()
+        self._by_id: dict[tuple[int, str], list[tuple[int, int, str | None]]] | None = None
+        self._last: dict[tuple[int, int], int] | None = None
+
+    def compile_spans(self, ranks: Iterable[int], compile_ids: Iterable[str], co_name: str | None) -> Spans:
+        """The merged time of the compiles ``compile_ids`` on ``ranks`` (of frame ``co_name`` when given)."""
+        if self._by_id is None:
+            self._by_id = {}
+            if not self._compiles.is_empty():
+                for r, cid, s, e, co in self._compiles.select("rank", "compile_id", "start", "end",
+                                                               "co_name").iter_rows():
+                    if s is not None and e is not None and cid is not None:
+                        self._by_id.setdefault((int(r), cid), []).append((int(s), int(e), co))
+        ids = set(compile_ids)
+        return merge((s, e) for r in set(ranks) for cid in ids for s, e, co in self._by_id.get((r, cid), ())
+                     if co_name is None or co == co_name)
+
+    def last_arrival(self, step: int, ranks: Iterable[int]) -> int | None:
+        """The latest arrival of any of ``ranks`` at a collective of ``step`` where it arrived last."""
+        if self._last is None:
+            self._last = {}
+            m = self._matched
+            if not m.is_empty():
+                g = m.drop_nulls(["step", "last_rank"]).group_by("step", "last_rank").agg(pl.col("last_arrival").max())
+                self._last = {(int(st), int(r)): int(v) for st, r, v in g.iter_rows() if v is not None}
+        got = [self._last[(step, r)] for r in ranks if (step, r) in self._last]
+        return max(got) if got else None
+
+    def waits_for(self, rank: int) -> dict[int, Spans]:
+        """Per other rank, its waits at the collectives ``rank`` arrived at last (arrival → last arrival)."""
+        out: dict[int, list[tuple[int, int]]] = {}
+        m = self._matched
+        if not m.is_empty():
+            m = m.filter((pl.col("last_rank") == rank) & (pl.col("rank") != rank) & ~pl.col("p2p"))
+            for r, a, b in m.select("rank", "arrival", "last_arrival").iter_rows():
+                if a is not None and b is not None:
+                    out.setdefault(int(r), []).append((int(a), int(b)))
+        return {r: merge(v) for r, v in out.items()}
+
+    def data_waits(self, rank: int) -> Spans:
+        """``rank``'s waits for its batches (collector steps: the ``data_wait_ns`` before each step start)."""
+        st = self._steps
+        if st.is_empty() or "data_wait_ns" not in st.columns:
+            return []
+        own = st.filter((pl.col("rank") == rank) & (pl.col("source").cast(pl.String) == "collector"))
+        return merge((int(s - w), int(s)) for s, w in own.select("start", "data_wait_ns").iter_rows() if s is not None and w)
+
+
+def cause_spans(f: Finding[Any], tables: CauseTables, all_ranks: Sequence[int] = (),
+                device: DeviceTime | None = None) -> dict[int, Spans]:
     """Per rank, the time ``f`` explains (empty for findings that explain no time). A ``compiling`` finding
     explains its compiles' time on every rank (``all_ranks``): the others wait for the compiling rank."""
     ev = f.evidence
@@ -222,40 +224,30 @@ def cause_spans(f: Finding[Any], compiles: pl.DataFrame, matched: pl.DataFrame, 
         if ev.compile_start is None:
             return {}
         end = ev.compile_end if ev.compile_end is not None else ev.compile_start
-        if ev.step is not None and matched is not None and not matched.is_empty():
-            m = matched.filter((pl.col("step") == ev.step) & pl.col("last_rank").is_in(list(ev.compiling_ranks)))
-            if m.height and m["last_arrival"].max() is not None:
-                end = max(end, int(m["last_arrival"].max()))
+        if ev.step is not None:
+            last = tables.last_arrival(ev.step, ev.compiling_ranks)
+            if last is not None:
+                end = max(end, last)
         return {r: [(ev.compile_start, end)] for r in f.ranks}
     if isinstance(ev, CompilingEvidence):
         spans = merge(ev.spans)
         return {r: spans for r in all_ranks}
-    if isinstance(ev, CompileGroupEvidence) and compiles is not None and not compiles.is_empty():
+    if isinstance(ev, CompileGroupEvidence):
         # the group's compiles on its ranks; every rank of the group waits through any of them (collectives)
-        c = compiles.filter(pl.col("rank").is_in(list(f.ranks)) & pl.col("compile_id").is_in(list(ev.compile_ids)))
-        c = c.filter(pl.col("co_name") == ev.co_name) if ev.co_name is not None else c
-        spans = merge((int(s), int(e)) for s, e in c.select("start", "end").iter_rows()
-                      if s is not None and e is not None)
-        out = {r: spans for r in f.ranks} if spans else {}
+        spans = tables.compile_spans(f.ranks, ev.compile_ids, ev.co_name)
+        acc: dict[int, list[tuple[int, int]]] = {r: list(spans) for r in f.ranks} if spans else {}
         for sub in f.symptoms:  # recompiles linked under a limit or a graph break
-            for r, sp in cause_spans(sub, compiles, matched, steps, all_ranks).items():
-                out[r] = merge(out.get(r, []) + sp)
-        return out
+            for r, sp in cause_spans(sub, tables, all_ranks).items():
+                acc.setdefault(r, []).extend(sp)
+        return {r: merge(v) for r, v in acc.items()}
     if isinstance(ev, PipelineBubbleEvidence) and device is not None:
         return {r: device.p2p[r] for r in f.ranks if r in device.p2p}  # a stage waits for its neighbour: bubble
     if isinstance(ev, StragglerEvidence):
-        out = {}
-        if matched is not None and not matched.is_empty():
-            m = matched.filter((pl.col("last_rank") == ev.rank) & (pl.col("rank") != ev.rank) & ~pl.col("p2p"))
-            for r, a, b in m.select("rank", "arrival", "last_arrival").iter_rows():
-                if a is not None and b is not None:
-                    out.setdefault(int(r), []).append((int(a), int(b)))
-        if steps is not None and not steps.is_empty() and "data_wait_ns" in steps.columns:
-            own = steps.filter((pl.col("rank") == ev.rank) & (pl.col("source").cast(pl.String) == "collector"))
-            for s, w in own.select("start", "data_wait_ns").iter_rows():
-                if s is not None and w:
-                    out.setdefault(ev.rank, []).append((int(s - w), int(s)))
-        return {r: merge(v) for r, v in out.items()}
+        out = tables.waits_for(ev.rank)
+        own = tables.data_waits(ev.rank)
+        if own:
+            out[ev.rank] = merge(out.get(ev.rank, []) + own)
+        return out
     return {}
 
 
@@ -352,28 +344,37 @@ def link_compile_causes(findings: Sequence[Finding[Any]]) -> list[Finding[Any]]:
     findings = list(findings)
     groups = [f for f in findings if isinstance(f.evidence, CompileGroupEvidence)]
     recompiles = [f for f in groups if f.kind in RECOMPILE_KINDS]
+    order = {id(r): i for i, r in enumerate(recompiles)}
+    by_frame: dict[tuple, list[Finding[Any]]] = {}
+    by_name: dict[str, list[Finding[Any]]] = {}
+    for r in recompiles:
+        by_frame.setdefault(_frame(r.evidence), []).append(r)
+        by_name.setdefault(r.evidence.co_name or "", []).append(r)
+    taken: set[int] = set()          # recompiles already listed under a root (by identity)
+    linked_as: dict[int, Finding[Any]] = {}
     for root in groups:
         ev = root.evidence
         if root.kind == Kind.RECOMPILE_LIMIT:
-            mine = [r for r in recompiles if _frame(r.evidence) == _frame(ev) and r in findings]
+            found = by_frame.get(_frame(ev), [])
             why = "compile time of the frame's recompiles until the limit and at it (compile log)"
         elif root.kind == Kind.GRAPH_BREAK:
-            lines = _break_lines(ev)
-            mine = [r for r in recompiles if r in findings and any(
-                (r.evidence.co_name or "") == f"torch_dynamo_resume_in_{ev.co_name}_at_{ln}" for ln in lines)]
+            names = {f"torch_dynamo_resume_in_{ev.co_name}_at_{ln}" for ln in _break_lines(ev)}
+            found = [r for n in names for r in by_name.get(n, [])]
             why = "compile time of the resume function's recompiles after the break (compile log)"
         else:
             continue
-        if not mine:
+        mine = sorted({id(r): r for r in found if id(r) not in taken and id(r) != id(root)}.values(),
+                      key=lambda r: order[id(r)])
+        if not mine or id(root) in taken:
             continue
+        taken.update(id(r) for r in mine)
         total = sum(r.cost_ns for r in mine) + (root.cost_ns if root.kind == Kind.RECOMPILE_LIMIT else 0)
         steps = tuple(sorted({s for g in (root, *mine) for s in g.steps}))   # the steps its cost comes from
-        linked = root.replace(symptoms=root.symptoms + tuple(mine), cost=Cost.measured(total, why), steps=steps,
-                              message=f"{root.message} It caused "
-                                      f"{count_text(sum(r.evidence.count for r in mine), 'recompile')} "
-                                      f"({format_ns(total)} of compile time), listed under it.")
-        findings = [linked if f is root else f for f in findings if f not in mine]
-    return findings
+        linked_as[id(root)] = root.replace(
+            symptoms=root.symptoms + tuple(mine), cost=Cost.measured(total, why), steps=steps,
+            message=f"{root.message} It caused {count_text(sum(r.evidence.count for r in mine), 'recompile')} "
+                    f"({format_ns(total)} of compile time), listed under it.")
+    return [linked_as.get(id(f), f) for f in findings if id(f) not in taken]
 
 
 def attribute(findings: Sequence[Finding[Any]], *, device: DeviceTime, compiles: pl.DataFrame,
@@ -382,7 +383,8 @@ def attribute(findings: Sequence[Finding[Any]], *, device: DeviceTime, compiles:
     findings = link_compile_causes(link_config_causes(findings))
     causes = [f for f in sort_findings(findings) if f.spec.role == "cause"]
     all_ranks = sorted(set(device.window) | set(wall_ns))
-    spans = {c.id: cause_spans(c, compiles, matched, steps, all_ranks, device) for c in causes}
+    tables = CauseTables(compiles, matched, steps)
+    spans = {c.id: cause_spans(c, tables, all_ranks, device) for c in causes}
     children: dict[str, list[Finding[Any]]] = {c.id: [] for c in causes}
     roots: list[Finding[Any]] = [f for f in findings if f.spec.role != "symptom"]
     for s in (f for f in findings if f.spec.role == "symptom"):
@@ -392,7 +394,7 @@ def attribute(findings: Sequence[Finding[Any]], *, device: DeviceTime, compiles:
             roots.append(s)
             continue
         explained = 0
-        claimed: Spans = []
+        claimed: list[tuple[int, int]] = []
         for c in causes:
             ov = intersect(remaining, spans[c.id].get(rank, []))
             ns = length(ov)
@@ -401,13 +403,13 @@ def attribute(findings: Sequence[Finding[Any]], *, device: DeviceTime, compiles:
             if ns >= MIN_SYMPTOM_NS:
                 children[c.id].append(_child(s, c, ns))
             remaining = subtract(remaining, ov)
-            claimed = merge(claimed + spans[c.id].get(rank, []))
+            claimed.extend(spans[c.id].get(rank, []))
             explained += ns
         if not explained:
             roots.append(s)
             continue
         rest = max(0, s.cost_ns - explained)
-        window = length(subtract(device.window.get(rank, []), claimed))
+        window = length(subtract(device.window.get(rank, []), merge(claimed)))
         if window > 0 and 100.0 * rest / window >= (s.spec.threshold_pct or 0.0):
             roots.append(s.replace(
                 cost=Cost.measured(rest, f"{s.cost.method}, outside the time its causes explain"),
@@ -510,15 +512,16 @@ def _explained_compiles(findings: Iterable[Finding[Evidence]]) -> set[tuple[int,
 @register_detector(Kind.COMPILING, needs=("found", "compiles", "matched", "steps", "device", "traced"), order=90)
 def _compiling(x: Inputs) -> list[Finding[CompilingEvidence]]:
     """:func:`compiling_finding` for the compile time the earlier compile-log findings do not explain."""
-    explained: dict[int, Spans] = {}
+    acc: dict[int, list[tuple[int, int]]] = {}
+    tables = CauseTables(x.compiles, x.matched, x.steps)
     for f in x.found:  # time the compile-log findings already explain, per rank
         if isinstance(f.evidence, (CompileGroupEvidence, DivergentRecompileEvidence)):
-            for r, sp in cause_spans(f, x.compiles, x.matched, x.steps, sorted(x.device.window)).items():
-                explained[r] = merge(explained.get(r, []) + sp)
+            for r, sp in cause_spans(f, tables, sorted(x.device.window)).items():
+                acc.setdefault(r, []).extend(sp)
+    explained = {r: merge(v) for r, v in acc.items()}
     comp = compiling_finding(x.compiles, x.traced, x.device.window, explained, _explained_compiles(x.found))
     return [comp] if comp is not None else []
 
 
-__all__ = ["attribute", "cause_spans", "compiling_finding", "device_time", "DeviceTime", "host_comm_findings",
-           "host_time", "intersect", "length", "link_compile_causes", "link_config_causes", "merge", "subtract",
-           "trace_compile_spans"]
+__all__ = ["CauseTables", "DeviceTime", "attribute", "cause_spans", "compiling_finding", "device_time",
+           "host_comm_findings", "host_time", "link_compile_causes", "link_config_causes", "trace_compile_spans"]

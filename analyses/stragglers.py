@@ -22,14 +22,16 @@ import polars as pl
 from workbench.analyses.detectors import Inputs, register_detector
 from workbench.analyses.findings import Cost, Finding, make_finding
 from workbench.analyses.kinds import Kind, StragglerEvidence
-from workbench.analyses.metrics import NOISE_Z, consistency_z, robust_upper
+from workbench.analyses.metrics import NOISE_Z, STEP_NS, consistency_z, robust_upper
+from workbench.format import duration
 
 
 def step_times(steps: pl.DataFrame, source: str | None = None) -> pl.DataFrame:
     """Step time per rank over time, compared with the other ranks.
 
     Columns: ``rank``, ``source``, ``step``, ``start``, ``end``, ``dur``, ``data_wait_ns``, ``device_ns``,
-    ``ranks`` (ranks with this step), ``median_dur`` (over ranks), ``excess_ns`` (dur - median_dur),
+    ``step_ns`` (the step time, :mod:`~workbench.analyses.metrics`' definition: duration + data wait),
+    ``ranks`` (ranks with this step), ``median_step_ns`` (over ranks), ``excess_ns`` (step_ns - median_step_ns),
     ``lateness_ns`` (start - median start over ranks), ``is_latest`` (this rank started the step last),
     ``held_back_ns`` (for the latest rank: its start - the second-latest start; 0 for the others).
     """
@@ -38,14 +40,14 @@ def step_times(steps: pl.DataFrame, source: str | None = None) -> pl.DataFrame:
         s = s.filter(pl.col("source") == source)
     key = ["source", "step"]
     second = pl.col("start").sort(descending=True).slice(1, 1).first().over(key)
-    out = s.with_columns(
+    out = s.with_columns(step_ns=STEP_NS).with_columns(
         ranks=pl.col("rank").n_unique().over(key),
-        median_dur=pl.col("dur").median().over(key),
+        median_step_ns=pl.col("step_ns").median().over(key),
         _median_start=pl.col("start").median().over(key),
         _latest=pl.col("start").max().over(key),
         _second=second,
     ).with_columns(
-        excess_ns=(pl.col("dur") - pl.col("median_dur")).cast(pl.Int64),
+        excess_ns=(pl.col("step_ns") - pl.col("median_step_ns")).cast(pl.Int64),
         lateness_ns=(pl.col("start") - pl.col("_median_start")).cast(pl.Int64),
         is_latest=(pl.col("start") == pl.col("_latest")) & (pl.col("ranks") > 1),
     ).with_columns(
@@ -53,7 +55,8 @@ def step_times(steps: pl.DataFrame, source: str | None = None) -> pl.DataFrame:
         .fill_null(0).cast(pl.Int64),
     )
     return out.select(
-        "rank", "source", "step", "start", "end", "dur", "data_wait_ns", "device_ns", "ranks", "median_dur",
+        "rank", "source", "step", "start", "end", "dur", "data_wait_ns", "device_ns", "step_ns", "ranks",
+        "median_step_ns",
         "excess_ns", "lateness_ns", "is_latest", "held_back_ns",
     ).sort("source", "step", "rank")
 
@@ -122,9 +125,8 @@ def straggler_ranks(
         if st.is_empty() or st["ranks"].max() < 2:
             continue
         st = st.filter(pl.col("ranks") > 1)
-        # step time per step (duration plus the batch wait, ``metrics`` definition), median over ranks
-        steps_total = (st.with_columns(_t=pl.col("dur") + pl.col("data_wait_ns").fill_null(0))
-                       .group_by("step").agg(pl.col("_t").median()).get_column("_t").sum())
+        # step time per step (``metrics``' definition), median over ranks
+        steps_total = st.group_by("step").agg(pl.col("step_ns").median()).get_column("step_ns").sum()
         agg = st.group_by("rank").agg(
             events=pl.len(),
             held_count=pl.col("is_latest").sum().cast(pl.UInt32),
@@ -251,14 +253,14 @@ def straggler_findings(ranks: pl.DataFrame, min_share_pct: float = 1.0, min_held
         other_wait = others["median_data_wait_ns"].drop_nulls().median() if not others.is_empty() else None
         why = ""
         if wait is not None and other_wait is not None and wait > 2 * max(other_wait, 1) and wait - other_wait > 1e6:
-            why = (f" Its data loading wait is {wait / 1e6:.1f} ms per step (median) vs {other_wait / 1e6:.1f} ms on "
+            why = (f" Its data loading wait is {duration(wait)} per step (median) vs {duration(other_wait)} on "
                    "the others: slow data loading.")
         since = f" since step {best['first_step']}" if best["first_step"] is not None else ""
         out.append(make_finding(
             Kind.STRAGGLER,
             f"Rank {rank} holds the other ranks back{since} ({best['trend']}): it was last in "
             f"{best['held_pct']:.0f}% of {best['events']} {best['signal'].replace('_', ' ')}, typically costing "
-            f"{best['typical_held_ns'] / 1e6:.1f} ms in all ({best['typical_share_pct'] or 0:.1f}% of the "
+            f"{duration(best['typical_held_ns'])} in all ({best['typical_share_pct'] or 0:.1f}% of the "
             f"{'step' if best['signal'] != 'collectives' else 'collective'} time).{why}",
             StragglerEvidence(
                 rank=int(rank), signal=best["signal"], events=int(best["events"]), held_count=int(best["held_count"]),

@@ -30,8 +30,10 @@ from workbench.analyses.recompiles import classify_compiles
 from workbench.analyses.rootcause import attribute, trace_compile_spans
 from workbench.analyses.stragglers import step_times, straggler_ranks
 from workbench.analyses.window import Window
-from workbench.flight_recorder import run_hangs
-from workbench.schema import COLLECTIVES, COMPILES, FINGERPRINTS, RANKS, STEPS, conform, empty
+from workbench.format import duration, kind_title
+from workbench.schema import (
+    COLLECTIVES, COMPILES, FINGERPRINTS, RANKS, STEPS, HangTables, conform, empty, empty_hang_tables,
+)
 
 
 def _table(run: Any, name: str, schema: dict) -> pl.DataFrame:
@@ -89,6 +91,12 @@ def _declared(name: str, frame: pl.DataFrame | None) -> pl.DataFrame:
         return empty(sch)
     extra = [c for c in frame.columns if c not in sch]
     return conform(frame, sch) if not extra else conform(frame, sch).hstack(frame.select(extra))
+
+
+def _hangs(run: Any) -> HangTables:
+    """The run's hang tables (``Run.hangs``: the I/O layer reads them), empty when it has none."""
+    hang = getattr(run, "hangs", None)
+    return hang if isinstance(hang, HangTables) else empty_hang_tables()
 
 
 def _with_stack_ranks(python_events: pl.DataFrame) -> pl.DataFrame:
@@ -150,7 +158,7 @@ def _distorted_steps(compiles: pl.DataFrame, steps: pl.DataFrame, traced: dict[i
 def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = KERNEL_WAIT_NS, *,
                     timeout_s: float | None = None) -> AnalysisTables:
     """Every analysis output for ``run`` (anything with ``kernels``, ``steps``, ``collectives``, ``events``,
-    ``ranks``, ``compiles``, ``fingerprints`` polars attributes, e.g. :class:`workbench.Run`), as
+    ``ranks``, ``compiles``, ``fingerprints`` polars attributes and optionally ``hangs``, e.g. :class:`workbench.Run`), as
     :class:`AnalysisTables`; its ``roots`` are the typed findings, root causes first."""
     steps = _table(run, "steps", STEPS)
     colls = _table(run, "collectives", COLLECTIVES)
@@ -180,8 +188,7 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
     out["collective_drift"] = collective_drift(matched)
     out["step_times"] = step_times(steps) if not steps.is_empty() else pl.DataFrame()
     out["step_table"] = metrics.step_table(steps)
-    bub = out["bubbles"]
-    pipeline = not bub.is_empty() and bool((bub.group_by("rank").agg(pl.col("forwards").median())["forwards"] >= 2).any())
+    pipeline = metrics.is_pipeline(out["bubbles"])
     traced = trace_compile_spans(ev.get("compile_events"))
     out["stragglers"] = straggler_ranks(steps, matched, use_step_starts=not pipeline,
                                         exclude_steps=_distorted_steps(compiles, steps, traced))
@@ -198,7 +205,7 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
         meta=getattr(run, "meta", None) or {}, world_size=getattr(run, "world_size", None), timeout_s=timeout_s,
         tables=out, main_causes=main_causes, python_events=ev["python_events"],
         profiler_inflated=not _with_stack_ranks(ev["python_events"]).is_empty(), steps_by_rank=_steps_by_rank(bd),
-        device=device, traced=traced, hangs=run_hangs(run))
+        device=device, traced=traced, hangs=_hangs(run))
     found = run_detectors(inputs)   # analyses/detectors.py: every registered detector, in order
     wall = metrics.wall_ns(steps) or {r: sum(e - s for s, e in w) for r, w in device.window.items()}
     roots = attribute(found, device=device, compiles=compiles, matched=matched, steps=steps, wall_ns=wall)
@@ -215,18 +222,57 @@ def run_findings(run: Any, window: Window = "steady", *, timeout_s: float | None
 
 def compiles_by_rank(compiles: pl.DataFrame) -> pl.DataFrame:
     """Per rank: ``compiles`` (frame compiles), ``recompiles`` (:func:`workbench.analyses.metrics.recompile_counts`)
-    and ``compile_time_ns`` (their known total duration; null when no duration is known)."""
+    and ``compile_time_ns`` (:func:`workbench.analyses.metrics.compile_time_ns`; null when no duration is known)."""
     from workbench.schema import ANALYSIS_TABLES
 
     if compiles.is_empty():
         return empty(ANALYSIS_TABLES["compiles_by_rank"])
-    re = metrics.recompile_counts(compiles)
-    out = compiles.group_by("rank").agg(
-        compiles=pl.len(),
-        compile_time_ns=pl.when(pl.col("duration_ns").is_not_null().any()).then(pl.col("duration_ns").sum()),
-    ).sort("rank")
-    return out.with_columns(recompiles=pl.col("rank").replace_strict(re, default=0, return_dtype=pl.UInt32)) \
+    re, ns = metrics.recompile_counts(compiles), metrics.compile_time_ns(compiles)
+    out = compiles.group_by("rank").agg(compiles=pl.len()).sort("rank")
+    return out.with_columns(recompiles=pl.col("rank").replace_strict(re, default=0, return_dtype=pl.UInt32),
+                            compile_time_ns=pl.col("rank").replace_strict(ns, default=None, return_dtype=pl.Int64)) \
         .select("rank", "compiles", "recompiles", "compile_time_ns")
+
+
+def findings_costs(findings: pl.DataFrame, *, top: int = 15) -> pl.DataFrame:
+    """The findings (``FINDINGS`` rows, e.g. the root causes) by the time they cost, most costly first (at most
+    ``top``): ``label`` ("1. divergent recompile"), ``cost_ns``, ``text`` (its cost and whether it was measured or
+    estimated), ``severity`` and ``message``: what the root-cause bars of the report and the app show."""
+    schema = {"label": pl.String, "cost_ns": pl.Int64, "text": pl.String, "severity": pl.String, "message": pl.String}
+    if findings is None or findings.is_empty():
+        return pl.DataFrame(schema=schema)
+    f = findings.sort("cost_ns", descending=True, nulls_last=True, maintain_order=True).head(top)
+    basis = f["cost_basis"].to_list() if "cost_basis" in f.columns else [None] * f.height
+    costs = f["cost_ns"].fill_null(0).to_list()
+    return pl.DataFrame({
+        "label": [f"{i + 1}. {str(k).replace('_', ' ')}" for i, k in enumerate(f["kind"].to_list())],
+        "cost_ns": costs,
+        "text": [duration(c) + (f" {b}" if b else "") for c, b in zip(costs, basis)],
+        "severity": f["severity"].to_list(),
+        "message": f["message"].fill_null("").to_list(),
+    }, schema=schema)
+
+
+def findings_table(findings: pl.DataFrame) -> pl.DataFrame:
+    """Every finding (``FINDINGS`` rows) as a table reads it, in the analyses' order (each root cause, then its
+    symptoms): ``n``, ``kind`` (its title), ``role`` ("root cause" / "symptom of <its cause>"), ``severity``,
+    ``cost_ns``, ``cost_basis``, ``ranks``, ``steps`` (text) and ``message``: the Overview's grid and the report's."""
+    f = findings
+    kinds = dict(zip(f["id"].to_list(), f["kind"].to_list()))
+    return f.select(
+        pl.int_range(1, f.height + 1).alias("n"),
+        pl.col("kind").map_elements(kind_title, return_dtype=pl.String).alias("kind"),
+        pl.when(pl.col("is_root")).then(pl.lit("root cause")).otherwise(
+            pl.concat_str([pl.lit("symptom of "), pl.col("cause_id").replace_strict(
+                kinds, default=pl.col("cause_id")).map_elements(kind_title, return_dtype=pl.String)])
+        ).alias("role"),
+        pl.col("severity"),
+        pl.col("cost_ns"),
+        pl.col("cost_basis").fill_null("–"),
+        pl.col("ranks").list.eval(pl.element().cast(pl.String)).list.join(", ").alias("ranks"),
+        pl.col("steps").list.eval(pl.element().cast(pl.String)).list.join(", ").alias("steps"),
+        pl.col("message"),
+    )
 
 
 def _num(v: Any, nd: int = 2) -> Any:
@@ -242,6 +288,7 @@ def summarize_tables(tables: AnalysisTables, rank_ids: list[int], window: str) -
     by_rank = {r["rank"]: r for r in tables.breakdown_by_rank.iter_rows(named=True)}
     wait = {r["rank"]: r for r in tables.collective_wait.iter_rows(named=True)}
     st = tables.step_table
+    steps = {r["rank"]: r for r in metrics.summarize_step_table(st).iter_rows(named=True)}
     compiles = {r["rank"]: r for r in tables.compiles_by_rank.iter_rows(named=True)}
     kct = tables.kernel_class_time
     ranks: dict[str, dict[str, Any]] = {}
@@ -262,14 +309,12 @@ def summarize_tables(tables: AnalysisTables, rank_ids: list[int], window: str) -
             "idle_ns": b.get("idle_ns"),
             "steps_analysed": b.get("steps"),
         }
-        mine = st.filter(pl.col("rank") == rank)
-        entry["step_source"] = mine["source"][0] if mine.height else None
-        entry["steps"] = mine.height
-        entry["step_time_ns"] = int(mine["step_ns"].median()) if mine.height else None  # metrics.step_table
-        after_first = mine.filter(pl.col("step") > mine["step"].min()) if mine.height > 1 else mine
-        entry["max_step_time_ns"] = int(after_first["step_ns"].max()) if after_first.height else None
-        dw = mine["data_wait_ns"].drop_nulls()
-        entry["data_wait_median_ns"] = int(dw.median()) if dw.len() else None
+        s = steps.get(rank, {})   # metrics.step_summary: the one step-time definition
+        entry["step_source"] = s.get("source")
+        entry["steps"] = s.get("steps", 0)
+        entry["step_time_ns"] = s.get("median_ns")
+        entry["max_step_time_ns"] = s.get("max_ns")
+        entry["data_wait_median_ns"] = s.get("data_wait_median_ns")
         comp = compiles.get(rank)
         entry["compiles"] = int(comp["compiles"]) if comp else 0
         entry["recompiles"] = int(comp["recompiles"]) if comp else 0

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from typing import Any
 
 import polars as pl
 from dash import dcc, html
 
-from workbench.analyses.findings import count_text as plural  # noqa: F401  (the pages' name for it)
 from workbench.errors import one_line
-from workbench.figures import fmt_duration
+from workbench.format import cell, column_name, count, duration, percent
 
 
 def error_panel(title: str, detail: str, *, id: str | None = None) -> html.Div:
@@ -27,57 +25,20 @@ def info_panel(children: Any, *, id: str | None = None) -> html.Div:
     return html.Div(children, className="panel panel-info", **kw)
 
 
-def _missing(v: Any) -> bool:
-    return v is None or (isinstance(v, float) and (math.isnan(v) or math.isinf(v)))
-
-
-def fmt_time(ns: Any) -> str:
-    """ns → a duration with its unit at a precision a person reads: ``"2.57 s"``, ``"277 ms"``, ``"6.1 ms"``,
-    ``"905 µs"`` (:func:`workbench.figures.fmt_duration`: the CLI's format, the figures' own labels)."""
-    return "–" if _missing(ns) else fmt_duration(ns)
-
-
-def fmt_ms(ns: Any) -> str:
-    """ns → what a table cell of :func:`ms_column` or :func:`duration_column` shows: :func:`fmt_time` (one format
-    for every duration)."""
-    return fmt_time(ns)
-
-
-def fmt_pct(v: Any, digits: int = 1) -> str:
-    """A percentage (0–100) → ``"12.3 %"``: what table cells of :func:`pct_column` show."""
-    if _missing(v):
-        return "–"
-    return f"{v:,.{digits}f} %"
-
-
-def ms_column(field: str, header: str) -> dict[str, Any]:
-    """A table column of a number of ms (the row holds the float), shown as :func:`fmt_time` shows its ns
-    (``"2.57 s"``, ``"312 ms"``, ``"4.1 ms"``), right-aligned."""
-    return {"field": field, "headerName": header, "format": lambda v: fmt_time(None if _missing(v) else v * 1e6),
-            "numeric": True}
-
-
 def pct_column(field: str, header: str, *, digits: int = 1) -> dict[str, Any]:
-    """A table column of a percentage (0–100), shown as ``"12.3 %"``."""
-    return {"field": field, "headerName": header, "format": lambda v: fmt_pct(v, digits), "numeric": True}
+    """A table column of a percentage (0–100), shown as ``"12.3 %"`` (:func:`workbench.format.percent`)."""
+    return {"field": field, "headerName": header, "format": lambda v: percent(v, digits), "numeric": True}
 
 
 def duration_column(field: str, header: str) -> dict[str, Any]:
     """A table column of a duration in ns (the row holds the integer), shown with the unit that reads best
-    (``"307 ns"``, ``"12 µs"``, ``"1.3 ms"``, ``"2.57 s"``, exactly as :func:`fmt_time`)."""
-    return {"field": field, "headerName": header, "format": fmt_time, "numeric": True}
+    (``"307 ns"``, ``"12 µs"``, ``"1.3 ms"``, ``"2.57 s"``: :func:`workbench.format.duration`)."""
+    return {"field": field, "headerName": header, "format": duration, "numeric": True}
 
 
 def col(field: str, header: str, *, wrapText: bool = False) -> dict[str, Any]:
     """A plain table column with a full header (``wrapText=True``: long text that may break anywhere)."""
     return {"field": field, "headerName": header, "wrapText": wrapText}
-
-
-def ns_to_ms(frame: pl.DataFrame, *cols: str) -> pl.DataFrame:
-    """``frame`` with each ``<x>_ns`` column replaced by ``<x>_ms`` (float ms) for :func:`ms_column`."""
-    present = [c for c in cols if c in frame.columns]
-    return frame.with_columns([(pl.col(c).cast(pl.Float64) / 1e6).alias(c.removesuffix("_ns") + "_ms")
-                               for c in present]).drop(present)
 
 
 def stat_card(label: str, value: str, *, key: str) -> html.Div:
@@ -88,19 +49,6 @@ def stat_card(label: str, value: str, *, key: str) -> html.Div:
 
 def stats_row(items: list[tuple[str, str, str]]) -> html.Div:
     return html.Div([stat_card(label, value, key=key) for key, label, value in items], className="stats-row")
-
-
-def _plain(v: Any) -> str:
-    """A cell of a plain column: lists comma-joined, booleans as yes/no, NaN and null empty."""
-    if v is None or (isinstance(v, float) and (math.isnan(v) or math.isinf(v))):
-        return ""
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, (list, tuple)):
-        return ", ".join(str(x) for x in v)
-    if isinstance(v, float):
-        return f"{v:,.2f}".rstrip("0").rstrip(".") if abs(v) >= 1 or v == 0 else f"{v:.3g}"
-    return str(v)
 
 
 #: A table shows at most this many rows (a note says how many there are).
@@ -118,14 +66,15 @@ def grid(frame: pl.DataFrame, *, id: str, columns: list[dict] | None = None, max
     ``assets/tables.js`` (as text, never as HTML). A Dash component per cell cost the browser ~2.5 ms each
     (0.8 s for Compare's 335 cells)."""
     numeric = {c for c, t in frame.schema.items() if t.is_numeric()}
-    cols = columns or [{"field": c, "headerName": c.replace("_", " ")} for c in frame.columns]
+    cols = columns or [{"field": c, "headerName": column_name(c)} for c in frame.columns]
     cols = [c for c in cols if c["field"] in frame.columns]
     shown = frame.head(max_rows)
     classes = []
     for c in cols:
         cls = "num" if c.get("numeric") or (c["field"] in numeric and "format" not in c) else ""
         classes.append((cls + " wrap").strip() if c.get("wrapText") else cls)
-    cells = [[c.get("format", _plain)(v) for v in shown[c["field"]].to_list()] for c in cols]
+    cells = [[c["format"](v) if "format" in c else cell(v, c["field"]) for v in shown[c["field"]].to_list()]
+             for c in cols]
     spec = {"columns": [{"field": c["field"], "header": c["headerName"], "cls": k} for c, k in zip(cols, classes)],
             "rows": [list(r) for r in zip(*cells)] if cells else [],
             "note": f"The first {shown.height:,} of {frame.height:,} rows." if frame.height > shown.height else ""}
@@ -133,8 +82,8 @@ def grid(frame: pl.DataFrame, *, id: str, columns: list[dict] | None = None, max
 
 
 def bar_list(bars: pl.DataFrame, *, id: str, title: str) -> html.Div:
-    """Horizontal bars drawn in HTML (no plotly): ``bars`` as :func:`workbench.figures.findings_bars` returns
-    them; each bar's length is its ``cost_ns`` relative to the longest, its ``text`` beside it, the ``message`` on
+    """Horizontal bars drawn in HTML (no plotly): ``bars`` as :func:`workbench.analyses.summary.findings_costs`
+    returns them, with a ``color``; each bar's length is its ``cost_ns`` relative to the longest, its ``text`` beside it, the ``message`` on
     hover."""
     top = max(bars["cost_ns"].to_list(), default=0) or 1
     rows = [html.Div([html.Span(r["label"], className="hbar-label", title=r["message"]),
@@ -188,6 +137,6 @@ def run_problems(run) -> html.Div | None:
         return None
     nothing = getattr(run, "ranks", None) is not None and run.ranks.height == 0
     title = ("Nothing could be read from this run" if nothing
-             else f"{plural(len(run.problems), 'problem')} while reading this run; the rest is shown")
+             else f"{count(len(run.problems), 'problem')} while reading this run; the rest is shown")
     return html.Div([html.Strong(title), html.Pre("\n".join(run.problems), className="panel-detail")],
                     className="panel " + ("panel-error" if nothing else "panel-unavailable"), id="run-problems")

@@ -10,7 +10,7 @@ from dash import Input, Output, State, dcc, html
 from workbench import figures
 from workbench.app import compute
 from workbench.app.components import (
-    col, error_panel, graph, grid, lazy_graph, ms_column, ns_to_ms, pct_column, safe, section,
+    col, duration_column, error_panel, graph, grid, lazy_graph, pct_column, safe, section,
 )
 from workbench.app.store import RunStore
 
@@ -26,15 +26,15 @@ PARTS = ["compute_ns", "comm_exposed_ns", "memory_exposed_ns", "idle_ns"]
 def rank_table(br: pl.DataFrame) -> pl.DataFrame:
     """What the per-rank grid holds (tests compare it with the analyses' ``breakdown_by_rank``): the window in ms,
     the parts in percent of it."""
-    return ns_to_ms(br.select(
+    return br.select(
         "rank", "steps", "window_ns",
         *[pl.col(c) for c in ("compute_pct", "comm_exposed_pct", "memory_exposed_pct", "idle_pct", "comm_overlap_pct",
                               "comm_overlap_of_max_pct")],
-    ), "window_ns")
+    )
 
 
 RANK_COLUMNS = [
-    col("rank", "Rank"), col("steps", "Steps analysed"), ms_column("window_ms", "Window"),
+    col("rank", "Rank"), col("steps", "Steps analysed"), duration_column("window_ns", "Window"),
     pct_column("compute_pct", "Compute"), pct_column("comm_exposed_pct", "Exposed communication"),
     pct_column("memory_exposed_pct", "Exposed memory copies/sets"), pct_column("idle_pct", "Idle"),
     pct_column("comm_overlap_pct", "Communication hidden behind compute"),
@@ -42,8 +42,8 @@ RANK_COLUMNS = [
 ]
 IDLE_COLUMNS = [
     col("rank", "Rank"), col("stream", "Stream"),
-    ms_column("host_wait_ms", "Waiting for the host to launch"), ms_column("kernel_wait_ms", "Waiting for a kernel/event"),
-    ms_column("other_ms", "Other"), ms_column("idle_ms", "Idle in all"), col("gaps", "Gaps"),
+    duration_column("host_wait_ns", "Waiting for the host to launch"), duration_column("kernel_wait_ns", "Waiting for a kernel/event"),
+    duration_column("other_ns", "Other"), duration_column("idle_ns", "Idle in all"), col("gaps", "Gaps"),
 ]
 
 
@@ -104,8 +104,7 @@ def _idle(store: RunStore, rid: str) -> Any:
     ic = compute.table(store, rid, "idle_by_stream")
     if ic.is_empty():
         return html.Div("No idle gaps.", className="muted")
-    show = ns_to_ms(ic.select("rank", "stream", "host_wait_ns", "kernel_wait_ns", "other_ns", "idle_ns", "gaps"),
-                    "host_wait_ns", "kernel_wait_ns", "other_ns", "idle_ns")
+    show = ic.select("rank", "stream", "host_wait_ns", "kernel_wait_ns", "other_ns", "idle_ns", "gaps")
     return grid(show, id="idle-grid", columns=IDLE_COLUMNS)
 
 

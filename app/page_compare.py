@@ -13,9 +13,10 @@ from workbench import figures
 from workbench.analyses.diff import RunData, RunDiff, comparability, job_step_times, step_stats
 from workbench.app import compute
 from workbench.app.components import (
-    col, duration_column, error_panel, fmt_ms, graph, grid, info_panel, lazy_graph, safe, section,
+    col, duration_column, error_panel, graph, grid, info_panel, lazy_graph, safe, section,
 )
 from workbench.app.store import RunStore
+from workbench.format import duration, kind_title
 
 PATH = "/compare"
 NAME = "Compare"
@@ -28,7 +29,7 @@ NONE = "__none__"
 def _value(v: float | None, unit: str) -> str:
     if v is None:
         return "–"
-    return f"{v:g}" if unit == "count" else fmt_ms(v)
+    return f"{v:g}" if unit == "count" else duration(v)
 
 
 def metrics_table(d: RunDiff) -> pl.DataFrame:
@@ -54,8 +55,6 @@ OPS_COLUMNS = [col("kind", "Kind"), col("status", "Status"), col("name", "Name",
 def findings_table(d: RunDiff) -> pl.DataFrame:
     """Verdicts on BEFORE's findings, then AFTER's new ones, as shown."""
     f = d.findings_frame()
-    from workbench.app.page_overview import kind_title
-
     return f.with_columns(pl.col("kind").map_elements(kind_title, return_dtype=pl.String, skip_nulls=False)).select(
         "verdict", "kind", "ranks", "steps", "before_cost_ns", "after_cost_ns", "evidence", "caveat")
 
@@ -172,8 +171,8 @@ def _diff(store: RunStore, before: str, after: str) -> Any:
         html.H4("Findings of BEFORE: verdicts"),
         grid(findings_table(d), id="diff-findings-grid", columns=FINDING_COLUMNS) if d.findings or d.new_findings
         else html.Div("BEFORE has no findings.", className="muted"),
-        html.Div(f"Step time (median): {fmt_ms(sb.median_ns)} over {sb.n} {sb.source or '-'} steps → "
-                 f"{fmt_ms(sa.median_ns)} over {sa.n}: {st.verdict} ({st.reason})", id="diff-step-time",
+        html.Div(f"Step time (median): {duration(sb.median_ns)} over {sb.n} {sb.source or '-'} steps → "
+                 f"{duration(sa.median_ns)} over {sa.n}: {st.verdict} ({st.reason})", id="diff-step-time",
                  className="muted", **{"data-verdict": st.verdict}),
     ]
     per_step = d.metrics_frame().filter((pl.col("unit") == "ns/step") & pl.col("before").is_not_null()
@@ -196,7 +195,7 @@ def _side(store: RunStore, rid: str, which: str) -> Any:
         run = store.run(rid)
         parts = [lazy_graph(figures.step_time_figure(run.steps, title=f"Step time · {rid}"), id=f"compare-steps-{which}")]
         stats = step_stats(*job_step_times(run.steps))  # the diff's own step-time definition
-        parts.insert(0, html.Div(f"median step {fmt_ms(stats.median_ns)} over {stats.n} {stats.source or '-'} steps · "
+        parts.insert(0, html.Div(f"median step {duration(stats.median_ns)} over {stats.n} {stats.source or '-'} steps · "
                                  f"{run.compiles.height} compiles", className="muted", id=f"compare-summary-{which}"))
         return html.Div(parts)
     return section(f"{which}: {rid}", safe(rid, build))

@@ -10,9 +10,10 @@ import polars as pl
 from dash import html
 
 from workbench import figures
+from workbench.analyses.collectives import skew_cells
 from workbench.app import compute
 from workbench.app.components import (
-    col, duration_column, error_panel, graph, grid, lazy_graph, ms_column, ns_to_ms, pct_column, run_problems, safe, section,
+    col, duration_column, error_panel, graph, grid, lazy_graph, pct_column, run_problems, safe, section,
 )
 from workbench.app.store import RunStore
 
@@ -34,15 +35,15 @@ def straggler_table(s: pl.DataFrame) -> pl.DataFrame:
         "events", "held_count", "held_pct", "held_back_ns", "held_share_pct", "first_step", "trend",
         *[c for c in ("median_data_wait_ns",) if c in s.columns],
     )
-    return ns_to_ms(out, "held_back_ns", "median_data_wait_ns")
+    return out
 
 
 STRAGGLER_COLUMNS = [
     col("rank", "Rank"), col("signal", "Signal"), col("events", "Steps or collectives seen"),
     col("held_count", "Times it held the others back"), pct_column("held_pct", "Share of those it held back"),
-    ms_column("held_back_ms", "Time it held the others back"), pct_column("held_share_pct", "Share of step time"),
+    duration_column("held_back_ns", "Time it held the others back"), pct_column("held_share_pct", "Share of step time"),
     col("first_step", "First step it held back"), col("trend", "Trend"),
-    ms_column("median_data_wait_ms", "Median data wait per step"),
+    duration_column("median_data_wait_ns", "Median data wait per step"),
 ]
 
 
@@ -82,23 +83,23 @@ def _stragglers(store: RunStore, rid: str) -> Any:
 SKEW_COLUMNS = [
     col("step", "Step"), col("order", "Collective # in step"),
     col("collective", "Collective"), col("pg_name", "Process group"),
-    col("last_rank", "Last rank to arrive"), ms_column("skew_ms", "Arrival skew (first to last)"),
-    ms_column("held_back_ms", "Time the last rank held the others"), col("consistent", "Same op on every rank"),
+    col("last_rank", "Last rank to arrive"), duration_column("skew_ns", "Arrival skew (first to last)"),
+    duration_column("held_back_ns", "Time the last rank held the others"), col("consistent", "Same op on every rank"),
 ]
 
 
 def _skew(store: RunStore, rid: str) -> Any:
     matched = compute.table(store, rid, "collectives")
-    if figures.skew_cells(matched).is_empty():
+    if skew_cells(matched).is_empty():
         only_p2p = not matched.is_empty() and bool(matched["p2p"].all())
         return html.Div("Only point-to-point sends and receives (a pipeline): no collective that every rank joins; "
                         "see the Pipeline page." if only_p2p else "No collective seen on more than one rank.",
                         className="muted")
     fig = figures.collective_skew_figure(matched)
     inst = compute.table(store, rid, "collective_instances")
-    top = ns_to_ms(inst.filter(pl.col("skew_ns").is_not_null()).sort("skew_ns", descending=True).head(20).select(
+    top = inst.filter(pl.col("skew_ns").is_not_null()).sort("skew_ns", descending=True).head(20).select(
         "step", "order", pl.col("collective").cast(pl.String), "pg_name", "last_rank", "skew_ns", "held_back_ns",
-        "consistent"), "skew_ns", "held_back_ns")
+        "consistent")
     return html.Div([
         lazy_graph(fig, id="skew-heatmap"),
         html.Div("Log colour scale: a 30 ms wait and a 2.5 s stall both show. Hover a cell for the collective, its "
@@ -109,10 +110,10 @@ def _skew(store: RunStore, rid: str) -> Any:
 
 DRIFT_COLUMNS = [
     col("rank", "Rank"), col("instances", "Collectives"),
-    ms_column("mean_offset_ms", "Mean arrival offset (+ later)"),
-    ms_column("first_offset_ms", "First offset"), ms_column("last_offset_ms", "Last offset"),
-    ms_column("drift_ms", "Drift: last third − first third (+ falling behind)"),
-    ms_column("slope_ms_per_s", "Trend per second of run (+ falling behind)"),
+    duration_column("mean_offset_ns", "Mean arrival offset (+ later)"),
+    duration_column("first_offset_ns", "First offset"), duration_column("last_offset_ns", "Last offset"),
+    duration_column("drift_ns", "Drift: last third − first third (+ falling behind)"),
+    duration_column("slope_ns_per_s", "Trend per second of run (+ falling behind)"),
 ]
 CLOCK_COLUMNS = [
     col("rank", "Rank"), col("host", "Host"), duration_column("offset_ns", "Clock offset vs the lowest rank"),
@@ -125,11 +126,8 @@ def _drift(store: RunStore, rid: str) -> Any:
     d = compute.table(store, rid, "collective_drift")
     if d.is_empty():
         return html.Div("No matched collectives.", className="muted")
-    drift = ns_to_ms(d.select("rank", "instances", *[c for c in ("mean_offset_ns", "first_offset_ns", "last_offset_ns",
-                                                                "drift_ns") if c in d.columns],
-                                 *([pl.col("slope_ns_per_s").alias("slope_ms_per_s") / 1e6]
-                                   if "slope_ns_per_s" in d.columns else [])),
-                     "mean_offset_ns", "first_offset_ns", "last_offset_ns", "drift_ns")
+    drift = d.select("rank", "instances", *[c for c in ("mean_offset_ns", "first_offset_ns", "last_offset_ns",
+                                                        "drift_ns", "slope_ns_per_s") if c in d.columns])
     parts: list[Any] = [
         lazy_graph(figures.arrival_offset_figure(matched), id="arrival-offset-figure"),
         html.Div("Offset = this rank's arrival at a collective minus the median rank's arrival at the same "

@@ -10,10 +10,11 @@ import polars as pl
 from dash import html
 
 from workbench.analyses.kinds import Kind, kinds_where
+from workbench.analyses.rank_end import rank_last_rows
 from workbench.app import compute
-from workbench.app.components import col, error_panel, fmt_time, grid, safe, section, stats_row
+from workbench.app.components import col, error_panel, grid, safe, section, stats_row
 from workbench.app.store import RunStore
-from workbench.flight_recorder import rank_last_rows
+from workbench.format import duration
 
 PATH = "/hangs"
 NAME = "Hangs"
@@ -34,9 +35,13 @@ STATES = ("finished: closed normally · timeout: a collective timed out · peer_
           "stalled: a step ran past the stall limit, or a dump shows a collective still running")
 
 
+def _last_rows(run: Any) -> list[dict[str, Any]]:
+    return rank_last_rows(run.hangs, run.steps, run.compiles, run.world_size)
+
+
 def rank_rows(store: RunStore, rid: str) -> list[dict[str, Any]]:
     """Each rank's end state, last step and last collective (cached per run)."""
-    return store.cached(rid, "hang_ranks", lambda: rank_last_rows(store.run(rid)))
+    return store.cached(rid, "hang_ranks", lambda: _last_rows(store.run(rid)))
 
 
 def fixes_by_finding(store: RunStore, rid: str) -> dict[str, list[Any]]:
@@ -69,7 +74,7 @@ def _layout(store: RunStore, rid: str) -> Any:
     f = f.filter(pl.col("kind").is_in([k.value for k in HANG_KINDS])) if not f.is_empty() else f
     fixes = fixes_by_finding(store, rid) if f.height else {}
     msgs = [html.Div([html.Strong(f"{r['kind']}: "), html.Span(r["message"]),
-                      html.Span(f" ({fmt_time(r['cost_ns'])} {r['cost_basis'] or ''})".rstrip(), className="muted"),
+                      html.Span(f" ({duration(r['cost_ns'])} {r['cost_basis'] or ''})".rstrip(), className="muted"),
                       *fixes.get(r["id"], [])],
                      className="rec hang-finding") for r in f.iter_rows(named=True)]
     if not msgs:

@@ -10,13 +10,15 @@ import polars as pl
 from dash import Input, Output, dcc, html
 
 from workbench import figures
+from workbench.analyses import metrics
 from workbench.analyses.findings import kind_spec, ranks_text
+from workbench.analyses.summary import findings_costs, findings_table
 from workbench.app import compute, page_breakdown, page_drift, page_hangs, page_pipeline, page_recompiles
 from workbench.app.components import (
-    bar_list, col, duration_column, error_panel, fmt_time, grid, ms_column, ns_to_ms, plural, run_problems, safe,
-    section, stats_row,
+    bar_list, col, duration_column, error_panel, grid, run_problems, safe, section, stats_row,
 )
 from workbench.app.store import RunStore
+from workbench.format import count, duration, kind_title, percent
 
 PATH = "/"
 NAME = "Overview"
@@ -31,14 +33,9 @@ def kind_page(kind: str) -> tuple[str, str]:
     return _PAGES[kind_spec(kind).page]
 
 
-def kind_title(kind: str | None) -> str:
-    """``"divergent_recompile"`` → ``"Divergent recompile"``."""
-    return (kind or "finding").replace("_", " ").capitalize()
-
-
 def cost_label(cost_ns: Any, basis: str | None, method: str | None = None) -> str:
     """``"2.57 s measured (collective wait in the same step)"``; the basis is left out when unknown."""
-    text = fmt_time(cost_ns)
+    text = duration(cost_ns)
     if basis:
         text += f" {basis}"
     if method:
@@ -46,52 +43,24 @@ def cost_label(cost_ns: Any, basis: str | None, method: str | None = None) -> st
     return text
 
 
-def findings_table(f: pl.DataFrame) -> pl.DataFrame:
-    """Every finding as the grid shows it, in the analyses' order (each root cause, then its symptoms), with the
-    root cause a symptom belongs to and the cost in ns (shown as :func:`fmt_time` shows it)."""
-    kinds = dict(zip(f["id"].to_list(), f["kind"].to_list()))
-    return f.select(
-        pl.int_range(1, f.height + 1).alias("n"),
-        pl.col("kind").map_elements(kind_title, return_dtype=pl.String).alias("kind"),
-        pl.when(pl.col("is_root")).then(pl.lit("root cause")).otherwise(
-            pl.concat_str([pl.lit("symptom of "), pl.col("cause_id").replace_strict(
-                kinds, default=pl.col("cause_id")).map_elements(kind_title, return_dtype=pl.String)])
-        ).alias("role"),
-        pl.col("severity"),
-        pl.col("cost_ns"),
-        pl.col("cost_basis").fill_null("–").alias("basis"),
-        pl.col("ranks").list.eval(pl.element().cast(pl.String)).list.join(", ").alias("ranks"),
-        pl.col("steps").list.eval(pl.element().cast(pl.String)).list.join(", ").alias("steps"),
-        pl.col("message"),
-    )
-
-
 FINDING_COLUMNS = [
     col("n", "#"), col("kind", "Finding"), col("role", "Role", wrapText=True),
     col("severity", "Severity"), duration_column("cost_ns", "Cost"),
-    col("basis", "Cost basis"), col("ranks", "Ranks"), col("steps", "Steps"),
+    col("cost_basis", "Cost basis"), col("ranks", "Ranks"), col("steps", "Steps"),
     col("message", "What was seen", wrapText=True),
 ]
 
 
 def step_stats(steps: pl.DataFrame) -> pl.DataFrame:
-    """Per rank: steps seen, median / max step time in ms (collector steps when present, else profiler steps)."""
-    if steps.is_empty():
-        return pl.DataFrame()
-    src = steps["source"].cast(pl.String).unique().to_list()
-    s = steps.filter(pl.col("source").cast(pl.String) == ("collector" if "collector" in src else "profiler"))
-    out = s.group_by("rank").agg(
-        pl.len().alias("steps"),
-        pl.col("step").min().alias("first"),
-        pl.col("step").max().alias("last"),
-        pl.col("dur").median().alias("median_ns"),
-        pl.col("dur").max().alias("max_ns"),
-    ).sort("rank")
-    return ns_to_ms(out, "median_ns", "max_ns")
+    """Per rank: steps seen, first and last, the median step time, the longest step after the first and the median
+    data wait (:func:`workbench.analyses.metrics.step_summary`: what ``workbench analyze`` prints)."""
+    return metrics.step_summary(steps)
 
 
-STEP_COLUMNS = [col("rank", "Rank"), col("steps", "Steps"), col("first", "First step"), col("last", "Last step"),
-                ms_column("median_ms", "Median step time"), ms_column("max_ms", "Longest step")]
+STEP_COLUMNS = [col("rank", "Rank"), col("steps", "Steps"), col("first_step", "First step"),
+                col("last_step", "Last step"), duration_column("median_ns", "Median step time"),
+                duration_column("max_ns", "Longest step after the first"),
+                duration_column("data_wait_median_ns", "Median data wait"), col("source", "Steps from")]
 
 
 # ------------------------------------------------------------------------------------------------ run list
@@ -105,13 +74,13 @@ def _run_row(store: RunStore, entry, current: str | None) -> html.Tr:
     elif h.error:
         what, cause, cost = "–", html.Span(h.error, className="run-error-text"), ""
     else:
-        what = ("GPU" if h.gpu else "CPU") + (f" · {fmt_time(h.wall_ns)}" if h.wall_ns else "")
+        what = ("GPU" if h.gpu else "CPU") + (f" · {duration(h.wall_ns)}" if h.wall_ns else "")
         if h.kind is None:
             cause, cost = html.Span("nothing found", className="muted"), ""
         else:
             cause = html.Span(kind_title(h.kind), title=h.message or "")
             pct = 100 * h.cost_ns / h.wall_ns if h.wall_ns and h.cost_ns else None
-            share = f" · {pct:.0f} % of the run's span" if pct is not None and pct <= 100 else ""
+            share = f" · {percent(pct, 0)} of the run's span" if pct is not None and pct <= 100 else ""
             cost = cost_label(h.cost_ns, h.cost_basis) + share
     return html.Tr([html.Td(link), html.Td(what), html.Td(cause, className="run-cause"),
                     html.Td(cost, className="run-cost"), html.Td("◀ shown below" if entry.id == current else "",
@@ -161,7 +130,7 @@ def _run_part(store: RunStore, rid: str) -> Any:
         ("world_size", "world size", str(info.get("world_size") or "–")),
         ("ranks", "ranks loaded", str(len(info["ranks"]))),
         ("steps", "steps", str(info["steps"])),
-        ("span", "span", fmt_time(info["span_ns"])),
+        ("span", "span", duration(info["span_ns"])),
         ("kernels", "device activities", f"{run.count('kernels'):,}"),
         ("collectives", "collectives", f"{info['collectives']:,}"),
         ("compiles", "compiles", f"{info['compiles']:,}"),
@@ -210,9 +179,9 @@ def _root_item(rid: str, i: int, row: dict[str, Any], symptoms: pl.DataFrame) ->
     ]
     if symptoms.height:
         parts.append(html.Details([
-            html.Summary(f"{plural(symptoms.height, 'symptom')} this explains (their time is inside this cost, "
+            html.Summary(f"{count(symptoms.height, 'symptom')} this explains (their time is inside this cost, "
                          "not counted again)"),
-            html.Ul([html.Li([html.Strong(kind_title(s["kind"])), f" · {fmt_time(s['cost_ns'])} · ",
+            html.Ul([html.Li([html.Strong(kind_title(s["kind"])), f" · {duration(s['cost_ns'])} · ",
                               html.Span(s["message"])], className="symptom")
                      for s in symptoms.iter_rows(named=True)]),
         ], className="symptoms"))
@@ -226,7 +195,9 @@ def _root_causes(store: RunStore, rid: str) -> Any:
     roots = f.filter(pl.col("is_root"))
     items = [_root_item(rid, i, r, compute.symptoms_of(f, r["id"]))
              for i, r in enumerate(roots.iter_rows(named=True), 1)]
-    return html.Div([*items, bar_list(figures.findings_bars(roots), id="findings-figure",
+    bars = findings_costs(roots).with_columns(color=pl.col("severity").map_elements(figures.severity_color,
+                                                                                 return_dtype=pl.String))
+    return html.Div([*items, bar_list(bars, id="findings-figure",
                                       title="Root causes by the time they cost")])
 
 

@@ -9,14 +9,17 @@ import polars as pl
 from dash import Input, Output, State, dcc, html
 
 from workbench import figures
+from workbench import timeline as tl
+from workbench.analyses import metrics
+from workbench.analyses.bubbles import pipeline_shape, stage_summary
 from workbench.analyses.kinds import Kind
 from workbench.app import compute
 from workbench.app.components import (
-    col, error_panel, fmt_pct, fmt_time, graph, grid, ms_column, ns_to_ms, pct_column, plural, safe, section,
-    stats_row,
+    col, duration_column, error_panel, graph, grid, pct_column, safe, section, stats_row,
 )
 from workbench.app.page_timeline import microbatches
 from workbench.app.store import RunStore
+from workbench.format import count, duration, percent
 
 PATH = "/pipeline"
 NAME = "Pipeline"
@@ -25,26 +28,20 @@ KEY = "pipeline"
 CACHE = True
 
 
-def stage_table(bubbles: pl.DataFrame) -> pl.DataFrame:
-    """Per stage (rank): steps, micro-batches per step, median step time, bubble and first-forward delay."""
-    per = bubbles.group_by("rank").agg(
-        pl.len().alias("steps"),
-        pl.col("forwards").median().alias("microbatches"),
-        pl.col("step_ns").median(),
-        pl.col("work_ns").median(),
-        pl.col("bubble_ns").median(),
-        pl.col("bubble_pct").median(),
-        pl.col("first_forward_delay_ns").median(),
-        pl.col("timeline").first(),
-    ).sort("rank")
-    return ns_to_ms(per, "step_ns", "work_ns", "bubble_ns", "first_forward_delay_ns")
+def stage_table(bubbles: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """Per stage (rank): its median step time (:func:`workbench.analyses.metrics.step_summary`, as ``workbench
+    analyze`` and the Overview give it), then over the analysed steps: how many, micro-batches per step, the median
+    work, bubble and first-forward delay."""
+    per = stage_summary(bubbles)
+    typical = metrics.step_summary(steps).select(pl.col("rank").cast(per.schema["rank"]), "median_ns")
+    return per.join(typical, on="rank", how="left").sort("rank")
 
 
 STAGE_COLUMNS = [
-    col("rank", "Stage (rank)"), col("steps", "Steps analysed"), col("microbatches", "Micro-batches per step"),
-    ms_column("step_ms", "Median step"), ms_column("work_ms", "Work (forward + backward)"),
-    ms_column("bubble_ms", "Bubble"), pct_column("bubble_pct", "Bubble share of the step"),
-    ms_column("first_forward_delay_ms", "First forward after the step starts"), col("timeline", "Work measured on"),
+    col("rank", "Stage (rank)"), duration_column("median_ns", "Median step time"), col("steps", "Steps analysed"),
+    col("microbatches", "Micro-batches per step"), duration_column("work_ns", "Work (forward + backward)"),
+    duration_column("bubble_ns", "Bubble"), pct_column("bubble_pct", "Bubble share of the analysed step"),
+    duration_column("first_forward_delay_ns", "First forward after the step starts"), col("timeline", "Work measured on"),
 ]
 
 
@@ -67,39 +64,39 @@ def layout(pctx) -> Any:
 def _layout(store: RunStore, rid: str) -> Any:
     bub = compute.table(store, rid, "bubbles")
     mb = microbatches(store, rid)
-    if bub.is_empty() or mb.is_empty() or float(bub["forwards"].median() or 0) < 2:
+    if not metrics.is_pipeline(bub) or mb.is_empty():
         return html.Div("Not a pipeline run: no stage records several forward micro-batch ranges per step "
                         "(record_function names like forward_mb0 / backward_mb0, as torch.distributed.pipelining "
                         "schedules or the collector's micro-batch hooks write).",
                         className="panel panel-unavailable", id="no-pipeline")
-    stages = bub["rank"].n_unique()
-    m = float(bub["forwards"].median())
-    theory = figures.gpipe_bubble_pct(stages, m)
-    measured = float(bub.group_by("rank").agg(pl.col("bubble_pct").median())["bubble_pct"].max())
+    stages, m, theory = pipeline_shape(bub)
+    measured = float(stage_summary(bub)["bubble_pct"].max())
     step = default_step(bub)
     f = compute.findings(store, rid).filter(pl.col("kind") == Kind.PIPELINE_BUBBLE.value)
     msgs = [html.Div([html.Strong("Finding: "), html.Span(r["message"]), html.Span(
-        f" ({' '.join(x for x in (fmt_time(r['cost_ns']), r['cost_basis']) if x)})", className="muted")],
+        f" ({' '.join(x for x in (duration(r['cost_ns']), r['cost_basis']) if x)})", className="muted")],
         className="rec pipeline-finding") for r in f.iter_rows(named=True)]
     steps = sorted(bub["step"].unique().to_list())
     return html.Div([
         stats_row([
             ("stages", "stages", str(stages)),
             ("microbatches", "micro-batches per step", f"{m:g}"),
-            ("bubble", "worst stage's bubble", fmt_pct(measured)),
-            ("theory", "GPipe theory (S−1)/(M+S−1)", fmt_pct(theory) if theory is not None else "–"),
+            ("bubble", "worst stage's bubble", percent(measured)),
+            ("theory", "GPipe theory (S−1)/(M+S−1)", percent(theory) if theory is not None else "–"),
         ]),
         *msgs,
         section("Bubble per stage", graph(figures.bubble_figure(bub, theory_pct=theory), id="bubble-figure"),
-                grid(stage_table(bub), id="stages-grid", columns=STAGE_COLUMNS),
-                html.Div("Bubble: the part of the step a stage spends on neither forward nor backward work "
-                         "(waiting for its neighbour's activations or gradients, the optimizer, data loading). "
-                         "On a GPU, work is the busy time of its compute kernels.", className="muted")),
+                grid(stage_table(bub, store.run(rid).steps), id="stages-grid", columns=STAGE_COLUMNS),
+                html.Div("Median step time: over every step, as the Overview and workbench analyze give it. "
+                         "Bubble: the part of an analysed step a stage spends on neither forward nor backward work "
+                         "(waiting for its neighbour's activations or gradients, the optimizer, data loading); "
+                         "on a GPU the analysed step is the stage's device time in it, and work is the busy time "
+                         "of its compute kernels.", className="muted")),
         section("Schedule",
                 html.Div([html.Label("Step"), dcc.Dropdown(id="pipeline-step", options=steps, value=step,
                                                            clearable=False)], className="controls"),
                 html.Div(_schedule(store, rid, step), id="pipeline-schedule"),
-                html.Div(f"{plural(stages, 'stage')}, one row each; F3 / B3 = forward / backward of micro-batch 3; "
+                html.Div(f"{count(stages, 'stage')}, one row each; F3 / B3 = forward / backward of micro-batch 3; "
                          "grey = idle (the bubble). Host-side ranges: on a GPU the kernels of each range run a little later.",
                          className="muted")),
         dcc.Store(id="pipeline-run", data=rid),
@@ -107,7 +104,7 @@ def _layout(store: RunStore, rid: str) -> Any:
 
 
 def _schedule(store: RunStore, rid: str, step: int) -> Any:
-    steps = figures.drawn_steps(store.run(rid).steps)
+    steps = tl.drawn_steps(store.run(rid).steps)
     return graph(figures.pipeline_schedule_figure(microbatches(store, rid), steps, step=step), id="schedule-figure")
 
 

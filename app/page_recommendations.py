@@ -21,9 +21,10 @@ from dash import Input, Output, State, html, no_update
 
 from workbench import rundir
 from workbench.app import compute
-from workbench.app.components import error_panel, fmt_time, info_panel, safe, section
+from workbench.app.components import error_panel, info_panel, safe, section
 from workbench.app.store import RunStore, RunUnavailable
 from workbench.errors import InputError, TraceError, one_line
+from workbench.format import duration
 from workbench.regular_file import read_regular
 
 PATH = "/recommendations"
@@ -197,7 +198,7 @@ def _rec_item(r: dict[str, Any], n: int | None, alternatives: list[dict[str, Any
                                                       else "alternative")
     effect = r.get("expected_effect")
     if not effect or effect.strip().lower() in ("see the finding", "see finding"):
-        effect = f"up to {fmt_time(r.get('cost_ns'))}: the time its finding costs" if r.get("cost_ns") else None
+        effect = f"up to {duration(r.get('cost_ns'))}: the time its finding costs" if r.get("cost_ns") else None
     code = r.get("code_advice")
     if code and code == r.get("evidence"):
         code = None  # the evidence repeated is no advice

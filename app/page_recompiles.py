@@ -12,9 +12,10 @@ from workbench import figures
 from workbench.analyses.findings import ranks_text
 from workbench.app import compute
 from workbench.app.components import (
-    col, error_panel, fmt_time, graph, grid, ms_column, ns_to_ms, run_problems, safe, section, stats_row,
+    col, duration_column, error_panel, graph, grid, run_problems, safe, section, stats_row,
 )
 from workbench.app.store import RunStore
+from workbench.format import duration
 
 PATH = "/recompiles"
 NAME = "Recompiles"
@@ -48,13 +49,13 @@ def divergent_table(div: pl.DataFrame, frames: pl.DataFrame | None = None) -> pl
         (pl.col("cost_method") if "cost_method" in d.columns else pl.lit(None, pl.String)).alias("wait_from"),
         pl.coalesce("user_frame", "location").alias("user_line"),
     )
-    return ns_to_ms(out, "compile_ns", "wait_ns")
+    return out
 
 
 DIVERGENT_COLUMNS = [
     col("compile_id", "Compile id"), col("ranks", "Compiled on"), col("waiting_ranks", "Waiting ranks"),
     col("step", "Step"), col("cause", "Cause"), col("cause_source", "What changed", wrapText=True),
-    ms_column("compile_ms", "Compile time"), ms_column("wait_ms", "Others waited"),
+    duration_column("compile_ns", "Compile time"), duration_column("wait_ns", "Others waited"),
     col("wait_from", "Wait measured from", wrapText=True),
     col("user_line", "Your code being compiled", wrapText=True),
 ]
@@ -69,11 +70,11 @@ def per_rank_table(c: pl.DataFrame) -> pl.DataFrame:
         (pl.col("cause") == "graph_break").sum().alias("graph_breaks"),
         pl.col("duration_ns").sum().alias("compile_ns"),
     ).sort("rank")
-    return ns_to_ms(out, "compile_ns")
+    return out
 
 
 PER_RANK_COLUMNS = [col("rank", "Rank"), col("compiles", "Compiles"), col("recompiles", "Recompiles"),
-                    col("graph_breaks", "Graph breaks"), ms_column("compile_ms", "Compile time")]
+                    col("graph_breaks", "Graph breaks"), duration_column("compile_ns", "Compile time")]
 
 
 def causes_table(c: pl.DataFrame) -> pl.DataFrame:
@@ -109,7 +110,7 @@ def _layout(store: RunStore, rid: str) -> Any:
         stats_row([
             ("compiles", "compile events", f"{c.height:,}"),
             ("compile_ranks", "ranks with compiles", str(c["rank"].n_unique())),
-            ("compile_time", "compile time, all ranks", fmt_time(c["duration_ns"].sum())),
+            ("compile_time", "compile time, all ranks", duration(c["duration_ns"].sum())),
         ]),
         section("Divergent recompiles: compile ids on some ranks only",
                 safe("Divergence", _divergent, store, rid, frames), id="divergent-section"),
@@ -122,12 +123,12 @@ def _layout(store: RunStore, rid: str) -> Any:
                                                    columns=[col("rank", "Rank")] + [
                                                        col(k, k.replace("_", " ")) for k in causes.columns
                                                        if k != "rank"])),
-        section("Every compile", grid(ns_to_ms(every, "compile_ns"), id="compiles-grid", columns=[
+        section("Every compile", grid(every, id="compiles-grid", columns=[
             col("rank", "Rank"), col("compile_id", "Compile id"),
             col("co_name", "Function"), col("cause", "Cause"), col("cause_detail", "Detail"),
             col("cause_source", "What changed", wrapText=True),
             col("step", "Step"), col("status", "Status"),
-            ms_column("compile_ms", "Compile time"), col("reasons", "Guard failures", wrapText=True),
+            duration_column("compile_ns", "Compile time"), col("reasons", "Guard failures", wrapText=True),
             col("user_line", "Your code being compiled", wrapText=True),
         ])),
     ])
@@ -153,7 +154,7 @@ def _divergent(store: RunStore, rid: str, frames: pl.DataFrame) -> Any:
                       f"{' at step ' + str(d['step']) if d['step'] is not None else ''}"
                       f" ({d['cause'] or 'cause unknown'}{': ' + d['cause_source'] if d.get('cause_source') else ''})"
                       f"; {ranks_text(waiting)} {verb} "
-                      f"{fmt_time(wait) if wait is not None else 'an unmeasured time'} for it. "),
+                      f"{duration(wait) if wait is not None else 'an unmeasured time'} for it. "),
             html.Div(["Your code: ", html.Code(line)], className="user-line") if line else None,
             dcc.Link("Show on the timeline", href="/timeline" + q, className="divergent-link"),
         ], className="rec divergent-item"))

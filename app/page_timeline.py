@@ -2,7 +2,7 @@
 
 The first draw shows the whole run merged into pixel-wide spans; every zoom or pan sends ``relayoutData`` back,
 and the server recomputes the spans of the new window (exact kernels once at most
-:data:`workbench.figures.EXACT_LIMIT` are visible). ``uirevision`` keeps the user's zoom across updates; it
+:data:`workbench.timeline.EXACT_LIMIT` are visible). ``uirevision`` keeps the user's zoom across updates; it
 changes only when the app itself moves the window (reset, jump to a step).
 """
 
@@ -14,8 +14,10 @@ import polars as pl
 from dash import Input, Output, State, ctx, dcc, html, no_update
 
 from workbench import figures
-from workbench.app.components import error_panel, fmt_time, graph, run_problems, safe
+from workbench import timeline as tl
+from workbench.app.components import error_panel, graph, run_problems, safe
 from workbench.app.store import RunStore
+from workbench.format import duration
 
 PATH = "/timeline"
 NAME = "Timeline"
@@ -32,7 +34,7 @@ def origin(store: RunStore, rid: str) -> int:
     def go():
         run = store.run(rid)
         k = run.scan("kernels").select(pl.col("start").min(), pl.col("end").max()).collect()
-        b = figures.activity_bounds(k, run.steps, run.collectives)
+        b = tl.activity_bounds(k, run.steps, run.collectives)
         return b[0] if b else 0
     return store.cached(rid, "timeline:origin", go)
 
@@ -48,16 +50,16 @@ def drawn_run(store: RunStore, rid: str, ranks: list[int] | None):
                         lambda: store.run(rid).subset(ranks) if ranks else store.run(rid))
 
 
-def index(store: RunStore, rid: str, ranks: list[int] | None = None) -> figures.TimelineIndex:
+def index(store: RunStore, rid: str, ranks: list[int] | None = None) -> tl.TimelineIndex:
     """The drawn ranks' kernels prepared for window queries (built once per rank selection)."""
     return store.cached(rid, f"timeline:index:{_key(ranks)}",
-                        lambda: figures.TimelineIndex(drawn_run(store, rid, ranks).kernels))
+                        lambda: tl.TimelineIndex(drawn_run(store, rid, ranks).kernels))
 
 
 def microbatches(store: RunStore, rid: str) -> pl.DataFrame:
-    """Forward/backward micro-batch ranges of a pipeline run (:func:`workbench.figures.microbatch_ranges`), from a
+    """Forward/backward micro-batch ranges of a pipeline run (:func:`workbench.analyses.bubbles.microbatch_ranges`), from a
     filtered scan of the events (only the matching annotations are held)."""
-    return store.cached(rid, "timeline:microbatches", lambda: figures.run_microbatches(store.run(rid)))
+    return store.cached(rid, "timeline:microbatches", lambda: tl.run_microbatches(store.run(rid)))
 
 
 def _sel(ranks: list[int] | None):
@@ -69,7 +71,7 @@ def full_window(store: RunStore, rid: str, ranks: list[int] | None) -> tuple[int
     def go():
         run = store.run(rid)
         sel = _sel(ranks)
-        b = figures.activity_bounds(index(store, rid, ranks), sel(run.steps), sel(run.collectives)) or (0, 1)
+        b = tl.activity_bounds(index(store, rid, ranks), sel(run.steps), sel(run.collectives)) or (0, 1)
         return b[0], max(b[1], b[0] + 1)
     return store.cached(rid, f"timeline:full:{_key(ranks)}", go)
 
@@ -77,12 +79,12 @@ def full_window(store: RunStore, rid: str, ranks: list[int] | None) -> tuple[int
 def step_window(store: RunStore, rid: str, step: int, ranks: list[int] | None) -> tuple[int, int] | None:
     """The time range of ``step`` over ``ranks`` (the drawn steps; kernels launched in it included)."""
     run = store.run(rid)
-    s = figures.drawn_steps(run.steps)
+    s = tl.drawn_steps(run.steps)
     s = s.filter(pl.col("step") == step) if not s.is_empty() else s
     k = drawn_run(store, rid, ranks).kernels.filter(pl.col("step") == step)
     if ranks:
         s = s.filter(pl.col("rank").is_in(ranks)) if not s.is_empty() else s
-    return figures.time_bounds(s, k)
+    return tl.time_bounds(s, k)
 
 
 def wait_annotations(store: RunStore, rid: str) -> pl.DataFrame:
@@ -91,7 +93,6 @@ def wait_annotations(store: RunStore, rid: str) -> pl.DataFrame:
     ranks that were not the last to arrive — ``rank``, ``start``, ``end``, ``text`` ("rank 0 waits here 2.57 s for
     rank 1's compile")."""
     from workbench.app import compute
-    from workbench.app.components import fmt_time
 
     def go():
         cols = {"rank": pl.Int32, "start": pl.Int64, "end": pl.Int64, "text": pl.String}
@@ -114,7 +115,7 @@ def wait_annotations(store: RunStore, rid: str) -> pl.DataFrame:
             for w in m.sort("wait_ns", descending=True).unique(["rank", "step"], keep="first").head(4).iter_rows(
                     named=True):
                 rows.append({"rank": w["rank"], "start": w["arrival"], "end": w["arrival"] + w["wait_ns"],
-                             "text": f"rank {w['rank']} waits here {fmt_time(w['wait_ns'])} for rank "
+                             "text": f"rank {w['rank']} waits here {duration(w['wait_ns'])} for rank "
                                      f"{w['last_rank']}'s {reason} (step {w['step']})"})
         return pl.DataFrame(rows, schema=cols) if rows else pl.DataFrame(schema=cols)
     return store.cached(rid, "timeline:waits", go)
@@ -125,9 +126,9 @@ def lanes(store: RunStore, rid: str, ranks: list[int] | None) -> list[str]:
     def go():
         run = store.run(rid)
         sel = _sel(ranks)
-        return figures.timeline_lanes(index(store, rid, ranks), ranks=ranks or None, steps=sel(figures.drawn_steps(run.steps)),
-                                      collectives=sel(run.collectives), compiles=sel(run.compiles),
-                                      microbatches=sel(microbatches(store, rid)))
+        return tl.timeline_lanes(index(store, rid, ranks), ranks=ranks or None, steps=sel(tl.drawn_steps(run.steps)),
+                                 collectives=sel(run.collectives), compiles=sel(run.compiles),
+                                 microbatches=sel(microbatches(store, rid)))
     return store.cached(rid, f"timeline:lanes:{_key(ranks)}", go)
 
 
@@ -136,7 +137,7 @@ def build_figure(store: RunStore, rid: str, window: tuple[int, int] | None, rank
     """The timeline figure of ``window`` and its caption (the function the callback and the layout share)."""
     run = store.run(rid)
     lo, hi = window or full_window(store, rid, ranks)
-    view = figures.timeline_view(index(store, rid, ranks), start=lo, end=hi, ranks=ranks or None)
+    view = tl.timeline_view(index(store, rid, ranks), start=lo, end=hi, ranks=ranks or None)
     sel = _sel(ranks)
     fig = figures.timeline_figure(
         view, origin=origin(store, rid), collectives=sel(run.collectives), compiles=sel(compute_compiles(store, rid)),
@@ -145,7 +146,7 @@ def build_figure(store: RunStore, rid: str, window: tuple[int, int] | None, rank
     )
     o = origin(store, rid)
     what = view.describe() if index(store, rid, ranks).frame.height else "No device kernels (a CPU run): steps, collectives and compiles"
-    return fig, (f"{what} · window {fmt_time(hi - lo)}, from {fmt_time(lo - o) if lo != o else '0 ms'} to {fmt_time(hi - o)} "
+    return fig, (f"{what} · window {duration(hi - lo)}, from {duration(lo - o) if lo != o else '0 ms'} to {duration(hi - o)} "
                  "after the run's first recorded activity")
 
 

@@ -9,7 +9,7 @@ Example:
 from __future__ import annotations
 
 from workbench.errors import InputError, TraceError
-from workbench.run import Run, open
+from workbench.notebook import Run, open
 
 __version__ = "0.1.0"
 __all__ = ["InputError", "Run", "TraceError", "open", "__version__"]

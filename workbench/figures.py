@@ -1,33 +1,30 @@
-"""Plotly figure builders shared by the Dash app, the batch HTML report and notebooks.
+"""Plotly chart builders shared by the Dash app, the batch HTML report and notebooks.
 
 Every function takes polars frames (tables from :mod:`workbench.schema` or analysis results) and returns a
-``plotly.graph_objects.Figure``; none of them reads files or prints. The app's callbacks and
-:mod:`workbench.report` call the same functions, so the UI and the report cannot drift apart.
+``plotly.graph_objects.Figure``; none of them reads files, prints or computes a metric (those come from
+:mod:`workbench.analyses`; the timeline's reduction from :mod:`workbench.timeline`). The app's callbacks and
+:mod:`workbench.report` call the same functions, so the UI and the report cannot drift apart. Labels format
+numbers with :mod:`workbench.format`.
 
-The timeline is reduced on the server to what the visible window can show (FACTS §5): kernels are merged into
-pixel-wide spans per rank and stream unless at most ``exact_limit`` kernels are visible, in which case they are
-drawn exactly. Spans are drawn as line segments of one SVG path per kernel class, so a figure stays small
-(<100 kB) whatever the size of the run.
-
-Example:
-    >>> import polars as pl
-    >>> from workbench.schema import KERNELS, conform
-    >>> k = conform(pl.DataFrame({"rank": [0, 0], "stream": [7, 7], "start": [0, 10], "end": [5, 20],
-    ...     "dur": [5, 10], "name": ["a", "b"], "kernel_class": ["compute", "communication"]}), KERNELS)
-    >>> spans = reduce_timeline(k)
-    >>> spans.height, spans["exact"].all()
-    (2, True)
+The timeline figure draws :func:`workbench.timeline.timeline_view`'s spans as line segments of one SVG path per
+kernel class, so a figure stays small (<100 kB) whatever the size of the run.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 import polars as pl
 
+from workbench import timeline as tl
+from workbench.analyses import bubbles as bubbles_analysis
+from workbench.analyses import metrics
+from workbench.analyses.collectives import arrival_offsets, skew_cells
+from workbench.analyses.recompiles import classify_compiles
+from workbench.analyses.summary import findings_costs
+from workbench.format import axis_ms, duration, percent
 from workbench.schema import KERNEL_CLASSES
 
 #: Colour of each kernel class; the app, the report and the notebooks all use these.
@@ -53,24 +50,12 @@ PARTS: dict[str, tuple[str, str]] = {
 }
 #: Colours of the rest of the palette (severities, before/after).
 SEVERITY_COLORS = {"high": "#B91C1C", "medium": "#D97706", "low": "#2563EB", "info": "#6B7280"}
-#: Default number of pixel-wide bins the visible window is cut into when kernels are merged.
-DEFAULT_WIDTH_PX = 400
-#: At most this many visible kernels are drawn exactly; above it they are merged into pixel-wide spans, which look
-#: the same at that zoom. Measured in chromium (h200x2-pipeline, whole run): 4,033 exact kernels take 1.7-3.2 s to
-#: draw, the same window merged into 97 spans 0.24 s; a zoom to ~1,000 kernels is exact.
-EXACT_LIMIT = 1000
 
-SPAN_COLUMNS: dict[str, pl.DataType] = {
-    "rank": pl.Int32,
-    "stream": pl.Int64,
-    "kernel_class": pl.String,
-    "start": pl.Int64,
-    "end": pl.Int64,
-    "count": pl.UInt32,
-    "busy_ns": pl.Int64,
-    "name": pl.String,
-    "exact": pl.Boolean,
-}
+
+
+def severity_color(severity: str | None) -> str:
+    """The colour of a severity (:data:`SEVERITY_COLORS`; grey when unknown)."""
+    return SEVERITY_COLORS.get(severity or "", "#7F7F7F")
 
 
 _AXIS = dict(gridcolor="#EBF0F8", linecolor="#EBF0F8", ticks="", title=dict(standoff=15), zerolinecolor="#EBF0F8",
@@ -116,218 +101,6 @@ def empty_figure(message: str, *, height: int = 240) -> go.Figure:
 # --------------------------------------------------------------------------------------------------- timeline
 
 
-def time_bounds(*frames: pl.DataFrame | None) -> tuple[int, int] | None:
-    """Smallest ``start`` and largest ``end`` over the frames that have rows, or ``None``."""
-    lo: list[int] = []
-    hi: list[int] = []
-    for f in frames:
-        if f is None or f.is_empty() or "start" not in f.columns:
-            continue
-        s = f["start"].min()
-        e = f["end"].max() if "end" in f.columns else f["start"].max()
-        if s is not None:
-            lo.append(int(s))
-        if e is not None:
-            hi.append(int(e))
-    if not lo or not hi:
-        return None
-    return min(lo), max(hi)
-
-
-class TimelineIndex:
-    """Kernels prepared for repeated window queries: the columns the timeline needs, sorted by start.
-
-    A window query slices the sorted frame by binary search (kernels starting before the window's end and after
-    its start minus the longest kernel), so zoomed-in views cost what they show, not the size of the run.
-    Build it once per run (the app caches it) and pass it to :func:`reduce_timeline` instead of the frame.
-    """
-
-    __slots__ = ("frame", "max_dur", "bounds")
-
-    def __init__(self, kernels: pl.DataFrame):
-        f = (
-            kernels.lazy()
-            .filter(pl.col("start").is_not_null() & pl.col("end").is_not_null())
-            .select(
-                pl.col("rank").cast(pl.Int32),
-                pl.col("stream").fill_null(-1).cast(pl.Int64),
-                "kernel_class",
-                "start",
-                "end",
-                pl.col("dur").fill_null(pl.col("end") - pl.col("start")),
-                "name",
-            )
-            .sort("start")
-            .collect()
-        )
-        self.frame = f
-        self.max_dur = int(f["dur"].max() or 0) if f.height else 0
-        self.bounds = (int(f["start"].min()), int(f["end"].max())) if f.height else None
-
-    def visible(self, start: int | None, end: int | None, ranks: list[int] | None = None) -> pl.DataFrame:
-        f = self.frame
-        if end is not None:
-            f = f.slice(0, int(f["start"].search_sorted(end, side="right")))
-        if start is not None:
-            lo = int(f["start"].search_sorted(start - self.max_dur, side="left"))
-            f = f.slice(lo).filter(pl.col("end") >= start)
-        if ranks is not None:
-            f = f.filter(pl.col("rank").is_in(list(ranks)))
-        return f
-
-
-def reduce_timeline(
-    kernels: pl.DataFrame | TimelineIndex,
-    *,
-    start: int | None = None,
-    end: int | None = None,
-    width_px: int = DEFAULT_WIDTH_PX,
-    exact_limit: int = EXACT_LIMIT,
-    ranks: list[int] | None = None,
-) -> pl.DataFrame:
-    """Kernels visible in ``[start, end]`` reduced to what ``width_px`` pixels can show.
-
-    Args:
-        kernels: a frame with the ``KERNELS`` columns ``rank``, ``stream``, ``kernel_class``, ``start``, ``end``,
-            ``dur`` and ``name`` (ns on the absolute clock), or a :class:`TimelineIndex` of one (faster when the
-            same kernels are queried again and again).
-        start, end: the visible window in ns; ``None`` means the frame's bounds.
-        width_px: how many pixel-wide bins the window is cut into when merging.
-        exact_limit: when at most this many kernels are visible they are returned one row each (``exact``).
-        ranks: keep only these ranks.
-
-    Returns:
-        A frame with :data:`SPAN_COLUMNS`, sorted by rank, stream and start. When merged, the window is cut into
-        ``width_px`` bins; per (rank, stream) lane, each occupied bin takes the kernel class with the most busy
-        time in it (a bin of 2,000 memsets and one long GEMM is ``compute``), and runs of adjacent bins of one
-        class become one span: ``start``/``end`` are its first start and last end, ``count`` the kernels in it
-        (every class), ``busy_ns`` their summed duration and ``name`` the longest one. Spans of a lane never
-        overlap; every kernel is counted in exactly one span.
-    """
-    index = kernels if isinstance(kernels, TimelineIndex) else TimelineIndex(kernels)
-    visible = index.visible(start, end, ranks)
-    if visible.height <= exact_limit:
-        return visible.select(
-            "rank",
-            "stream",
-            pl.col("kernel_class").cast(pl.String),
-            "start",
-            "end",
-            pl.lit(1, dtype=pl.UInt32).alias("count"),
-            pl.col("dur").alias("busy_ns"),
-            pl.col("name").cast(pl.String),
-            pl.lit(True).alias("exact"),
-        ).sort("rank", "stream", "start")
-    lo = int(visible["start"].min()) if start is None else int(start)
-    hi = int(visible["end"].max()) if end is None else int(end)
-    bin_ns = max(1, (hi - lo) // max(1, width_px) + 1)
-    lane = ["rank", "stream"]
-    per_class = (
-        visible.lazy()
-        .with_columns(((pl.col("start").clip(lower_bound=lo) - lo) // bin_ns).alias("bin"),
-                      pl.col("kernel_class").cast(pl.String))
-        .group_by([*lane, "bin", "kernel_class"])
-        .agg(
-            pl.col("start").min(),
-            pl.col("end").max(),
-            pl.len().cast(pl.UInt32).alias("count"),
-            pl.col("dur").sum().alias("busy_ns"),
-            pl.col("name").get(pl.col("dur").arg_max()).alias("name"),
-            pl.col("dur").max().alias("_longest"),
-        )
-    )
-    # one class per pixel: the one that takes most of its busy time
-    per_bin = (
-        per_class.sort([*lane, "bin", "busy_ns", "kernel_class"], descending=[False, False, False, True, False])
-        .group_by([*lane, "bin"], maintain_order=True)
-        .agg(
-            pl.col("kernel_class").first(),
-            pl.col("start").min(),
-            pl.col("end").max(),
-            pl.col("count").sum(),
-            pl.col("busy_ns").sum(),
-            pl.col("name").get(pl.col("_longest").arg_max()),
-            pl.col("_longest").max(),
-        )
-        .sort([*lane, "bin"])
-    )
-    # adjacent occupied bins of one lane and class look like one bar at this zoom: one span
-    brk = (
-        (pl.col("rank") != pl.col("rank").shift())
-        | (pl.col("stream") != pl.col("stream").shift())
-        | (pl.col("kernel_class") != pl.col("kernel_class").shift())
-        | (pl.col("bin") - pl.col("bin").shift() > 1)
-    ).fill_null(True)
-    return (
-        per_bin.with_columns(brk.cum_sum().alias("_run"))
-        .group_by("_run")
-        .agg(
-            pl.col("rank").first(),
-            pl.col("stream").first(),
-            pl.col("kernel_class").first(),
-            pl.col("start").min(),
-            pl.col("end").max(),
-            pl.col("count").sum(),
-            pl.col("busy_ns").sum(),
-            pl.col("name").get(pl.col("_longest").arg_max()),
-        )
-        .select(
-            "rank",
-            "stream",
-            pl.col("kernel_class").cast(pl.String),
-            "start",
-            "end",
-            "count",
-            "busy_ns",
-            pl.col("name").cast(pl.String),
-            pl.lit(False).alias("exact"),
-        )
-        .sort("rank", "stream", "start")
-        .collect()
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class TimelineView:
-    """What a timeline figure shows: the reduced spans plus a one-line description."""
-
-    spans: pl.DataFrame
-    visible_kernels: int
-    exact: bool
-    start: int
-    end: int
-
-    def describe(self) -> str:
-        if self.exact:
-            return f"{self.visible_kernels:,} kernels shown exactly"
-        return (f"{self.visible_kernels:,} kernels merged into {self.spans.height:,} pixel-wide spans "
-                "(each coloured by the class that takes most of its time)")
-
-
-def timeline_view(
-    kernels: pl.DataFrame | TimelineIndex,
-    *,
-    start: int | None = None,
-    end: int | None = None,
-    width_px: int = DEFAULT_WIDTH_PX,
-    exact_limit: int = EXACT_LIMIT,
-    ranks: list[int] | None = None,
-) -> TimelineView:
-    """:func:`reduce_timeline` plus the window and counts a caption needs."""
-    spans = reduce_timeline(kernels, start=start, end=end, width_px=width_px, exact_limit=exact_limit, ranks=ranks)
-    visible = int(spans["count"].sum()) if spans.height else 0
-    exact = bool(spans.height == 0 or spans["exact"].all())
-    index = kernels if isinstance(kernels, TimelineIndex) else None
-    bounds = (index.bounds if index is not None else time_bounds(kernels)) or (0, 0)
-    return TimelineView(
-        spans=spans,
-        visible_kernels=visible,
-        exact=exact,
-        start=int(start if start is not None else bounds[0]),
-        end=int(end if end is not None else bounds[1]),
-    )
-
-
 def _segments(frame: pl.DataFrame, lane: pl.Expr, origin: int, text: pl.Expr,
               window: tuple[int, int] | None = None) -> tuple[np.ndarray, list, np.ndarray]:
     """x/y/text arrays drawing each row as a horizontal segment (NaN x separates segments).
@@ -366,103 +139,9 @@ def _lane_label(rank: pl.Expr, what: pl.Expr | str) -> pl.Expr:
     return pl.concat_str([pl.lit("rank "), rank.cast(pl.String), pl.lit(" · "), what_expr])
 
 
-def _ms(col: str) -> pl.Expr:
-    """A duration column in ns as ms text with 2 decimals (hover texts)."""
-    return (pl.col(col) / 1e6).round(2).cast(pl.String)
-
-
-#: Names of micro-batch ranges (pipeline schedules): ``forward_mb3``, ``backward_mb0``.
-MICROBATCH_PATTERN = r"(?i)^(forward|backward|fwd|bwd)[_ ]?(mb|microbatch)?[_ ]?(\d+)$"
-
-
-def run_microbatches(run: Any) -> pl.DataFrame:
-    """:func:`microbatch_ranges` of a :class:`workbench.Run`, from a filtered scan of its events (only the matching
-    annotations are read; the events already loaded when they are)."""
-    is_mb = (pl.col("kind").cast(pl.String) == "annotation") & pl.col("name").cast(pl.String).str.contains(
-        MICROBATCH_PATTERN)
-    if hasattr(run, "scan") and not run.loaded("events"):
-        return microbatch_ranges(run.scan("events").filter(is_mb).collect())
-    return microbatch_ranges(run.events.filter(is_mb) if run.events.height else run.events)
-
-
-def microbatch_ranges(events: pl.DataFrame | None) -> pl.DataFrame:
-    """Forward/backward micro-batch ranges of a pipeline run, per rank: ``rank``, ``start``, ``end``, ``phase``
-    (``"forward"``/``"backward"``), ``mb`` (micro-batch number), ``step``, ``name``.
-
-    Ranges are the host-side annotations named like ``forward_mb3`` (or ``Forward 3`` where a rank has no
-    ``_mb`` names): on a GPU the device copies of backward ranges are empty, so the host ranges are the ones
-    that show the schedule. Empty when the run has none.
-    """
-    cols = {"rank": pl.Int32, "start": pl.Int64, "end": pl.Int64, "phase": pl.String, "mb": pl.Int32,
-            "step": pl.Int32, "name": pl.String}
-    if events is None or events.is_empty():
-        return pl.DataFrame(schema=cols)
-    ann = events.filter(pl.col("kind").cast(pl.String) == "annotation").with_columns(
-        name=pl.col("name").cast(pl.String)).filter(pl.col("name").str.contains(MICROBATCH_PATTERN))
-    if ann.is_empty():
-        return pl.DataFrame(schema=cols)
-    ann = ann.with_columns(
-        phase=pl.when(pl.col("name").str.to_lowercase().str.contains("^(forward|fwd)")).then(pl.lit("forward"))
-        .otherwise(pl.lit("backward")),
-        mb=pl.col("name").str.extract(r"(\d+)$", 1).cast(pl.Int32),
-        is_mb=pl.col("name").str.to_lowercase().str.contains("mb|microbatch"),
-    )
-    has_mb = ann.group_by("rank").agg(any_mb=pl.col("is_mb").any())
-    ann = ann.join(has_mb, on="rank").filter(pl.col("is_mb") == pl.col("any_mb"))
-    return ann.select(*[pl.col(c).cast(t) for c, t in cols.items()]).sort("rank", "start")
-
-
-def timeline_lanes(kernels: pl.DataFrame | TimelineIndex, *, ranks: list[int] | None = None,
-                   steps: pl.DataFrame | None = None, collectives: pl.DataFrame | None = None,
-                   compiles: pl.DataFrame | None = None, microbatches: pl.DataFrame | None = None) -> list[str]:
-    """Every lane the timeline of ``ranks`` has over the whole run, in display order: the same lanes at every
-    zoom (a lane with nothing in the window stays, empty)."""
-    frame = kernels.frame if isinstance(kernels, TimelineIndex) else kernels
-    labels: set[str] = set()
-
-    def add(f: pl.DataFrame | None, what: str | None) -> None:
-        if f is None or f.is_empty():
-            return
-        if ranks is not None:
-            f = f.filter(pl.col("rank").is_in(list(ranks)))
-        if what is None:
-            for r, st in f.select("rank", pl.col("stream").fill_null(-1)).unique().iter_rows():
-                labels.add(f"rank {r} · stream {st}")
-        else:
-            labels.update(f"rank {r} · {what}" for r in f["rank"].unique().to_list())
-
-    add(frame, None)
-    add(steps, "steps")
-    add(microbatches, "micro-batches")
-    add(collectives, "collectives")
-    add(compiles.filter(pl.col("start").is_not_null()) if compiles is not None and not compiles.is_empty()
-        else None, "compile")
-    return sorted(labels, key=_lane_sort_key)
-
-
-def drawn_steps(steps: pl.DataFrame | None) -> pl.DataFrame:
-    """The steps a timeline draws: the profiler's when a rank has both sources (they frame its device activity),
-    else the collector's."""
-    if steps is None or steps.is_empty():
-        return pl.DataFrame()
-    if "source" not in steps.columns:
-        return steps
-    s = steps.with_columns(pl.col("source").cast(pl.String))
-    has_prof = s.group_by("rank").agg(p=(pl.col("source") == "profiler").any())
-    return s.join(has_prof, on="rank").filter(
-        pl.when(pl.col("p")).then(pl.col("source") == "profiler").otherwise(True)).drop("p")
-
-
-def activity_bounds(kernels: pl.DataFrame | TimelineIndex | None, steps: pl.DataFrame | None = None,
-                    collectives: pl.DataFrame | None = None) -> tuple[int, int] | None:
-    """Where the timeline's activity is: device kernels, collectives and the drawn steps (:func:`drawn_steps`) —
-    not the collector's first step, which can start seconds before the profiler recorded anything."""
-    k = kernels.frame if isinstance(kernels, TimelineIndex) else kernels
-    co = None
-    if collectives is not None and not collectives.is_empty():
-        co = collectives.select(pl.coalesce("kernel_start", "start").alias("start"),
-                                pl.max_horizontal("kernel_end", "end").alias("end"))
-    return time_bounds(k, co, drawn_steps(steps))
+def _dur(e: pl.Expr | str) -> pl.Expr:
+    """A duration in ns as text (hover texts), as :func:`workbench.format.duration` writes it."""
+    return (pl.col(e) if isinstance(e, str) else e).map_elements(duration, return_dtype=pl.String)
 
 
 #: Colours of the micro-batch phases.
@@ -470,7 +149,7 @@ PHASE_COLORS = {"forward": "#0E7490", "backward": "#7C3AED", "idle": "#E5E7EB"}
 
 
 def timeline_figure(
-    view: TimelineView,
+    view: tl.TimelineView,
     *,
     origin: int,
     collectives: pl.DataFrame | None = None,
@@ -488,7 +167,7 @@ def timeline_figure(
     labelled ``F3``/``B3``), collectives (``COLLECTIVES`` rows) and compiles (``COMPILES`` rows) get a lane per
     rank; everything overlapping the window is drawn, clipped to its edges. ``waits`` (``rank``, ``start``,
     ``end``, ``text``) are drawn as labelled boxes over the waiting rank's collective lane ("rank 0 waits here for
-    rank 1's compile"). ``lanes`` (:func:`timeline_lanes`) fixes the lanes shown, so they do not change with the
+    rank 1's compile"). ``lanes`` (:func:`tl.timeline_lanes`) fixes the lanes shown, so they do not change with the
     zoom. ``uirevision`` keeps the user's zoom across updates.
     """
     lo, hi = view.start, view.end
@@ -502,7 +181,7 @@ def timeline_figure(
         return f.filter((pl.col(e) >= lo) & (pl.col(s) <= hi))
 
     # steps first: they sit at the top of each rank's group of lanes
-    st = in_window(drawn_steps(steps))
+    st = in_window(tl.drawn_steps(steps))
     if not st.is_empty():
         st = st.sort("rank", "start").head(20_000)
         label = _lane_label(pl.col("rank"), "steps")
@@ -511,7 +190,7 @@ def timeline_figure(
             if part.is_empty():
                 continue
             x, y, t = _segments(part, label, origin, pl.concat_str(
-                [pl.lit("step "), pl.col("step").cast(pl.String), pl.lit(" · "), _ms("dur"), pl.lit(" ms")]), win)
+                [pl.lit("step "), pl.col("step").cast(pl.String), pl.lit(" · "), _dur("dur")]), win)
             seen.update(v for v in y[0::3])
             fig.add_trace(go.Scatter(x=x, y=y, text=t, mode="lines", name="steps", hoverinfo="text",
                                      legendgroup="steps", showlegend=parity == 0, line=dict(color=color, width=12)))
@@ -527,10 +206,10 @@ def timeline_figure(
     if not sp.is_empty():
         lane = _lane_label(pl.col("rank"), pl.concat_str([pl.lit("stream "), pl.col("stream").cast(pl.String)]))
         text = pl.when(pl.col("exact")).then(
-            pl.concat_str([pl.col("name").str.slice(0, 60), pl.lit(" · "), _ms("busy_ns"), pl.lit(" ms")])
+            pl.concat_str([pl.col("name").str.slice(0, 60), pl.lit(" · "), _dur("busy_ns")])
         ).otherwise(
             pl.concat_str([pl.col("kernel_class").fill_null("other"), pl.lit(" · "), pl.col("count").cast(pl.String),
-                           pl.lit(" kernels · "), _ms("busy_ns"), pl.lit(" ms busy")])
+                           pl.lit(" kernels · "), _dur("busy_ns"), pl.lit(" busy")])
         )
         for cls in [*KERNEL_CLASSES, None]:
             part = sp.filter(pl.col("kernel_class").is_null()) if cls is None else sp.filter(pl.col("kernel_class") == cls)
@@ -551,7 +230,7 @@ def timeline_figure(
             tag = pl.concat_str([pl.lit("F" if phase == "forward" else "B"), pl.col("mb").cast(pl.String)])
             x, y, t = _segments(part, label, origin, pl.concat_str(
                 [pl.lit(f"{phase} micro-batch "), pl.col("mb").cast(pl.String), pl.lit(" · "),
-                 ((pl.col("end") - pl.col("start")) / 1e6).round(2).cast(pl.String), pl.lit(" ms")]), win)
+                 _dur(pl.col("end") - pl.col("start"))]), win)
             seen.update(v for v in y[0::3])
             fig.add_trace(go.Scatter(x=x, y=y, text=t, mode="lines", name=phase, hoverinfo="text",
                                      line=dict(color=PHASE_COLORS[phase], width=14)))
@@ -573,8 +252,8 @@ def timeline_figure(
     if not co.is_empty():
         co = co.select("rank", pl.col("_s").alias("start"), pl.col("_e").alias("end"),
                        pl.col("collective").cast(pl.String), "pg_name", "seq", "bytes")
-        if co.height > EXACT_LIMIT:
-            merged = reduce_timeline(
+        if co.height > tl.EXACT_LIMIT:
+            merged = tl.reduce_timeline(
                 co.with_columns(pl.lit(0, pl.Int64).alias("stream"), pl.col("collective").alias("name"),
                                 pl.lit("communication").alias("kernel_class"),
                                 (pl.col("end") - pl.col("start")).alias("dur")),
@@ -586,7 +265,7 @@ def timeline_figure(
             text = pl.concat_str([
                 pl.col("collective"), pl.lit(" #"), pl.col("seq").cast(pl.String), pl.lit(" pg "),
                 pl.col("pg_name").fill_null("?"), pl.lit(" · "), (pl.col("bytes").fill_null(0) / 1e6).round(2)
-                .cast(pl.String), pl.lit(" MB · "), _ms_expr(pl.col("end") - pl.col("start")), pl.lit(" ms"),
+                .cast(pl.String), pl.lit(" MB · "), _dur(pl.col("end") - pl.col("start")),
             ])
             x, y, t = _segments(co, _lane_label(pl.col("rank"), "collectives"), origin, text, win)
         seen.update(v for v in y[0::3])
@@ -602,7 +281,7 @@ def timeline_figure(
         hover = pl.concat_str([
             pl.lit("compile "), pl.col("compile_id").fill_null("?"), pl.lit(" · "),
             pl.col("cause").fill_null("?"), pl.lit(" · "),
-            (pl.col("duration_ns").fill_null(0) / 1e6).round(1).cast(pl.String), pl.lit(" ms"),
+            _dur("duration_ns").fill_null("unknown time"),
             pl.when(pl.col("step").is_not_null()).then(
                 pl.concat_str([pl.lit(" · step "), pl.col("step").cast(pl.String)])).otherwise(pl.lit("")),
         ])
@@ -611,8 +290,8 @@ def timeline_figure(
         fig.add_trace(go.Scatter(x=x, y=y, text=t, mode="lines", name="compiling", hoverinfo="text",
                                  line=dict(color=CLASS_COLORS["compile"], width=8)))
 
-    order = lanes if lanes else sorted(seen, key=_lane_sort_key)
-    order = order + sorted(seen - set(order), key=_lane_sort_key)
+    order = lanes if lanes else sorted(seen, key=tl.lane_sort_key)
+    order = order + sorted(seen - set(order), key=tl.lane_sort_key)
     index = {label: i for i, label in enumerate(order)}
     for tr in fig.data:  # lane labels → numbers (short JSON); the axis shows the labels
         if tr.y is not None:
@@ -647,12 +326,8 @@ def timeline_figure(
     return fig
 
 
-def _ms_expr(e: pl.Expr) -> pl.Expr:
-    return (e / 1e6).round(2).cast(pl.String)
-
-
 def run_timeline(run: Any, *, start: int | None = None, end: int | None = None, ranks: list[int] | None = None,
-                 width_px: int = DEFAULT_WIDTH_PX, step: int | None = None) -> go.Figure:
+                 width_px: int = tl.DEFAULT_WIDTH_PX, step: int | None = None) -> go.Figure:
     """The app's Timeline figure for a :class:`workbench.Run` in one call (notebooks, reports).
 
     ``start``/``end`` are absolute ns, or ``step`` picks one step (``None``: where the run's activity is); x is in
@@ -661,37 +336,22 @@ def run_timeline(run: Any, *, start: int | None = None, end: int | None = None, 
     sel = (lambda f: f.filter(pl.col("rank").is_in(ranks))) if ranks else (lambda f: f)
     steps, colls = sel(run.steps), sel(run.collectives)
     if step is not None and start is None and end is None:
-        b = time_bounds(drawn_steps(steps).filter(pl.col("step") == step))
+        b = tl.time_bounds(tl.drawn_steps(steps).filter(pl.col("step") == step))
         if b:
             start, end = b
     if start is None and end is None:
-        b = activity_bounds(sel(run.kernels), steps, colls)
+        b = tl.activity_bounds(sel(run.kernels), steps, colls)
         if b:
             start, end = b
-    index = TimelineIndex(run.kernels)
-    view = timeline_view(index, start=start, end=end, ranks=ranks, width_px=width_px)
-    origin = (activity_bounds(run.kernels, run.steps, run.collectives) or (0, 0))[0]
-    mb = sel(microbatch_ranges(getattr(run, "events", None)))
-    lanes = timeline_lanes(index, ranks=ranks, steps=drawn_steps(steps), collectives=colls,
-                           compiles=sel(run.compiles), microbatches=mb)
-    return timeline_figure(view, origin=origin, collectives=colls, compiles=sel(run.compiles), steps=steps,
+    index = tl.TimelineIndex(run.kernels)
+    view = tl.timeline_view(index, start=start, end=end, ranks=ranks, width_px=width_px)
+    origin = (tl.activity_bounds(run.kernels, run.steps, run.collectives) or (0, 0))[0]
+    mb = sel(bubbles_analysis.microbatch_ranges(getattr(run, "events", None)))
+    compiles = classify_compiles(sel(run.compiles))   # each compile's cause, for its hover
+    lanes = tl.timeline_lanes(index, ranks=ranks, steps=tl.drawn_steps(steps), collectives=colls,
+                              compiles=compiles, microbatches=mb)
+    return timeline_figure(view, origin=origin, collectives=colls, compiles=compiles, steps=steps,
                            microbatches=mb, lanes=lanes, title=view.describe())
-
-
-def _lane_sort_key(label: str) -> tuple:
-    # "rank 3 · stream 7" → (3, 2, 7); steps first, then micro-batches, streams, collectives, compile
-    try:
-        head, what = label.split(" · ", 1)
-        rank = int(head.split()[1])
-    except (ValueError, IndexError):
-        return (10**9, 9, 0, label)
-    order = {"steps": 0, "micro-batches": 1, "collectives": 3, "compile": 4}
-    if what.startswith("stream "):
-        try:
-            return (rank, 2, int(what.split()[1]), label)
-        except ValueError:
-            return (rank, 2, 0, label)
-    return (rank, order.get(what, 5), 0, label)
 
 
 # ------------------------------------------------------------------------------------------------ step time
@@ -711,42 +371,7 @@ def _nice_log_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
         k += 1
     if len(vals) > 9:  # too dense: powers of ten only
         vals = [v for v in vals if abs(np.log10(v) - round(np.log10(v))) < 1e-9] or vals
-    return vals, [fmt_ms_tick(v) for v in vals]
-
-
-def fmt_ms_tick(ms: float) -> str:
-    """An axis label for ``ms`` milliseconds: ``"500 ms"``, ``"2 s"``, ``"0.2 ms"``."""
-    if ms >= 1000:
-        v = ms / 1000
-        return f"{v:g} s"
-    return f"{ms:g} ms"
-
-
-def step_periods(steps: pl.DataFrame) -> pl.DataFrame:
-    """Per rank and step, the step *period*: from this step's start to the next one's (the time a step really
-    takes, data loading wait included), with ``data_wait_ns`` where the collector measured it.
-
-    Columns ``rank``, ``step``, ``period_ns``, ``dur_ns`` (the step body alone), ``data_wait_ns``. Collector steps
-    are used when the run has them, else profiler steps; a rank's last step has no next start, so no period.
-    """
-    if steps is None or steps.is_empty():
-        return pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int32, "period_ns": pl.Int64, "dur_ns": pl.Int64,
-                                    "data_wait_ns": pl.Int64})
-    s = steps
-    if "source" in s.columns:
-        src = set(s["source"].cast(pl.String).unique().to_list())
-        s = s.filter(pl.col("source").cast(pl.String) == ("collector" if "collector" in src else "profiler"))
-    wait = pl.col("data_wait_ns") if "data_wait_ns" in s.columns else pl.lit(None, pl.Int64)
-    return (
-        s.sort("rank", "start")
-        .with_columns(wait.alias("data_wait_ns"))
-        .with_columns(nxt=pl.col("start").shift(-1).over("rank"),
-                      nwait=pl.col("data_wait_ns").shift(-1).over("rank"))
-        .with_columns(period_ns=pl.col("nxt") - pl.col("start"))
-        .filter(pl.col("period_ns").is_not_null())
-        .select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int32), pl.col("period_ns").cast(pl.Int64),
-                pl.col("dur").cast(pl.Int64).alias("dur_ns"), pl.col("nwait").cast(pl.Int64).alias("data_wait_ns"))
-    )
+    return vals, [axis_ms(v) for v in vals]
 
 
 def step_time_figure(steps: pl.DataFrame, *, title: str | None = "Step period per rank (data loading included)"
@@ -754,17 +379,16 @@ def step_time_figure(steps: pl.DataFrame, *, title: str | None = "Step period pe
     """Per rank, the time from each step's start to the next (ms, one line per rank): what a step really takes,
     data loading wait included, so a rank that waits for its data shows. Log scale (ticks 1-2-5 with units) when a
     compile step would flatten the rest."""
-    per = step_periods(steps)
+    per = metrics.step_periods(steps)
     if per.is_empty():
         return empty_figure("no steps recorded")
     fig = _figure()
     for rank in sorted(per["rank"].unique().to_list()):
         r = per.filter(pl.col("rank") == rank).sort("step")
-        body = (r["dur_ns"] / 1e6).to_list()
-        wait = [None if w is None else w / 1e6 for w in r["data_wait_ns"].to_list()]
-        hover = [f"rank {rank} · step {st}<br>period {p:,.2f} ms<br>step body {b:,.2f} ms"
-                 + (f"<br>data wait before the next step {w:,.2f} ms" if w is not None else "")
-                 for st, p, b, w in zip(r["step"].to_list(), (r["period_ns"] / 1e6).to_list(), body, wait)]
+        hover = [f"rank {rank} · step {st}<br>period {duration(p)}<br>step body {duration(b)}"
+                 + (f"<br>data wait before the next step {duration(w)}" if w is not None else "")
+                 for st, p, b, w in zip(r["step"].to_list(), r["period_ns"].to_list(), r["dur_ns"].to_list(),
+                                        r["data_wait_ns"].to_list())]
         fig.add_trace(go.Scatter(x=r["step"].to_list(), y=(r["period_ns"] / 1e6).to_list(), mode="lines+markers",
                                  name=f"rank {rank}", marker=dict(size=5), text=hover, hoverinfo="text"))
     fig.update_xaxes(title="step", dtick=1 if per["step"].n_unique() <= 30 else None, tickformat="d")
@@ -929,38 +553,19 @@ def line_figure(
 # ------------------------------------------------------------------------------------- domain-shaped figures
 
 
-def findings_bars(findings: pl.DataFrame, *, top: int = 15) -> pl.DataFrame:
-    """The bars of :func:`findings_figure`, most costly first (at most ``top``): ``label`` ("1. divergent
-    recompile"), ``cost_ns``, ``text`` (its cost and whether it was measured or estimated), ``color`` (by severity)
-    and ``message``. The app draws the same bars as HTML (no plotly on the landing page)."""
-    schema = {"label": pl.String, "cost_ns": pl.Int64, "text": pl.String, "color": pl.String, "message": pl.String}
-    if findings is None or findings.is_empty():
-        return pl.DataFrame(schema=schema)
-    f = findings.sort("cost_ns", descending=True, nulls_last=True, maintain_order=True).head(top)
-    basis = f["cost_basis"].to_list() if "cost_basis" in f.columns else [None] * f.height
-    costs = f["cost_ns"].fill_null(0).to_list()
-    return pl.DataFrame({
-        "label": [f"{i + 1}. {str(k).replace('_', ' ')}" for i, k in enumerate(f["kind"].to_list())],
-        "cost_ns": costs,
-        "text": [f"{fmt_duration(c)}" + (f" {b}" if b else "") for c, b in zip(costs, basis)],
-        "color": [SEVERITY_COLORS.get(s, "#7F7F7F") for s in f["severity"].to_list()],
-        "message": f["message"].fill_null("").to_list(),
-    }, schema=schema)
-
-
 def findings_figure(findings: pl.DataFrame, *, top: int = 15, title: str | None = "Root causes by the time they cost"
                     ) -> go.Figure:
     """Horizontal bars of ``cost_ns`` for the top findings (``FINDINGS`` rows, e.g. the root causes), coloured by
     severity, each labelled with its cost and whether it was measured or estimated (the message on hover):
-    :func:`findings_bars` drawn by plotly."""
-    bars = findings_bars(findings, top=top)
+    :func:`workbench.analyses.summary.findings_costs` drawn by plotly."""
+    bars = findings_costs(findings, top=top)
     if bars.is_empty():
         return empty_figure("no findings")
     costs = bars["cost_ns"].to_list()
     hover = ["<br>".join(_wrap(m, 90)) for m in bars["message"].to_list()]
     fig = _figure(go.Bar(
         y=bars["label"].to_list(), x=[c / 1e6 for c in costs], orientation="h", text=bars["text"].to_list(),
-        textposition="outside", cliponaxis=False, marker_color=bars["color"].to_list(),
+        textposition="outside", cliponaxis=False, marker_color=[severity_color(s) for s in bars["severity"].to_list()],
         customdata=hover, hovertemplate="%{customdata}<extra>%{y}</extra>",
     ))
     top_ms = max(costs) / 1e6 if costs else 1
@@ -968,16 +573,6 @@ def findings_figure(findings: pl.DataFrame, *, top: int = 15, title: str | None 
                      separatethousands=True)
     fig.update_yaxes(autorange="reversed", type="category", automargin=True)
     return _base_layout(fig, title=title, height=max(220, 90 + 34 * bars.height))
-
-
-def fmt_duration(ns: float | int | None) -> str:
-    """A duration with its unit, as the CLI prints it (:func:`workbench.analyses.findings.format_ns`: ``"2.57 s"``,
-    ``"312 ms"``, ``"4.1 ms"``, ``"85 µs"``), with a sign when negative; ``"–"`` when missing."""
-    from workbench.analyses.findings import format_ns
-
-    if ns is None or (isinstance(ns, float) and ns != ns):
-        return "–"
-    return ("-" if ns < 0 else "") + format_ns(abs(ns))
 
 
 def _wrap(text: str, width: int) -> list[str]:
@@ -1005,12 +600,12 @@ def divergence_matrix_figure(compiles: pl.DataFrame, *, title: str | None = "Com
     cells = c.group_by("rank", "compile_id").agg(
         pl.col("cause").drop_nulls().first().alias("cause"),
         pl.col("step").drop_nulls().first().alias("step"),
-        (pl.col("duration_ns").fill_null(0).sum() / 1e6).round(1).alias("ms"),
+        pl.col("duration_ns").fill_null(0).sum().alias("ns"),
     ).with_columns(
         pl.lit(1).alias("present"),
         pl.concat_str([pl.lit("cause "), pl.col("cause").fill_null("?"), pl.lit(" · step "),
                        pl.col("step").cast(pl.String).fill_null("?"), pl.lit(" · "),
-                       pl.col("ms").cast(pl.String), pl.lit(" ms")]).alias("text"),
+                       _dur("ns")]).alias("text"),
         pl.when(pl.col("compile_id").is_in(list(partial)))
         .then(pl.concat_str([pl.col("compile_id"), pl.lit("*")]))
         .otherwise(pl.col("compile_id")).alias("id"),
@@ -1044,30 +639,6 @@ def diff_figure(diff: pl.DataFrame, *, metric: str, before: str, after: str, sca
     return fig.update_layout(margin=dict(r=40, b=120 if widest > 12 else 60))
 
 
-#: At most this many collective instances (the latest) go into the skew heatmap.
-MAX_SKEW_INSTANCES = 400
-
-
-def skew_cells(matched: pl.DataFrame, *, max_instances: int = MAX_SKEW_INSTANCES) -> pl.DataFrame:
-    """Long rank × instance frame of each rank's wait (``wait_ns``) at each complete, non-p2p collective instance.
-
-    ``matched`` is :func:`workbench.analyses.collectives.match_collectives` output; instances are numbered in
-    time order (``instance``), the latest ``max_instances`` kept.
-    """
-    if matched is None or matched.is_empty():
-        return pl.DataFrame()
-    m = matched.filter(~pl.col("p2p") & pl.col("complete") & (pl.col("ranks_seen") > 1))
-    if m.is_empty():
-        return m
-    key = ["pg_name", "pg_ranks", "step", "order"]
-    inst = (m.group_by(key).agg(pl.col("arrival").min().alias("_first"), pl.col("collective").first().cast(pl.String))
-            .sort("_first").tail(max_instances).with_row_index("instance"))
-    return m.join(inst.select(*key, "instance", pl.col("collective").alias("_name")), on=key, how="inner",
-                  nulls_equal=True).with_columns(
-        pl.concat_str([pl.col("_name"), pl.lit(" · step "), pl.col("step").cast(pl.String).fill_null("?"),
-                       pl.lit(" · last rank "), pl.col("last_rank").cast(pl.String)]).alias("text"))
-
-
 def collective_skew_figure(matched: pl.DataFrame, *,
                            title: str | None = "Each rank's wait for the last rank at each collective") -> go.Figure:
     """Rank × collective-instance heatmap of each rank's wait (ms) for the last rank to arrive, on a log colour
@@ -1078,22 +649,6 @@ def collective_skew_figure(matched: pl.DataFrame, *,
     return heatmap_figure(cells, x="instance", y="rank", z="wait_ns", scale=1e6, unit="ms", text="text",
                           x_title="collective instance (in time order)", y_title="rank", title=title,
                           log_color=True, colorscale="YlOrRd")
-
-
-def arrival_offsets(matched: pl.DataFrame) -> pl.DataFrame:
-    """Per rank and complete non-p2p collective instance: ``offset_ns`` = the rank's arrival minus the median
-    arrival of all ranks at that instance (positive: it arrives *later* than the others), with ``t_s`` (seconds
-    since the first instance), ``step`` and ``collective``."""
-    if matched is None or matched.is_empty():
-        return pl.DataFrame()
-    key = ["pg_name", "pg_ranks", "step", "order"]
-    m = matched.filter(~pl.col("p2p") & pl.col("complete") & (pl.col("ranks_seen") > 1))
-    if m.is_empty():
-        return pl.DataFrame()
-    return m.with_columns(
-        offset_ns=pl.col("arrival") - pl.col("arrival").median().over(key),
-        t_s=(pl.col("arrival").min().over(key) - pl.col("arrival").min()).cast(pl.Float64) / 1e9,
-    ).select("rank", "t_s", "step", pl.col("collective").cast(pl.String), "offset_ns").sort("rank", "t_s")
 
 
 def arrival_offset_figure(matched: pl.DataFrame, *, title: str | None = "When each rank reaches each collective, "
@@ -1126,18 +681,17 @@ def bubble_figure(bubbles: pl.DataFrame, *, theory_pct: float | None = None,
     GPipe theory ``(S-1)/(M+S-1)`` as a line when given."""
     if bubbles is None or bubbles.is_empty():
         return empty_figure("no pipeline micro-batches found")
-    per = bubbles.group_by("rank").agg(pl.col("bubble_pct").median(), pl.col("bubble_ns").median(),
-                                       pl.col("step_ns").median()).sort("rank")
+    per = bubbles_analysis.stage_summary(bubbles)
     xs = [f"stage {r} (rank {r})" for r in per["rank"].to_list()]
     fig = _figure(go.Bar(
         x=xs, y=per["bubble_pct"].to_list(), marker_color=PARTS["bubble_ns"][0],
-        text=[f"{p:.1f} % · {fmt_duration(b)} of {fmt_duration(st)}" for p, b, st in
-              zip(per["bubble_pct"].to_list(), per["bubble_ns"].to_list(), per["step_ns"].to_list())],
+        text=[f"{percent(p)} · {duration(b)} a step" for p, b in
+              zip(per["bubble_pct"].to_list(), per["bubble_ns"].to_list())],
         textposition="outside", cliponaxis=False, name="measured bubble",
-        hovertemplate="%{x}<br>bubble %{y:.1f} % of the step<extra></extra>"))
+        hovertemplate="%{x}<br>bubble %{y:.1f} % of the analysed step<extra></extra>"))
     if theory_pct is not None:
         fig.add_hline(y=theory_pct, line=dict(color="#111827", dash="dash"),
-                      annotation_text=f"GPipe theory {theory_pct:.1f} %", annotation_position="top left")
+                      annotation_text=f"GPipe theory {percent(theory_pct)}", annotation_position="top left")
     top = max([*per["bubble_pct"].drop_nulls().to_list(), theory_pct or 0, 1])
     fig.update_yaxes(title="bubble (median over steps)", ticksuffix=" %", range=[0, min(100, top * 1.35)])
     fig.update_xaxes(type="category")
@@ -1163,7 +717,7 @@ def pipeline_schedule_figure(microbatches: pl.DataFrame, step_ranges: pl.DataFra
                              base=[(row["start"] - lo) / 1e6], orientation="h", marker_color=PHASE_COLORS["idle"],
                              name="idle (bubble)", showlegend=row["rank"] == ranks[0], width=0.8,
                              hovertemplate=f"step {step} on rank {row['rank']}: "
-                                           f"{(row['end'] - row['start']) / 1e6:,.2f} ms<extra></extra>"))
+                                           f"{duration(row['end'] - row['start'])}<extra></extra>"))
     for phase in ("forward", "backward"):
         part = mb.filter(pl.col("phase") == phase) if not mb.is_empty() else mb
         if part.is_empty():
@@ -1182,10 +736,3 @@ def pipeline_schedule_figure(microbatches: pl.DataFrame, step_ranges: pl.DataFra
     fig.update_yaxes(autorange="reversed", type="category", automargin=True)
     return _base_layout(fig, title=title or f"Schedule of step {step}: forward, backward and idle per stage",
                         height=max(220, 120 + 60 * len(ranks)))
-
-
-def gpipe_bubble_pct(stages: int, microbatches: float) -> float | None:
-    """The GPipe bubble fraction ``(S-1)/(M+S-1)`` in percent, or None without stages."""
-    if stages <= 1 or microbatches <= 0:
-        return None
-    return 100.0 * (stages - 1) / (microbatches + stages - 1)

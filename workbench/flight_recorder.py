@@ -31,7 +31,7 @@ import stat
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,6 +41,9 @@ import polars as pl
 from workbench import rundir
 from workbench.errors import TraceError
 from workbench.regular_file import read_regular, size_text
+from workbench.schema import (  # noqa: F401  (the hang tables' schemas, declared with the others)
+    FR_ENTRIES, FR_STATUS, GRAPH_COLLECTIVES, RANK_STATE, HangTables, empty_hang_tables,
+)
 
 #: Folder of the collector's hang files inside ``rank<R>/``.
 HANG_DIR = "rank{rank}/hang"
@@ -409,95 +412,6 @@ def has_dumps(root: str | Path) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------- tables
-#: One row per Flight Recorder entry (collective or p2p call) per rank.
-FR_ENTRIES: dict[str, pl.DataType] = {
-    "rank": pl.Int32,
-    "pg_name": pl.String,            # process group name ("0", "1", ...)
-    "pg_desc": pl.String,            # "default_pg", ...
-    "seq": pl.Int64,                 # collective_seq_id (per process group; p2p calls: null)
-    "p2p_seq": pl.Int64,
-    "is_p2p": pl.Boolean,
-    "op": pl.String,                 # "all_reduce", "broadcast", ... (backend prefix removed)
-    "backend": pl.String,            # "gloo", "nccl", ... (from profiling_name)
-    "in_sizes": pl.String,           # JSON, e.g. "[[4096]]"
-    "in_dtypes": pl.String,          # JSON, e.g. '["Float"]'
-    "out_sizes": pl.String,
-    "out_dtypes": pl.String,
-    "state": pl.String,              # scheduled / started / completed as torch wrote it
-    "retired": pl.Boolean,
-    "created_ns": pl.Int64,          # wall clock when the call was enqueued
-    "started_ns": pl.Int64,
-    "completed_ns": pl.Int64,
-    "timeout_ms": pl.Int64,
-    "call_site": pl.String,          # "file:line in function": the innermost frame outside torch
-    "stack": pl.String,              # JSON list of "file:line in function", innermost first (user frames)
-    "record_id": pl.Int64,
-    "file": pl.String,
-}
-
-#: Per rank and process group: the last enqueued / started / completed sequence ids (``pg_status``).
-FR_STATUS: dict[str, pl.DataType] = {
-    "rank": pl.Int32, "pg_name": pl.String, "last_enqueued": pl.Int64, "last_started": pl.Int64,
-    "last_completed": pl.Int64,
-}
-
-#: Per rank: how its process ended, from the collector's hang files (null where the rank left none).
-RANK_STATE: dict[str, pl.DataType] = {
-    "rank": pl.Int32,
-    "started_ns": pl.Int64,          # collector start
-    "exit_reason": pl.String,        # closed / exception / sigterm / null (no exit written: killed or aborted)
-    "exit_ns": pl.Int64,
-    "error": pl.String,              # "RuntimeError: ..." of the exception that left a step
-    "error_step": pl.Int32,          # the step that exception left
-    "error_ns": pl.Int64,
-    "stalled_step": pl.Int32,        # a step the watchdog saw run past its stall limit
-    "heartbeat_ns": pl.Int64,        # last heartbeat of the watchdog thread (alive until then)
-    "heartbeat_step": pl.Int32,
-    "fatal": pl.Boolean,             # a fatal signal (abort, segfault) wrote a traceback
-    "fatal_call_site": pl.String,    # innermost non-torch frame of the main thread at that signal
-    "fatal_op": pl.String,           # the torch.distributed function it was in, if any
-    "dumps": pl.Int32,               # Flight Recorder dumps this rank left
-    "pg_before_collector": pl.Boolean,  # the process group existed before the collector set the env
-}
-
-#: One row per collective op in a rank's compiled graphs (TORCH_TRACE graph payloads).
-GRAPH_COLLECTIVES: dict[str, pl.DataType] = {
-    "rank": pl.Int32,
-    "compile_id": pl.String,         # "0/1"
-    "graph": pl.String,              # dynamo_output_graph / aot_backward_graph / inductor_output_code
-    "index": pl.Int32,               # order within the graph
-    "op": pl.String,                 # "all_reduce", "all_gather_into_tensor", ...
-    "group": pl.String,              # group name argument ('0')
-    "dtype": pl.String,              # "f32"
-    "shape": pl.String,              # "[4, 8]"
-    "call_site": pl.String,          # "file:line in function" of the user code
-    "log_file": pl.String,
-}
-
-
-@dataclass(slots=True)
-class HangTables:
-    """Everything the hang analysis reads, as frames with the schemas above; ``problems``: unreadable files;
-    ``trace_exports``: per rank, when the collector exported its profiler windows (``rank<R>/trace/exports.jsonl``:
-    the critical path counts that time as the profiler's)."""
-
-    entries: pl.DataFrame
-    status: pl.DataFrame
-    rank_state: pl.DataFrame
-    graph_collectives: pl.DataFrame
-    problems: list[str] = field(default_factory=list)
-    trace_exports: dict[int, list[tuple[int, int, int | None]]] = field(default_factory=dict)
-
-    @property
-    def empty(self) -> bool:
-        return self.entries.is_empty() and self.rank_state.is_empty() and self.graph_collectives.is_empty()
-
-
-def empty_hang_tables() -> HangTables:
-    return HangTables(pl.DataFrame(schema=FR_ENTRIES), pl.DataFrame(schema=FR_STATUS),
-                      pl.DataFrame(schema=RANK_STATE), pl.DataFrame(schema=GRAPH_COLLECTIVES))
-
-
 _COLLECTORS = str(Path(__file__).resolve().parents[1] / "collectors").replace("\\", "/") + "/"
 
 
@@ -912,47 +826,3 @@ def run_hangs(run: Any) -> HangTables:
     if isinstance(problems, list):   # a refused or unreadable dump is one line beside the run's other problems
         problems.extend(p for p in tables.problems if p not in problems)
     return tables
-
-
-#: Ranks of the stated world size that left no record at all get a row each up to this many; beyond, none (the
-#: run's problems already count the missing ranks), so a stated world size of 1,000,000 costs nothing here.
-MAX_ABSENT_ROWS = 1024
-
-
-def rank_last_rows(run: Any) -> list[dict[str, Any]]:
-    """Per rank of ``run``: how it ended, its last step and its last collective (``workbench info``, the app).
-
-    Keys: ``rank``, ``state``, ``last_step``, ``step_reached``, ``last_collective`` (text, or None),
-    ``pg_name``, ``seq``, ``op``, ``call_site``, ``completed``, ``compile`` (its last compile, text). Ranks of the
-    world size without any record are rows too (state ``unknown``), unless more than :data:`MAX_ABSENT_ROWS`."""
-    from workbench.analyses.hangs import rank_status, short_site, sizes_text
-
-    hang = run_hangs(run)
-    steps = getattr(run, "steps", None)
-    compiles = getattr(run, "compiles", None)
-    tables = (hang.entries, hang.status, hang.rank_state, steps if isinstance(steps, pl.DataFrame) else pl.DataFrame(),
-              compiles if isinstance(compiles, pl.DataFrame) else pl.DataFrame())
-    st = rank_status(*tables, None)
-    ws = getattr(run, "world_size", None)
-    if isinstance(ws, int) and not isinstance(ws, bool) and ws > 0:
-        recorded = sum(1 for r in st.get_column("rank").to_list() if r is not None and 0 <= r < ws)
-        if 0 < ws - recorded <= MAX_ABSENT_ROWS:
-            st = rank_status(*tables, ws)
-    out = []
-    for r in st.iter_rows(named=True):
-        coll = None
-        if r["op"]:
-            where = f"pg {r['pg_name']} seq {r['seq']} " if r["pg_name"] is not None else ""
-            sizes = f" {sizes_text(r['sizes'], r['dtypes'])}" if r["sizes"] else ""
-            done = "" if r["completed"] is None else (" (completed)" if r["completed"] else " (not completed)")
-            coll = f"{where}{r['op']}{sizes}{done}" + (f" from {short_site(r['call_site'])}" if r["call_site"] else "")
-        comp = None
-        if r["compile_id"]:
-            comp = f"{r['co_name'] or '?'} [{r['compile_id']}] {r['compile_status'] or ''}".strip()
-            if r["compile_step"] is not None:
-                comp += f" at step {r['compile_step']}"
-        out.append({"rank": r["rank"], "state": r["state"], "last_step": r["last_step"],
-                    "step_reached": r["step_reached"], "last_collective": coll, "pg_name": r["pg_name"],
-                    "seq": r["seq"], "op": r["op"], "call_site": r["call_site"], "completed": r["completed"],
-                    "compile": comp})
-    return out

@@ -26,6 +26,7 @@ import orjson
 import polars as pl
 
 from workbench import rundir, schema
+from workbench.communication import COMM_CALL, COMM_KERNEL_RE, GLOO_OP_RE
 from workbench.errors import InputError, TraceError, one_line
 
 #: Bump when parsing or classification changes what a trace file yields (the cache key includes it).
@@ -122,9 +123,6 @@ _KIND_BY_CAT: dict[str, str] = {
     "trace": "trace",
 }
 
-#: Communication kernels by name: NCCL (``ncclDevKernel_*``, older ``ncclKernel_*``), RCCL, and the
-#: one-rank reduce kernels NCCL runs for a world of one.
-COMM_KERNEL_RE = r"(?i)^(nccl|rccl)|ncclDevKernel|ncclKernel|rcclKernel|onerank"
 #: Kernels that only synchronise (``cuda_sync`` rows and stream-wait events).
 SYNC_CAT = "cuda_sync"
 
@@ -136,7 +134,7 @@ _DTYPE_BYTES: dict[str, int] = {
 }
 
 _STEP_RE = r"^ProfilerStep#(\d+)$"
-_GLOO_RE = r"^gloo:(.+)$"
+_GLOO_RE = GLOO_OP_RE
 _C10D_RE = r"^c10d::_?([a-z_]+?)_?$"
 
 
@@ -731,7 +729,7 @@ def _digest(raw: pl.DataFrame) -> _Part:
         args.struct.field("Python id").alias("_uid"),  # what else tells two events apart (_dedupe); mostly null
     )
     calls = timed.filter(
-        (pl.col("name") == "record_param_comms") & (pl.col("kind") == "cpu_op") & coll.is_not_null() & (coll != "wait")
+        (pl.col("name") == COMM_CALL) & (pl.col("kind") == "cpu_op") & coll.is_not_null() & (coll != "wait")
     ).select(
         start.alias("start"),
         end.alias("end"),
@@ -923,11 +921,11 @@ def _dedupe(events: pl.DataFrame, calls: pl.DataFrame) -> tuple[pl.DataFrame, pl
 def _classify_kernels(events: pl.DataFrame) -> pl.DataFrame:
     """Add ``kernel_class`` to device events: by name, by ``External id`` link to a collective, never by stream."""
     comm_ext = events.filter(
-        (pl.col("kind") == "cpu_op") & (pl.col("name") == "record_param_comms")
+        (pl.col("kind") == "cpu_op") & (pl.col("name") == COMM_CALL)
         & pl.col("external_id").is_not_null()
     ).get_column("external_id").unique()
     names = events.filter(pl.col("kind") == "kernel").get_column("name").cast(pl.String).unique()
-    comm_names = names.filter(names.str.contains(COMM_KERNEL_RE))
+    comm_names = names.filter(names.str.contains(COMM_KERNEL_RE))   # workbench.communication: the one definition
     is_comm = (pl.col("name").cast(pl.String).is_in(comm_names.implode()) | pl.col("external_id").is_in(comm_ext.implode())
                | pl.col("_coll"))
     klass = (

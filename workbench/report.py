@@ -19,6 +19,11 @@ import plotly.io as pio
 import polars as pl
 
 from workbench import figures
+from workbench.analyses import metrics
+from workbench.analyses.bubbles import pipeline_shape
+from workbench.analyses.summary import findings_table
+from workbench.format import cell, column_name, duration, kind_title, number
+from workbench.timeline import drawn_steps, run_microbatches
 
 PlotlyJS = Literal["inline", "cdn"]
 
@@ -50,11 +55,6 @@ class Report:
         }
 
 
-def _ms_cols(frame: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
-    return frame.with_columns([(pl.col(c) / 1e6).round(3).alias(c.replace("_ns", "_ms")) for c in cols
-                               if c in frame.columns]).drop([c for c in cols if c in frame.columns])
-
-
 def build_report(run: Any, *, title: str | None = None, timeline: bool = True) -> Report:
     """Run every analysis on ``run`` and lay out the report (no file written). Parts that fail are listed in
     ``problems`` and left out; the rest of the report is still built."""
@@ -79,11 +79,8 @@ def build_report(run: Any, *, title: str | None = None, timeline: bool = True) -
     over: list[Any] = [f"Path: {info.get('path')}", stats]
     f = tables.findings if tables is not None else None
     if f is not None:
-        roots = f.filter(pl.col("is_root")) if "is_root" in f.columns else f
-        over.append(figures.findings_figure(roots))
-        cols = [c for c in ("kind", "is_root", "cause_id", "severity", "ranks", "steps", "cost_ns", "cost_basis",
-                            "cost_method", "message") if c in f.columns]
-        over.append(_ms_cols(f.select(cols), ["cost_ns"]))
+        over.append(figures.findings_figure(f.filter(pl.col("is_root"))))
+        over.append(findings_table(f).drop("n"))
     rep.sections.append(("Overview: root causes first, each followed by the symptoms it explains", over))
 
     # timeline of the whole run (reduced)
@@ -111,9 +108,8 @@ def build_report(run: Any, *, title: str | None = None, timeline: bool = True) -
     drift: list[Any] = [figures.step_time_figure(run.steps)]
     st = tables.stragglers if tables is not None else None
     if st is not None and not st.is_empty():
-        drift.append(_ms_cols(st.select([c for c in ("rank", "signal", "events", "held_count", "held_pct",
-                                                     "held_back_ns", "held_share_pct", "first_step", "trend")
-                                         if c in st.columns]), ["held_back_ns"]))
+        drift.append(st.select([c for c in ("rank", "signal", "events", "held_count", "held_pct", "held_back_ns",
+                                            "held_share_pct", "first_step", "trend") if c in st.columns]))
     matched = tables.collectives if tables is not None else None
     if matched is not None and not matched.is_empty():
         drift.append(figures.collective_skew_figure(matched))
@@ -122,15 +118,14 @@ def build_report(run: Any, *, title: str | None = None, timeline: bool = True) -
 
     # pipeline
     bub = tables.bubbles if tables is not None else None
-    if bub is not None and not bub.is_empty() and float(bub["forwards"].median() or 0) >= 2:
+    if bub is not None and metrics.is_pipeline(bub):
         def pipe():
-            mb = figures.run_microbatches(run)
-            stages = bub["rank"].n_unique()
-            theory = figures.gpipe_bubble_pct(stages, float(bub["forwards"].median()))
+            mb = run_microbatches(run)
+            _, _, theory = pipeline_shape(bub)
             steps = sorted(bub["step"].unique().to_list())
             step = steps[len(steps) // 2]
             return [figures.bubble_figure(bub, theory_pct=theory),
-                    figures.pipeline_schedule_figure(mb, figures.drawn_steps(run.steps), step=step)]
+                    figures.pipeline_schedule_figure(mb, drawn_steps(run.steps), step=step)]
         parts = attempt("pipeline", pipe)
         if parts:
             rep.sections.append(("Pipeline: bubble per stage and the schedule of one step", parts))
@@ -146,10 +141,10 @@ def build_report(run: Any, *, title: str | None = None, timeline: bool = True) -
                 div = divergence_cost(div, c, run.steps, run.collectives)
             parts: list[Any] = [figures.divergence_matrix_figure(c)]
             if div.height:
-                parts.append(_ms_cols(div.select([x for x in ("compile_id", "ranks", "missing_ranks", "step", "cause",
-                                                              "cause_source", "duration_ns", "wait_ns", "cost_method")
-                                                  if x in div.columns]), ["duration_ns", "wait_ns"]))
-            parts.append(c.group_by("rank", "cause").len().sort("rank", "cause"))
+                parts.append(div.select([x for x in ("compile_id", "ranks", "missing_ranks", "step", "cause",
+                                                     "cause_source", "duration_ns", "wait_ns", "cost_method")
+                                         if x in div.columns]))
+            parts.append(c.group_by("rank", "cause").len(name="compiles").sort("rank", "cause"))
             return parts
         parts = attempt("recompiles", rc)
         if parts:
@@ -191,24 +186,29 @@ def build_diff_report(before: Any, after: Any, *, title: str | None = None) -> R
         [{"differs": x.what, "before": x.before, "after": x.after, "effect": x.effect} for x in comp.differences],
         schema={k: pl.String for k in ("differs", "before", "after", "effect")})]))
     rep.sections.append(("Findings of BEFORE: verdicts, then new in AFTER",
-                         [_ms_cols(d.findings_frame(), ["before_cost_ns", "after_cost_ns"])]))
+                         [d.findings_frame().with_columns(pl.col("kind").map_elements(kind_title,
+                                                                                       return_dtype=pl.String))]))
     sb, sa, st = d.steps_before, d.steps_after, d.step_time
     step_fig = go.Figure([go.Box(y=[v / 1e6 for v in vals], name=name, boxpoints="all")
                           for name, vals in (("before", _step_values(before)), ("after", _step_values(after)))])
     step_fig.update_layout(title="Step time per step (ms, log scale)", height=360)
     step_fig.update_yaxes(type="log")
     rep.sections.append(("Step time", [
-        f"median {(sb.median_ns or 0) / 1e6:.2f} ms over {sb.n} {sb.source or '-'} steps → "
-        f"{(sa.median_ns or 0) / 1e6:.2f} ms over {sa.n}: {st.verdict} ({st.reason})", step_fig]))
+        f"median {duration(sb.median_ns)} over {sb.n} {sb.source or '-'} steps → "
+        f"{duration(sa.median_ns)} over {sa.n}: {st.verdict} ({st.reason})", step_fig]))
     m = d.metrics_frame().filter(pl.col("direction") != "n/a")
-    in_ms = [pl.when(pl.col("unit") == "count").then(pl.col(c)).otherwise(pl.col(c) / 1e6).round(3).alias(c)
-             for c in ("before", "after")]
-    rep.sections.append(("Per step (ms, counts as counts)", [m.with_columns(*in_ms, pl.col("change_pct").round(1))]))
+    shown = [pl.struct(c, "unit").map_elements(lambda r, c=c: _metric_value(r[c], r["unit"]), return_dtype=pl.String)
+             .alias(c) for c in ("before", "after")]
+    rep.sections.append(("Per step", [m.with_columns(*shown)]))
     ops = d.ops_frame()
     if not ops.is_empty():
-        rep.sections.append(("Kernels and CPU ops per step (most changed)",
-                             [_ms_cols(ops, ["before_ns", "after_ns", "delta_ns"])]))
+        rep.sections.append(("Kernels and CPU ops per step (most changed)", [ops]))
     return rep
+
+
+def _metric_value(v: float | None, unit: str) -> str:
+    """A diff metric as shown: a count as it is, else a duration."""
+    return number(v) if unit == "count" else duration(v)
 
 
 def _step_values(run: Any) -> list[float]:
@@ -229,16 +229,12 @@ pre{background:#111827;color:#e5e7eb;padding:12px;border-radius:6px;font-size:12
 
 
 def _table_html(frame: pl.DataFrame, max_rows: int = 200) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in frame.columns)
+    """A table as a person reads it: human column names and every cell through :func:`workbench.format.cell`
+    (``*_ns`` columns as durations, ``*_pct`` as percents)."""
+    head = "".join(f"<th>{html.escape(column_name(c))}</th>" for c in frame.columns)
     rows = []
     for r in frame.head(max_rows).iter_rows():
-        cells = []
-        for v in r:
-            if isinstance(v, list):
-                v = ", ".join(map(str, v))
-            elif isinstance(v, float):
-                v = f"{v:,.3f}"
-            cells.append(f"<td>{html.escape('' if v is None else str(v))}</td>")
+        cells = [f"<td>{html.escape(cell(v, c))}</td>" for c, v in zip(frame.columns, r)]
         rows.append("<tr>" + "".join(cells) + "</tr>")
     more = f"<p class='muted'>{frame.height - max_rows} more rows not shown</p>" if frame.height > max_rows else ""
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>{more}"
@@ -262,7 +258,7 @@ def render_html(report: Report, *, plotlyjs: PlotlyJS = "inline") -> str:
             elif isinstance(item, tuple) and item and item[0] == "toml":
                 parts.append(f"<pre>{html.escape(item[1] or '')}</pre>")
             elif isinstance(item, dict):
-                parts.append(_table_html(pl.DataFrame([{k: json.dumps(v) if isinstance(v, (list, dict)) else v
+                parts.append(_table_html(pl.DataFrame([{k: json.dumps(v) if isinstance(v, dict) else v
                                                         for k, v in item.items()}])))
             else:
                 parts.append(f"<p>{html.escape(str(item))}</p>")

@@ -24,6 +24,7 @@ from workbench.discover import Sources, TraceSource, discover
 from workbench.errors import InputError, TraceError, one_line
 from workbench.kineto import ASSUMED_RANK, MAX_WORLD_SIZE, read_trace, same_rank_windows
 from workbench.lazy import BATCH_EVENTS, BIG, BigTables, RankPart, compact_meta
+from workbench.schema import HangTables
 
 OnError = Literal["raise", "skip"]
 ProgressCallback = Callable[[str, int, int], None]
@@ -101,7 +102,7 @@ class Run:
         def only(frame: pl.DataFrame) -> pl.DataFrame:
             return frame.filter(pl.col("rank").is_in(keep)) if "rank" in frame.columns else frame
 
-        return Run(path=self.path, ranks=only(self.ranks), collectives=only(self.collectives),
+        return type(self)(path=self.path, ranks=only(self.ranks), collectives=only(self.collectives),
                    steps=only(self.steps), compiles=only(self.compiles), fingerprints=only(self.fingerprints),
                    skipped=only(self.skipped), problems=list(self.problems), meta=dict(self.meta),
                    big=self._big.subset(keep))
@@ -141,12 +142,13 @@ class Run:
             ws = self.ranks.get_column("world_size").max()
         return int(ws) if ws is not None else None
 
-    def findings(self, window: str = "steady") -> list:
-        """Typed findings (``workbench.analyses.findings.Finding``): root causes, most costly first, symptoms under
-        them. The polars view: ``workbench.analyses.findings_frame(run.findings())``."""
-        from workbench.analyses.summary import run_findings
+    @property
+    def hangs(self) -> HangTables:
+        """The run's hang evidence: Flight Recorder dumps and the collector's hang files under its folder, and the
+        collectives its compiled graphs issue (:func:`workbench.flight_recorder.run_hangs`; read on first use)."""
+        from workbench.flight_recorder import run_hangs
 
-        return run_findings(self, window)  # type: ignore[arg-type]
+        return run_hangs(self)
 
     def __repr__(self) -> str:
         """One line (``print(run)`` never dumps the tables): ranks, device, steps and what was recorded."""
@@ -250,6 +252,7 @@ def open(  # noqa: A001 - the notebook entry point is deliberately ``workbench.o
     progress: ProgressCallback | None = None,
     workers: int | None = None,
     cluster: str | None = None,
+    run_type: type[Run] | None = None,
 ) -> Run:
     """Open a run directory, a folder of Kineto traces, one trace file, or TORCH_TRACE logs.
 
@@ -258,7 +261,8 @@ def open(  # noqa: A001 - the notebook entry point is deliberately ``workbench.o
     :class:`~workbench.errors.TraceError`. ``progress(stage, done, total)`` is called as files finish.
     ``cluster`` (or ``$WORKBENCH_DASK_SCHEDULER``) is the address of a Dask scheduler that parses the files
     on its workers (:mod:`workbench.parallel`); else they are parsed here on ``workers`` threads (all cores).
-    Events and kernels stay in the per-rank cache until used (see :class:`Run`).
+    Events and kernels stay in the per-rank cache until used (see :class:`Run`). ``run_type``: the :class:`Run`
+    subclass to return (``workbench.open`` returns the notebook's, which adds ``findings()``).
     """
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
@@ -292,7 +296,7 @@ def open(  # noqa: A001 - the notebook entry point is deliberately ``workbench.o
     fingerprints = _read_fingerprints(sources.fingerprint_files, on_error, problems, run_skipped)
     ranks = _ranks_table(parts, sources, meta, fingerprints, compiles)
     ranks = _check_world_size(ranks, meta, root, run_skipped)
-    run = Run(
+    run = (run_type or Run)(
         path=root,
         ranks=ranks,
         collectives=_concat([p.collectives for p in parts], schema.COLLECTIVES),
@@ -461,10 +465,8 @@ def _concat(frames: list[pl.DataFrame], sch: dict[str, pl.DataType]) -> pl.DataF
 def _read_compiles(sources: Sources, on_error: OnError, problems: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
     if not sources.compile_logs:
         return schema.empty(schema.COMPILES), schema.empty(schema.SKIPPED)
-    try:
-        from workbench.compile_log import read_compile_logs
-    except ImportError:
-        return schema.empty(schema.COMPILES), schema.empty(schema.SKIPPED)
+    from workbench.compile_log import read_compile_logs
+
     frames, skipped = [], []
     by_rank: dict[int | None, list[Path]] = {}
     for p, r in sources.compile_logs:
@@ -479,9 +481,7 @@ def _read_compiles(sources: Sources, on_error: OnError, problems: list[str]) -> 
             continue
         frames.append(c)
         skipped.append(s)
-    from workbench.analyses.recompiles import classify_compiles
-
-    return classify_compiles(_concat(frames, schema.COMPILES)), _concat(skipped, schema.SKIPPED)
+    return _concat(frames, schema.COMPILES), _concat(skipped, schema.SKIPPED)
 
 
 #: The ``skipped`` reason for the records a rank's step writer lost (its ``lost_records`` lines, summed per file).

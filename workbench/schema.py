@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Literal
 
 import polars as pl
@@ -296,8 +297,8 @@ ANALYSIS_TABLES: dict[str, dict[str, pl.DataType]] = {
     },
     "step_times": {
         "rank": pl.Int32, "source": pl.String, "step": pl.Int32, "start": pl.Int64, "end": pl.Int64, "dur": pl.Int64,
-        "data_wait_ns": pl.Int64, "device_ns": pl.Int64, "ranks": pl.UInt32, "median_dur": pl.Float64,
-        "excess_ns": pl.Int64, "lateness_ns": pl.Int64, "is_latest": pl.Boolean, "held_back_ns": pl.Int64,
+        "data_wait_ns": pl.Int64, "device_ns": pl.Int64, "step_ns": pl.Int64, "ranks": pl.UInt32,
+        "median_step_ns": pl.Float64, "excess_ns": pl.Int64, "lateness_ns": pl.Int64, "is_latest": pl.Boolean, "held_back_ns": pl.Int64,
     },
     "stragglers": {
         "rank": pl.Int32, "signal": pl.String, "events": pl.UInt32, "held_count": pl.UInt32, "held_back_ns": pl.Int64,
@@ -346,6 +347,98 @@ TABLES: dict[str, dict[str, pl.DataType]] = {
     "fingerprints": FINGERPRINTS,
     "findings": FINDINGS,
 }
+
+
+# ---------------------------------------------------------------------------------------------- hang tables
+#: One row per Flight Recorder entry (collective or p2p call) per rank.
+FR_ENTRIES: dict[str, pl.DataType] = {
+    "rank": pl.Int32,
+    "pg_name": pl.String,            # process group name ("0", "1", ...)
+    "pg_desc": pl.String,            # "default_pg", ...
+    "seq": pl.Int64,                 # collective_seq_id (per process group; p2p calls: null)
+    "p2p_seq": pl.Int64,
+    "is_p2p": pl.Boolean,
+    "op": pl.String,                 # "all_reduce", "broadcast", ... (backend prefix removed)
+    "backend": pl.String,            # "gloo", "nccl", ... (from profiling_name)
+    "in_sizes": pl.String,           # JSON, e.g. "[[4096]]"
+    "in_dtypes": pl.String,          # JSON, e.g. '["Float"]'
+    "out_sizes": pl.String,
+    "out_dtypes": pl.String,
+    "state": pl.String,              # scheduled / started / completed as torch wrote it
+    "retired": pl.Boolean,
+    "created_ns": pl.Int64,          # wall clock when the call was enqueued
+    "started_ns": pl.Int64,
+    "completed_ns": pl.Int64,
+    "timeout_ms": pl.Int64,
+    "call_site": pl.String,          # "file:line in function": the innermost frame outside torch
+    "stack": pl.String,              # JSON list of "file:line in function", innermost first (user frames)
+    "record_id": pl.Int64,
+    "file": pl.String,
+}
+
+#: Per rank and process group: the last enqueued / started / completed sequence ids (``pg_status``).
+FR_STATUS: dict[str, pl.DataType] = {
+    "rank": pl.Int32, "pg_name": pl.String, "last_enqueued": pl.Int64, "last_started": pl.Int64,
+    "last_completed": pl.Int64,
+}
+
+#: Per rank: how its process ended, from the collector's hang files (null where the rank left none).
+RANK_STATE: dict[str, pl.DataType] = {
+    "rank": pl.Int32,
+    "started_ns": pl.Int64,          # collector start
+    "exit_reason": pl.String,        # closed / exception / sigterm / null (no exit written: killed or aborted)
+    "exit_ns": pl.Int64,
+    "error": pl.String,              # "RuntimeError: ..." of the exception that left a step
+    "error_step": pl.Int32,          # the step that exception left
+    "error_ns": pl.Int64,
+    "stalled_step": pl.Int32,        # a step the watchdog saw run past its stall limit
+    "heartbeat_ns": pl.Int64,        # last heartbeat of the watchdog thread (alive until then)
+    "heartbeat_step": pl.Int32,
+    "fatal": pl.Boolean,             # a fatal signal (abort, segfault) wrote a traceback
+    "fatal_call_site": pl.String,    # innermost non-torch frame of the main thread at that signal
+    "fatal_op": pl.String,           # the torch.distributed function it was in, if any
+    "dumps": pl.Int32,               # Flight Recorder dumps this rank left
+    "pg_before_collector": pl.Boolean,  # the process group existed before the collector set the env
+}
+
+#: One row per collective op in a rank's compiled graphs (TORCH_TRACE graph payloads).
+GRAPH_COLLECTIVES: dict[str, pl.DataType] = {
+    "rank": pl.Int32,
+    "compile_id": pl.String,         # "0/1"
+    "graph": pl.String,              # dynamo_output_graph / aot_backward_graph / inductor_output_code
+    "index": pl.Int32,               # order within the graph
+    "op": pl.String,                 # "all_reduce", "all_gather_into_tensor", ...
+    "group": pl.String,              # group name argument ('0')
+    "dtype": pl.String,              # "f32"
+    "shape": pl.String,              # "[4, 8]"
+    "call_site": pl.String,          # "file:line in function" of the user code
+    "log_file": pl.String,
+}
+
+
+@dataclass(slots=True)
+class HangTables:
+    """Everything the hang analysis reads (``workbench.flight_recorder.load_hang_tables``; ``Run.hangs``), as
+    frames with the schemas above; ``problems``: unreadable files; ``trace_exports``: per rank, when the collector
+    exported its profiler windows, (start, end, CPU time holding the GIL) ns (``rank<R>/trace/exports.jsonl``: the
+    critical path counts that time as the profiler's)."""
+
+    entries: pl.DataFrame
+    status: pl.DataFrame
+    rank_state: pl.DataFrame
+    graph_collectives: pl.DataFrame
+    problems: list[str] = field(default_factory=list)
+    trace_exports: dict[int, list[tuple[int, int, int | None]]] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return self.entries.is_empty() and self.rank_state.is_empty() and self.graph_collectives.is_empty()
+
+
+def empty_hang_tables() -> HangTables:
+    """Hang tables with no rows (a run without Flight Recorder dumps or hang files)."""
+    return HangTables(pl.DataFrame(schema=FR_ENTRIES), pl.DataFrame(schema=FR_STATUS),
+                      pl.DataFrame(schema=RANK_STATE), pl.DataFrame(schema=GRAPH_COLLECTIVES))
 
 
 def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:

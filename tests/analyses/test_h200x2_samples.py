@@ -9,6 +9,7 @@ import polars as pl
 import pytest
 
 import workbench
+from workbench.analyses.recompiles import classify_compiles
 from workbench.analyses.summary import analyze
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
@@ -36,7 +37,7 @@ def test_planted_straggler_and_divergent_recompile(tmp_path: Path) -> None:
     assert div[0].evidence.compiling_ranks == (meta["recompile_rank"],)
     assert f"Rank {meta['recompile_rank']} alone" in div[0].message
     assert div[0].cost.basis == "measured" and div[0].cost.ns > 1e9  # the other rank waited in that step's all-reduce
-    recompile = run.compiles.filter(pl.col("frame_compile_id") > 0)
+    recompile = classify_compiles(run.compiles).filter(pl.col("frame_compile_id") > 0)
     assert recompile.select("rank", "step", "cause").rows() == [(1, 8, "shape")]
     # rank 1's main stream waits ~30 ms a step for the all-reduce the straggler holds back: a dependency on the
     # device, not the host. Host-bound time is its recompile's alone (a symptom under it), never a root of its own.

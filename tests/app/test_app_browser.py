@@ -23,10 +23,12 @@ import workbench
 from app_synthetic import synthetic_run
 from browser_util import draw_lazy, shot, OVERFLOW_JS, goto_ready, graph_layout_meta, grid_rows, navigate_ready, pick, stat
 from workbench import rundir
-from workbench.app import page_drift, page_overview, page_recompiles
-from workbench.app.components import fmt_time
+from workbench.app import page_drift, page_recompiles
+from workbench.analyses.summary import findings_table
 from workbench.app.main import PAGES, create_app
 from workbench.app.store import RunStore
+from workbench.format import duration as fmt_time
+from workbench.format import kind_title
 
 pytestmark = pytest.mark.browser
 
@@ -109,17 +111,17 @@ def test_overview_leads_with_the_root_cause(page, served, runs_root, sample_app)
     assert roots["kind"][0] == "divergent_recompile", "the planted run's root cause is the divergent recompile"
     goto_ready(page, served.url(f"/?run={PLANTED}"), "overview")
     first = page.text_content("#root-1 .root-kind")
-    assert first == page_overview.kind_title("divergent_recompile")
+    assert first == kind_title("divergent_recompile")
     kinds = page.eval_on_selector_all(".root-cause .root-kind", "els => els.map(e => e.textContent)")
-    assert kinds == [page_overview.kind_title(k) for k in roots["kind"].to_list()]
+    assert kinds == [kind_title(k) for k in roots["kind"].to_list()]
     symptoms = page.text_content("#root-1 .symptoms")
     assert "Host bound" in symptoms, "the recompile's step-8 host_bound is folded under it"
     for k in f.filter(pl.col("cause_id") == roots["id"][0])["kind"].to_list():
-        assert page_overview.kind_title(k) in symptoms
+        assert kind_title(k) in symptoms
     cost = page.text_content("#root-1 .root-cost")
     assert re.match(r"^\d[\d,.]* (s|ms|µs) (measured|estimated)", cost), cost
     # every grid row, as the analyses order them
-    expected = page_overview.findings_table(f)
+    expected = findings_table(f)
     shown = grid_rows(page, "findings-grid")
     assert [(r["kind"], r["role"], r["cost_ns"]) for r in shown] == [
         (e["kind"], e["role"], fmt_time(e["cost_ns"])) for e in expected.iter_rows(named=True)]
@@ -139,7 +141,7 @@ def test_run_list_names_each_runs_top_root_cause(page, served, sample_app, runs_
     _, t = _tables(runs_root / PLANTED)
     top = t.findings.filter(pl.col("is_root")).row(0, named=True)
     planted = next(r for r in rows if r[0] == f"run-row-{PLANTED}")
-    assert planted[1] == page_overview.kind_title(top["kind"])
+    assert planted[1] == kind_title(top["kind"])
     assert re.match(r"^\d[\d,.]* (s|ms|µs) (measured|estimated)", planted[2]), planted
 
 
@@ -148,7 +150,7 @@ def test_numbers_carry_units(page, served):
     assert re.fullmatch(r"\d[\d,.]* (s|ms)", stat(page, "span"))
     goto_ready(page, served.url(f"/breakdown?run={PLANTED}"), "breakdown")
     for row in grid_rows(page, "breakdown-grid"):
-        assert re.fullmatch(r"\d+(\.\d{1,2})? (s|ms)", row["window_ms"]) and row["compute_pct"].endswith(" %"), row
+        assert re.fullmatch(r"\d+(\.\d{1,2})? (s|ms)", row["window_ns"]) and row["compute_pct"].endswith(" %"), row
     layout = page.evaluate("() => document.querySelector('#breakdown-rank-figure .js-plotly-plot').layout")
     assert layout["yaxis"]["ticksuffix"] == " ms"
     colors = page.evaluate("() => document.querySelector('#breakdown-rank-figure .js-plotly-plot').data"
@@ -176,10 +178,10 @@ def test_drift_plots_period_offsets_and_log_waits(page, served, runs_root, artif
     shown = grid_rows(page, "stragglers-grid")
     assert [(r["rank"], r["signal"]) for r in shown] == [(str(e["rank"]), e["signal"])
                                                          for e in expected.iter_rows(named=True)]
-    assert all(re.fullmatch(r"\d+(\.\d{1,2})? (s|ms|µs|ns)", r["held_back_ms"]) for r in shown), shown
+    assert all(re.fullmatch(r"\d+(\.\d{1,2})? (s|ms|µs|ns)", r["held_back_ns"]) for r in shown), shown
     # two ranks: offsets, drift and trend are measured against each collective's median arrival, so they mirror
     d = {r["rank"]: r for r in grid_rows(page, "drift-grid")}
-    for c in ("mean_offset_ms", "drift_ms", "slope_ms_per_s"):
+    for c in ("mean_offset_ns", "drift_ns", "slope_ns_per_s"):
         a, b = d["0"][c], d["1"][c]
         assert a.lstrip("-") == b.lstrip("-") and a.startswith("-") != b.startswith("-"), (c, a, b)
     assert "falling further behind" in page.text_content("#offset-sign")
@@ -224,7 +226,7 @@ def test_pipeline_page_draws_bubbles_and_the_schedule(page, served, artifacts):
     stages = grid_rows(page, "stages-grid")
     assert all(r["bubble_pct"].endswith(" %") for r in stages)
     # each stage's first forward comes after its step starts (device ranges counted in the step they run in)
-    assert all(re.fullmatch(r"\d+(\.\d)? (ms|µs)", r["first_forward_delay_ms"]) for r in stages), stages
+    assert all(re.fullmatch(r"\d+(\.\d)? (ms|µs)", r["first_forward_delay_ns"]) for r in stages), stages
     assert "(s)" not in page.text_content("#page-pipeline")
     shot(page, path=str(artifacts / "app-pipeline-schedule.png"), full_page=True)
     goto_ready(page, served.url(f"/timeline?run={PIPELINE}"), "timeline")

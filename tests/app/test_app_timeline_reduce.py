@@ -9,6 +9,8 @@ import pytest
 
 from app_synthetic import synthetic_kernels, synthetic_steps
 from workbench import figures
+from workbench import timeline as tl
+from workbench.analyses import metrics
 
 
 @pytest.fixture(scope="module")
@@ -17,11 +19,11 @@ def big() -> pl.DataFrame:
 
 
 def test_full_window_is_merged_and_small(big):
-    view = figures.timeline_view(big)
+    view = tl.timeline_view(big)
     assert not view.exact
     assert view.visible_kernels == big.height
     lanes = big.select("rank", "stream").unique().height
-    assert view.spans.height <= lanes * (figures.DEFAULT_WIDTH_PX + 1)
+    assert view.spans.height <= lanes * (tl.DEFAULT_WIDTH_PX + 1)
     # merged spans keep the busy time exactly
     assert view.spans["busy_ns"].sum() == big["dur"].sum()
     fig = figures.timeline_figure(view, origin=int(big["start"].min()), steps=synthetic_steps(big))
@@ -31,7 +33,7 @@ def test_full_window_is_merged_and_small(big):
 
 def test_zoom_to_few_kernels_is_exact(big):
     lo = int(big["start"].min())
-    view = figures.timeline_view(big, start=lo, end=lo + 200_000)
+    view = tl.timeline_view(big, start=lo, end=lo + 200_000)
     assert view.exact
     expect = big.filter((pl.col("end") >= lo) & (pl.col("start") <= lo + 200_000)).height
     assert view.visible_kernels == expect
@@ -52,7 +54,7 @@ def test_merged_span_takes_the_class_that_takes_its_time():
                          "kernel_class": ["compute"] * 120, "name": ["sm90_gemm"] * 120})
     k = pl.concat([memsets, gemm]).with_columns(rank=pl.lit(0), stream=pl.lit(7), end=pl.col("start") + pl.col("dur"))
     k = conform(k, KERNELS)
-    spans = figures.reduce_timeline(k, exact_limit=100, width_px=100)
+    spans = tl.reduce_timeline(k, exact_limit=100, width_px=100)
     assert spans["count"].sum() == k.height
     assert spans["busy_ns"].sum() == k["dur"].sum()
     busy = spans.group_by("kernel_class").agg(pl.col("end").sub(pl.col("start")).sum())
@@ -65,7 +67,7 @@ def test_merged_span_takes_the_class_that_takes_its_time():
 
 def test_dominant_class_and_counts():
     k = synthetic_kernels(20_000, ranks=1, streams=1)
-    spans = figures.reduce_timeline(k, exact_limit=10, width_px=50)
+    spans = tl.reduce_timeline(k, exact_limit=10, width_px=50)
     assert spans["count"].sum() == 20_000
     assert set(spans["kernel_class"].unique()) <= {"compute", "communication"}
     assert (spans["end"] >= spans["start"]).all()
@@ -73,7 +75,7 @@ def test_dominant_class_and_counts():
 
 def test_figure_meta_and_lanes():
     k = synthetic_kernels(1000, ranks=2, streams=2)
-    view = figures.timeline_view(k)
+    view = tl.timeline_view(k)
     fig = figures.timeline_figure(view, origin=int(k["start"].min()), uirevision="x")
     meta = json.loads(fig.to_json())["layout"]["meta"]
     assert {k: meta[k] for k in ("exact", "visible_kernels", "spans")} == {"exact": True, "visible_kernels": 1000,
@@ -97,13 +99,13 @@ def test_run_timeline_for_notebooks():
 def test_lanes_are_stable_and_spans_clipped_to_the_window():
     k = synthetic_kernels(2000, ranks=2, streams=2)
     steps = synthetic_steps(k, steps=10)
-    index = figures.TimelineIndex(k)
-    lanes = figures.timeline_lanes(index, steps=steps)
-    lo, hi = figures.time_bounds(k)
+    index = tl.TimelineIndex(k)
+    lanes = tl.timeline_lanes(index, steps=steps)
+    lo, hi = tl.time_bounds(k)
     origin = lo
     # a window holding rank 0's kernels only still shows every lane
     a = lo + (hi - lo) // 2
-    view = figures.timeline_view(index, start=a, end=a + 30_000, ranks=[0])
+    view = tl.timeline_view(index, start=a, end=a + 30_000, ranks=[0])
     fig = figures.timeline_figure(view, origin=origin, steps=steps, lanes=lanes)
     assert list(fig.layout.yaxis.ticktext) == lanes
     xs = [x for tr in fig.data if tr.mode == "lines" for x in tr.x if x == x]
@@ -118,7 +120,7 @@ def test_step_periods_include_the_data_wait():
     st = conform(pl.DataFrame({"rank": [0, 0, 0], "step": [0, 1, 2], "source": ["collector"] * 3,
                                "start": [0, 100, 300], "end": [80, 150, 340], "dur": [80, 50, 40],
                                "data_wait_ns": [None, 20, 150]}), STEPS)
-    per = figures.step_periods(st)
+    per = metrics.step_periods(st)
     assert per["period_ns"].to_list() == [100, 200]  # the last step has no next start
     assert per["data_wait_ns"].to_list() == [20, 150]
 

@@ -19,9 +19,9 @@ from workbench import rundir
 from workbench.analyses.diff import RunData, diff_runs
 from workbench.analyses.summary import analysis_tables
 from workbench.app import page_compare
-from workbench.app.components import fmt_time
-from workbench.app.page_overview import kind_title
 from workbench.app.main import create_app
+from workbench.format import duration as fmt_time
+from workbench.format import kind_title
 
 pytestmark = pytest.mark.browser
 

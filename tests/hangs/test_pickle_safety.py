@@ -353,6 +353,7 @@ def test_ranks_last_lists_absent_ranks_only_while_few(tmp_path):
     from types import SimpleNamespace
 
     from workbench import schema
+    from workbench.analyses.rank_end import rank_last_rows
 
     (tmp_path / "nccl_trace_rank_0.json").write_bytes(orjson.dumps(TORCH_JSON_DUMP))
 
@@ -360,7 +361,7 @@ def test_ranks_last_lists_absent_ranks_only_while_few(tmp_path):
         run = SimpleNamespace(path=tmp_path, steps=schema.empty(schema.STEPS), compiles=schema.empty(schema.COMPILES),
                               world_size=world_size,
                               problems=[])
-        return fr.rank_last_rows(run)
+        return rank_last_rows(fr.run_hangs(run), run.steps, run.compiles, world_size)
 
     assert [(r["rank"], r["state"]) for r in rows(3)] == [(0, "unknown"), (1, "unknown"), (2, "unknown")]
     assert [r["rank"] for r in rows(1_000_000)] == [0]

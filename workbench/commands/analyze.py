@@ -16,6 +16,7 @@ from workbench.analyses.window import WINDOWS
 from workbench.commands.output import console as safe_console
 from workbench.commands.output import echo, echo_json
 from workbench.errors import printable, stage
+from workbench.format import duration, percent
 
 WINDOW_OPT = typer.Option("steady", "--window", help="steady: complete ProfilerStep iterations (as HTA); all: everything.")
 
@@ -26,32 +27,24 @@ def _open(path: Path, rank: int | None, skip_bad: bool, quiet: bool) -> Any:
     return open_with_progress(path, rank=rank, skip_bad=skip_bad, show=not quiet)
 
 
-def _pct(v: Any) -> str:
-    return "-" if v is None else f"{v:.1f}%"
-
-
 def _cost(c: dict[str, Any]) -> str:
-    from workbench.analyses.findings import format_ns
-
     if c.get("ns") is None:
         return f"unknown ({c['basis']}: {c['method']})"
-    return f"{format_ns(c['ns'])} {c['basis']} ({c['method']})"
+    return f"{duration(c['ns'])} {c['basis']} ({c['method']})"
 
 
 def print_summary(summary: dict[str, Any], path: Path) -> None:
     """Human-readable :func:`workbench.analyses.summary.analyze` output: the per-rank table, then the root causes,
     most costly first, each with its symptoms indented under it and every cost labelled measured/estimated."""
-    from workbench.analyses.findings import format_ns
-
     console = safe_console(width=max(Console().width, 110))
     t = Table(title=f"workbench analyze — {path} (window: {summary['window']})", title_justify="left",
               box=box.SIMPLE_HEAD, pad_edge=False)
     for col in ("rank", "step", "data wait", "compute", "idle", "overlap", "exposed", "coll wait", "recomp"):
         t.add_column(col, justify="right", no_wrap=True)
     for rank, e in summary["ranks"].items():
-        t.add_row(rank, format_ns(e.get("step_time_ns")), format_ns(e.get("data_wait_median_ns")),
-                  _pct(e["compute_pct"]), _pct(e["idle_pct"]), _pct(e["comm_compute_overlap_pct"]),
-                  _pct(e["exposed_comm_pct"]), format_ns(e.get("collective_wait_ns")), str(e.get("recompiles", 0)))
+        t.add_row(rank, duration(e.get("step_time_ns")), duration(e.get("data_wait_median_ns")),
+                  percent(e["compute_pct"]), percent(e["idle_pct"]), percent(e["comm_compute_overlap_pct"]),
+                  percent(e["exposed_comm_pct"]), duration(e.get("collective_wait_ns")), str(e.get("recompiles", 0)))
     console.print(t)
     console.print("step: median step time (duration + data wait); data wait: median per step; overlap: "
                   "communication under compute; exposed: communication alone, % of the device window.",

@@ -16,6 +16,7 @@ from workbench.analyses.window import WINDOWS
 from workbench.commands.output import console as safe_console
 from workbench.commands.output import echo, echo_json, markup
 from workbench.errors import printable, stage
+from workbench.format import duration, percent
 
 FAIL_ON = ("regression", "none")
 
@@ -31,16 +32,10 @@ def open_side(path: Path, window: str, quiet: bool) -> RunData:
 
 
 def fmt_value(v: float | None, unit: str) -> str:
-    """A metric value as shown: times in ms (per step where the unit says so), counts as integers."""
-    if v is None:
-        return "-"
-    if unit == "count":
+    """A metric value as shown: durations (per step where the unit says so) with their unit, counts as numbers."""
+    if unit == "count" and v is not None:
         return f"{v:g}"
-    return f"{v / 1e6:,.2f} ms"
-
-
-def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{v:+.1f} %"
+    return duration(v)
 
 
 def print_diff(d: RunDiff, console: Console | None = None) -> None:
@@ -89,7 +84,7 @@ def print_diff(d: RunDiff, console: Console | None = None) -> None:
     for x in d.metrics:
         if x.direction == "n/a":
             continue
-        m.add_row(x.name, fmt_value(x.before, x.unit), fmt_value(x.after, x.unit), _pct(x.change_pct), x.direction,
+        m.add_row(x.name, fmt_value(x.before, x.unit), fmt_value(x.after, x.unit), percent(x.change_pct, signed=True), x.direction,
                   x.basis)
     console.print(m)
     for title, ops in (("Kernels per step (most changed)", d.kernels), ("CPU ops per step (most changed)", d.cpu_ops)):
@@ -100,7 +95,7 @@ def print_diff(d: RunDiff, console: Console | None = None) -> None:
             o.add_column(col, overflow="fold")
         for x in ops:
             o.add_row(x.status, x.name, f"{x.before_count:.1f}", f"{x.after_count:.1f}", fmt_value(x.before_ns, "ns"),
-                      fmt_value(x.after_ns, "ns"), f"{x.delta_ns / 1e6:+,.3f} ms")
+                      fmt_value(x.after_ns, "ns"), duration(x.delta_ns, signed=True))
         console.print(o)
 
 

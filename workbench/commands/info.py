@@ -15,7 +15,7 @@ import workbench
 from workbench.commands.output import console as safe_console
 from workbench.commands.output import echo, echo_json, markup
 from workbench.errors import InputError, printable, stage
-from workbench.flight_recorder import rank_last_rows
+from workbench.format import duration
 from workbench.run import Run
 
 PATH_ARG = typer.Argument(..., help="Run directory, folder of Kineto traces, one trace file, or TORCH_TRACE logs.")
@@ -44,13 +44,6 @@ def open_with_progress(path: Path, *, rank: int | None, skip_bad: bool, show: bo
     return run
 
 
-def _fmt_ns(ns: int) -> str:
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
-        if ns >= scale:
-            return f"{ns / scale:.3f} {unit}"
-    return f"{ns} ns"
-
-
 def print_info(info: dict[str, Any]) -> None:
     """The human-readable summary."""
     console = safe_console()
@@ -67,7 +60,7 @@ def print_info(info: dict[str, Any]) -> None:
     t.add_row("torch", ", ".join(info["torch_version"]) or "-")
     t.add_row("NCCL", ", ".join(info["nccl_version"]) or "-")
     t.add_row("steps", f"{info['steps']} ({_range(info['step_ids'])})")
-    t.add_row("time span", _fmt_ns(info["span_ns"]) + (f"  clock: {', '.join(info['clock'])}" if info["clock"] else ""))
+    t.add_row("time span", duration(info["span_ns"]) + (f"  clock: {', '.join(info['clock'])}" if info["clock"] else ""))
     t.add_row("events", f"{info['events']:,}  " + "  ".join(f"{k}={v:,}" for k, v in info["events_by_kind"].items()))
     t.add_row("kernels", "  ".join(f"{k}={v:,}" for k, v in info["kernels"].items()))
     t.add_row("collectives", f"{info['collectives']:,}  " + "  ".join(f"{k}={v}" for k, v in info["collectives_by_name"].items()))
@@ -83,7 +76,7 @@ def print_info(info: dict[str, Any]) -> None:
 
 
 def print_ranks_last(console: Console, rows: list[dict[str, Any]]) -> None:
-    """Each rank's end state, last step and last collective (from workbench.flight_recorder.rank_last_rows)."""
+    """Each rank's end state, last step and last collective (from workbench.analyses.rank_end.rank_last_rows)."""
     if not rows or all(r["last_collective"] is None and r["state"] in ("finished", "unknown") for r in rows):
         return
     t = Table(title="ranks: last step and last collective", title_justify="left")
@@ -116,7 +109,10 @@ def register(app: typer.Typer) -> None:
         with stage("summarising", path):
             summary = run.info()
             summary.setdefault("notes", run.meta.get("notes", []))
-            summary["ranks_last"] = rank_last_rows(run)  # each rank's last step and collective (docs/hangs.md)
+            from workbench.analyses.rank_end import rank_last_rows
+
+            # each rank's last step and collective (docs/hangs.md)
+            summary["ranks_last"] = rank_last_rows(run.hangs, run.steps, run.compiles, run.world_size)
         if json:
             echo_json(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
         else:

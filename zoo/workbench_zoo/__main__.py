@@ -58,10 +58,12 @@ def main(argv: list[str] | None = None, prog: str = "python -m workbench_zoo") -
     except KeyError as exc:
         print(f"error: {exc.args[0]}", file=sys.stderr)
         return 2
+    from workbench.format import duration
+
     bad = failed_ranks(truth)
     cost = truth.get("cost_ns")
     print(f"{args.name}: wrote {args.out} (ground truth: ranks {truth['ranks']}, steps {truth['steps']}, "
-          f"cost {'n/a' if cost is None else f'{cost / 1e6:.1f} ms'}, {truth['wall_s']:.1f} s)")
+          f"cost {'n/a' if cost is None else duration(cost)}, {duration(truth['wall_s'] * 1e9)})")
     for r in bad:
         print(f"rank {r} exited {truth['returncodes'][str(r)]}:\n{tail_log(args.out, r, 1500)}", file=sys.stderr)
     # the ranks of a fault whose finding ends the job (a hang, desync, dead rank) are meant to fail or be killed:

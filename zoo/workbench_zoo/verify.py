@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from workbench.format import duration
 from workbench_zoo.registry import GROUND_TRUTH, Fault, get_fault
 
 if TYPE_CHECKING:
@@ -156,16 +157,11 @@ class LoopResult:
         err = self.found.cost_error
         truth = self.found.truth_ns
         cost = ("n/a (no time cost)" if not truth else "not found" if err is None else
-                f"{100 * err:.0f}% ({_ms(self.found.cost_ns or 0)} vs {_ms(truth)} ms, "
+                f"{100 * err:.0f}% ({duration(self.found.cost_ns or 0)} vs {duration(truth)}, "
                 f"{self.found.cost_basis})")
         return {"fault": self.fault, "found": self.found.label(), "cost error": cost,
                 "fix written": self.fix_written, "fix applied": self.fix_applied,
                 "fault gone on rerun": self.gone, "diff verdict": self.verdict}
-
-
-def _ms(ns: int) -> str:
-    """Milliseconds, with a decimal below 10 ms."""
-    return f"{ns / 1e6:.1f}" if ns < 10_000_000 else f"{ns / 1e6:.0f}"
 
 
 def recommend_for(run_dir: str | Path, roots: list[Any], out: Path, sites: Any = None) -> tuple[Any, Path]:
