@@ -520,6 +520,13 @@ class CriticalPath:
     def empty(self) -> bool:
         return self.instances.is_empty()
 
+    def offsets(self, ranks: pl.DataFrame | None) -> dict[int, int]:
+        """Per rank: its clock minus the aligned one (its host's offset; 0 on the reference host)."""
+        if self.clock.is_empty() or ranks is None or "host" not in ranks.columns:
+            return {}
+        per_host = {h: o for h, o in self.clock.select("host", "offset_ns").iter_rows()}
+        return {int(r): int(per_host.get(h, 0) or 0) for r, h in ranks.select("rank", "host").iter_rows()}
+
     def matrix(self, step: int | None = None) -> pl.DataFrame:
         """Who held whom: per step (all steps, or ``step``), victim and culprit, the wait (ns); ``culprit`` null is
         the wait in noise. Columns: ``step``, ``victim``, ``culprit``, ``ns``."""
@@ -547,7 +554,7 @@ def critical_path(entries: pl.DataFrame | None, collectives: pl.DataFrame | None
                   exports: Mapping[int, list[tuple[int, int, int | None]]] | None = None) -> CriticalPath:
     """Every layer above on the given tables (``entries``: Flight Recorder entries, ``collectives``: the profiler's,
     ``events``: the window events of the ranks to explain, ``ranks``: the RANKS table for hosts, ``exports``: the
-    profiler's trace exports per rank, :func:`workbench.rundir.trace_exports`)."""
+    profiler's trace exports per rank, ``HangTables.trace_exports``)."""
     from workbench.analyses.clock import align
 
     notes: list[str] = []
@@ -561,60 +568,69 @@ def critical_path(entries: pl.DataFrame | None, collectives: pl.DataFrame | None
     inst = instance_table(sync)
     noise = noise_table(inst, warmup_steps(inst, steps))
     layers, waits = blame(inst, noise)
-    offsets = {}
-    if not clock.is_empty() and ranks is not None and "host" in ranks.columns:
-        per_host = {h: o for h, o in clock.select("host", "offset_ns").iter_rows()}
-        offsets = {int(r): int(per_host.get(h, 0) or 0) for r, h in ranks.select("rank", "host").iter_rows()}
-    culprits = sorted(set(layers["culprit"].to_list())) if not layers.is_empty() else []
-    involved = sorted(set(culprits) | set(inst["rank"].unique().to_list())) if culprits else []
-    activity = rank_activity(involved, steps, compiles, events, offsets, exports)
-    attribution = attribute(layers, inst, activity)
-    return CriticalPath(sync, inst, noise, layers, waits, attribution, clock, notes)
+    cp = CriticalPath(sync, inst, noise, layers, waits, _empty(ATTRIBUTION), clock, notes)
+    return explain(cp, steps, compiles, events, ranks, exports)
 
 
-def critical_path_of(run: Any) -> CriticalPath:
-    """:func:`critical_path` of a :class:`workbench.Run` (its Flight Recorder dumps, collectives, steps, compiles,
-    and the window events of the ranks that held others back)."""
-    from workbench.flight_recorder import run_hangs
-
-    hang = run_hangs(run)
-    entries = hang.entries
-    steps = getattr(run, "steps", None)
-    colls = getattr(run, "collectives", None)
-    compiles = getattr(run, "compiles", None)
-    ranks = getattr(run, "ranks", None)
-    exports = hang.trace_exports
-    cp = critical_path(entries, colls, steps, compiles, None, ranks, exports)
+def explain(cp: CriticalPath, steps: pl.DataFrame | None, compiles: pl.DataFrame | None,
+            events: pl.DataFrame | None, ranks: pl.DataFrame | None = None,
+            exports: Mapping[int, list[tuple[int, int, int | None]]] | None = None) -> CriticalPath:
+    """``cp`` with its layers split over what the late ranks did (:func:`attribute`), from these tables (``events``:
+    the profiler windows' host events, where there are any)."""
     if cp.layers.is_empty():
         return cp
-    events = _window_events(run, cp)
-    if events is None or events.is_empty():
-        return cp
-    offsets = {}
-    if not cp.clock.is_empty() and ranks is not None and "host" in ranks.columns:
-        per_host = {h: o for h, o in cp.clock.select("host", "offset_ns").iter_rows()}
-        offsets = {int(r): int(per_host.get(h, 0) or 0) for r, h in ranks.select("rank", "host").iter_rows()}
-    activity = rank_activity(sorted(cp.instances["rank"].unique().to_list()), steps, compiles, events, offsets,
-                             exports)
+    activity = rank_activity(sorted(cp.instances["rank"].unique().to_list()), steps, compiles, events,
+                             cp.offsets(ranks), exports)
     cp.attribution = attribute(cp.layers, cp.instances, activity)
     return cp
 
 
-def _window_events(run: Any, cp: CriticalPath) -> pl.DataFrame | None:
-    """The host events of the profiler windows that a charged layer falls in (read only for those ranks)."""
+def critical_path_of(run: Any) -> CriticalPath:
+    """:func:`critical_path` of a :class:`workbench.Run` (its hang tables' Flight Recorder entries and trace
+    exports, its collectives, steps, compiles, and the window events of its ranks)."""
+    hang = getattr(run, "hangs", None)
+    entries = getattr(hang, "entries", None)
+    exports = getattr(hang, "trace_exports", None)
+    steps = getattr(run, "steps", None)
+    compiles = getattr(run, "compiles", None)
+    ranks = getattr(run, "ranks", None)
+    cp = critical_path(entries, getattr(run, "collectives", None), steps, compiles, None, ranks, exports)
+    if cp.layers.is_empty():
+        return cp
+    return explain(cp, steps, compiles, window_events(run, sorted(cp.instances["rank"].unique().to_list())), ranks,
+                   exports)
+
+
+def window_events(run: Any, ranks: list[int]) -> pl.DataFrame | None:
+    """The host events (CPU ops, annotations, Python frames) of ``ranks``, through the run's own reader (its
+    ``scan``: only those ranks' files), else its ``events`` frame; None when it has none."""
+    kinds = ["cpu_op", "annotation", "python"]
     scan = getattr(run, "scan", None)
-    ranks = sorted(cp.instances["rank"].unique().to_list())
     try:
         if callable(scan):
-            lf = scan("events", ranks=ranks)
-            return lf.filter(pl.col("kind").cast(pl.String).is_in(["cpu_op", "annotation", "python"])
-                             ).collect()
+            return scan("events", ranks=ranks).filter(pl.col("kind").cast(pl.String).is_in(kinds)).collect()
         ev = getattr(run, "events", None)
-        return ev if isinstance(ev, pl.DataFrame) else None
-    except Exception:
+        if isinstance(ev, pl.DataFrame) and not ev.is_empty():
+            return ev.filter(pl.col("rank").is_in(ranks) & pl.col("kind").cast(pl.String).is_in(kinds))
+    except Exception:   # a trace that cannot be read again: the attribution goes without its events
         return None
+    return None
+
+
+def victim_waits(cp: CriticalPath, ranks: pl.DataFrame | None = None) -> dict[int, list[tuple[int, int]]]:
+    """Per rank, the intervals it waited at collectives (for a late rank or in noise), on its own clock: time that
+    is waiting, not communication."""
+    if cp.waits.is_empty():
+        return {}
+    off = cp.offsets(ranks)
+    out: dict[int, list[tuple[int, int]]] = {}
+    for v, a, b in cp.waits.filter(pl.col("ns") > 0).select("victim", "start", "end").iter_rows():
+        o = off.get(int(v), 0)
+        out.setdefault(int(v), []).append((int(a) + o, int(b) + o))
+    return out
 
 
 __all__ = ["ATTRIBUTION", "CriticalPath", "INSTANCES", "LAYERS", "MIN_NOISE_NS", "RankActivity", "SYNC_POINTS",
-           "WAITS", "attribute", "blame", "critical_path", "critical_path_of", "instance_table", "noise_table",
-           "rank_activity", "shorth_sigma", "sync_points", "warmup_steps"]
+           "WAITS", "attribute", "blame", "critical_path", "critical_path_of", "explain", "instance_table",
+           "late_from", "noise_table", "rank_activity", "shorth_sigma", "sync_points", "victim_waits",
+           "window_events", "warmup_steps"]

@@ -46,6 +46,7 @@ class Inputs:
     traced: dict[int, list[tuple[int, int]]]   # compile time the trace shows, per rank
     hangs: HangTables                    # Flight Recorder dumps and the collector's exit records
     found: tuple[Finding[Any], ...] = ()  # what the detectors before this one found
+    critical_path: Any = None            # analyses.critical_path.CriticalPath of the run (None: not computed)
 
 
 Detect = Callable[[Inputs], Iterable[Finding[Any]]]

@@ -25,7 +25,8 @@ from workbench.analyses.critical_path import EXPORT_UNTRACED, CriticalPath, warm
 from workbench.analyses.detectors import Inputs, register_detector
 from workbench.analyses.findings import Cost, Finding, format_ns, make_finding, ranks_text
 from workbench.analyses.kinds import (
-    CompileSkewEvidence, CompilingEvidence, DivergentRecompileEvidence, Kind, StragglerEvidence,
+    CollectiveWaitEvidence, CompileSkewEvidence, CompilingEvidence, DivergentRecompileEvidence, Kind,
+    StragglerEvidence,
 )
 
 #: Categories never made a straggler's reason (the collector's own work).
@@ -127,7 +128,7 @@ def late_rank_findings(cp: CriticalPath, *, wall_ns: Mapping[int, int] | None = 
             mine.select("pg_name", "seq").unique(), on=["pg_name", "seq"], how="semi")
         noise = int(judged_layers["noise_ns"].median()) if judged_layers.height else None
         per_step = {int(s): int(n) for s, n in mine.drop_nulls("step").group_by("step").agg(
-            pl.col("ns").sum()).iter_rows()}
+            pl.col("ns").sum()).sort("step").iter_rows()}
         floor = noise or 0
         steps = sorted(s for s, n in per_step.items() if n >= floor)
         groups = judged_layers["pg_name"].unique().to_list()
@@ -135,15 +136,17 @@ def late_rank_findings(cp: CriticalPath, *, wall_ns: Mapping[int, int] | None = 
         if not steps or max(per_step[s] for s in steps) < CLEAR_NOISE * max(floor, widest or 0):
             continue    # never clearly above the run's noise: its waits stay in the matrix, not a finding
         total = int(mine["ns"].sum())
-        by_act = mine.group_by("category", "label", "site").agg(pl.col("ns").sum()).sort("ns", descending=True)
-        by_cat = mine.group_by("category").agg(pl.col("ns").sum()).sort("ns", descending=True)
+        by_act = mine.group_by("category", "label", "site").agg(pl.col("ns").sum()).sort(
+            ["ns", "category", "label"], descending=[True, False, False], nulls_last=True)
+        by_cat = mine.group_by("category").agg(pl.col("ns").sum()).sort(["ns", "category"], descending=[True, False])
         reason = by_cat["category"][0]
         top = by_act.filter(pl.col("category") == reason).row(0, named=True)
         layers = cp.layers.filter(pl.col("culprit") == c)
         site = top["site"] or _late_call_site(layers)
         judged = mine.select("pg_name", "seq").unique()
         waits = cp.waits.filter(pl.col("culprit") == c).join(judged, on=["pg_name", "seq"], how="semi")
-        wait_by = {int(v): int(n) for v, n in waits.group_by("victim").agg(pl.col("ns").sum()).iter_rows()}
+        wait_by = {int(v): int(n) for v, n in waits.group_by("victim").agg(pl.col("ns").sum()).sort("victim")
+                   .iter_rows()}
         cost = min(total, max(wait_by.values())) if wait_by else total
         traced = _window_reason(mine)
         lat = [per_step[s] for s in steps]
@@ -159,12 +162,34 @@ def late_rank_findings(cp: CriticalPath, *, wall_ns: Mapping[int, int] | None = 
                              for r in by_act.head(TOP_ACTIVITIES).iter_rows(named=True)),
             noise_ns=noise)
         wall = (wall_ns or {}).get(c) or (max((wall_ns or {}).values()) if wall_ns else None)
+        symptoms = _wait_symptoms(c, waits, wall_ns)
         out.append(make_finding(
             Kind.STRAGGLER, _message(c, steps, lat, reason, top["label"], site, wait_by, traced, cost), ev,
             Cost.measured(cost, "the longest any other rank waited for it at the collectives it arrived at late "
                                 "(the layers of the critical path it was charged, every step, Flight Recorder)"),
-            ranks=[c], steps=steps, wall_ns=wall, source="critical_path"))
+            ranks=[c], steps=steps, wall_ns=wall, source="critical_path", symptoms=symptoms))
     return sorted(out, key=lambda f: -f.cost_ns)
+
+
+def _wait_symptoms(culprit: int, waits: pl.DataFrame, wall_ns: Mapping[int, int] | None
+                   ) -> list[Finding[CollectiveWaitEvidence]]:
+    """Each other rank's wait for ``culprit`` (``waits``: the critical path's, judged instances only), as a
+    ``collective_wait`` symptom of it: that rank's time blocked in its collectives, the late rank's doing."""
+    out = []
+    for (v,), g in sorted(waits.group_by(["victim"]), key=lambda kv: kv[0][0]):
+        ns = int(g["ns"].sum())
+        if ns <= 0:
+            continue
+        steps = sorted({int(s) for s in g["step"].drop_nulls().to_list()})
+        out.append(make_finding(
+            Kind.COLLECTIVE_WAIT,
+            f"Rank {int(v)} waited {format_ns(ns)} in its collectives for rank {culprit} "
+            f"({len(steps)} step{'s' if len(steps) != 1 else ''}).",
+            CollectiveWaitEvidence({int(v): ns}, int(g.height), tuple(steps)),
+            Cost.measured(ns, f"its waits for rank {culprit} at the collectives rank {culprit} reached late"),
+            ranks=[int(v)], steps=steps, wall_ns=(wall_ns or {}).get(int(v)), source="critical_path",
+            key=f"for-r{culprit}"))
+    return sorted(out, key=lambda f: f.ranks)
 
 
 def _data_waits(steps: pl.DataFrame | None, rank: int) -> tuple[int | None, int | None]:
@@ -188,7 +213,8 @@ def _window_reason(mine: pl.DataFrame) -> str | None:
                     & (pl.col("label").fill_null("") != EXPORT_UNTRACED))
     if w.is_empty():
         return None
-    r = w.group_by("category", "label").agg(pl.col("ns").sum()).sort("ns", descending=True).row(0, named=True)
+    r = w.group_by("category", "label").agg(pl.col("ns").sum()).sort(
+        ["ns", "category", "label"], descending=[True, False, False], nulls_last=True).row(0, named=True)
     if r["category"] == "untraced":    # a gap the window names by the host events around it
         return f"idle, no op or frame recorded, {r['label']}"
     return f"{WORDS.get(r['category'], r['category'])} ({r['label']})" if r["label"] else WORDS.get(r["category"])
@@ -219,7 +245,7 @@ def _message(rank: int, steps: list[int], lat: list[int], reason: str, label: st
             f"{'was' if len(wait_by) == 1 else 'were'} not slow themselves. Cost: {format_ns(cost)}.")
 
 
-__all__ = ["late_rank_findings"]
+__all__ = ["late_rank_findings", "with_traced"]
 
 
 @register_detector(Kind.STRAGGLER, needs=("hangs", "steps", "collectives", "compiles", "ranks", "traced", "found"),
@@ -231,12 +257,14 @@ def _detect(x: Inputs) -> list[Finding[StragglerEvidence]]:
     from workbench.analyses.critical_path import critical_path
     from workbench.analyses.metrics import wall_ns
 
-    cp = critical_path(x.hangs.entries, x.collectives, x.steps, _with_traced(x.compiles, x.traced), None, x.ranks,
-                       x.hangs.trace_exports)
+    cp = x.critical_path
+    if cp is None:
+        cp = critical_path(x.hangs.entries, x.collectives, x.steps, with_traced(x.compiles, x.traced), None,
+                           x.ranks, x.hangs.trace_exports)
     return late_rank_findings(cp, wall_ns=wall_ns(x.steps), found=x.found, steps=x.steps)
 
 
-def _with_traced(compiles: pl.DataFrame, traced: Mapping[int, list[tuple[int, int]]]) -> pl.DataFrame:
+def with_traced(compiles: pl.DataFrame, traced: Mapping[int, list[tuple[int, int]]]) -> pl.DataFrame:
     """``compiles`` plus a row per compile range the traces show (``(dynamo_timed)``), for runs without compile
     logs: the critical path then knows that time is compiling."""
     rows = [{"rank": r, "start": a, "end": b, "compile_id": "trace", "co_name": "torch.compile (trace)"}
