@@ -362,7 +362,7 @@ class RankActivity:
 
     def export_ns(self, t0: int, t1: int) -> int:
         """How much the profiler's background exports that overlap ``[t0, t1]`` (aligned clock) slowed this rank:
-        the CPU time they held the GIL, else (not recorded) their length."""
+        their cost (:func:`export_costs`), else (not recorded) their length."""
         a, b = t0 + self.offset, t1 + self.offset
         return sum((cpu if cpu is not None else e - s) for s, e, cpu in self.exports if s < b and e > a)
 
@@ -590,7 +590,7 @@ def critical_path_of(run: Any) -> CriticalPath:
     exports, its collectives, steps, compiles, and the window events of its ranks)."""
     hang = getattr(run, "hangs", None)
     entries = getattr(hang, "entries", None)
-    exports = getattr(hang, "trace_exports", None)
+    exports = export_costs(getattr(hang, "trace_exports", None), crowded_ranks(getattr(run, "fingerprints", None)))
     steps = getattr(run, "steps", None)
     compiles = getattr(run, "compiles", None)
     ranks = getattr(run, "ranks", None)
@@ -617,6 +617,45 @@ def window_events(run: Any, ranks: list[int]) -> pl.DataFrame | None:
     return None
 
 
+#: A trace export as recorded: (start, end, CPU time holding the GIL, whole CPU time), ns.
+Export = tuple[int, int, "int | None", "int | None"]
+
+
+def crowded_ranks(fingerprints: pl.DataFrame | None) -> set[int]:
+    """Ranks on a host with no more CPUs than ranks (``cpu_count`` of ``fingerprint.json``, ranks counted per host):
+    there a background thread's CPU time is taken from the training threads, not only the GIL it holds."""
+    if fingerprints is None or fingerprints.is_empty() or "raw" not in fingerprints.columns:
+        return set()
+    import orjson
+
+    cpus: dict[str, int] = {}
+    per_host: dict[str, list[int]] = {}
+    for rank, host, raw in fingerprints.select("rank", "host", "raw").iter_rows():
+        try:
+            n = orjson.loads(raw or "{}").get("cpu_count")
+        except orjson.JSONDecodeError:
+            n = None
+        h = host or f"rank {rank}"
+        per_host.setdefault(h, []).append(int(rank))
+        if isinstance(n, int) and n > 0:
+            cpus[h] = n
+    return {r for h, rs in per_host.items() if h in cpus and len(set(rs)) >= cpus[h] for r in rs}
+
+
+def export_costs(exports: Mapping[int, list[Any]] | None, crowded: set[int] = frozenset()  # type: ignore[assignment]
+                 ) -> dict[int, list[tuple[int, int, int | None]]]:
+    """Per rank, (start, end, how much the export can have slowed the rank) of each trace export: the CPU time it
+    held the GIL, or on a crowded host (:func:`crowded_ranks`) its whole CPU time; the other where one is missing;
+    None (its length is used) where neither was recorded."""
+    out: dict[int, list[tuple[int, int, int | None]]] = {}
+    for rank, rows in (exports or {}).items():
+        for e in rows:
+            gil, cpu = (e[2], e[3]) if len(e) > 3 else (e[2] if len(e) > 2 else None, None)
+            first, second = (cpu, gil) if int(rank) in crowded else (gil, cpu)
+            out.setdefault(int(rank), []).append((int(e[0]), int(e[1]), first if first is not None else second))
+    return out
+
+
 def victim_waits(cp: CriticalPath, ranks: pl.DataFrame | None = None) -> dict[int, list[tuple[int, int]]]:
     """Per rank, the intervals it waited at collectives (for a late rank or in noise), on its own clock: time that
     is waiting, not communication."""
@@ -632,5 +671,6 @@ def victim_waits(cp: CriticalPath, ranks: pl.DataFrame | None = None) -> dict[in
 
 __all__ = ["ATTRIBUTION", "CriticalPath", "INSTANCES", "LAYERS", "MIN_NOISE_NS", "RankActivity", "SYNC_POINTS",
            "WAITS", "attribute", "blame", "critical_path", "critical_path_of", "explain", "instance_table",
-           "late_from", "noise_table", "rank_activity", "shorth_sigma", "sync_points", "victim_waits",
+           "crowded_ranks", "export_costs", "late_from", "noise_table", "rank_activity", "shorth_sigma", "sync_points",
+           "victim_waits",
            "window_events", "warmup_steps"]

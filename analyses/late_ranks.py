@@ -248,19 +248,20 @@ def _message(rank: int, steps: list[int], lat: list[int], reason: str, label: st
 __all__ = ["late_rank_findings", "with_traced"]
 
 
-@register_detector(Kind.STRAGGLER, needs=("hangs", "steps", "collectives", "compiles", "ranks", "traced", "found"),
+@register_detector(Kind.STRAGGLER, needs=("hangs", "steps", "collectives", "compiles", "ranks", "traced", "found",
+                                           "fingerprints", "critical_path"),
                    order=95, replaces=("workbench.analyses.stragglers._detect",))
 def _detect(x: Inputs) -> list[Finding[StragglerEvidence]]:
     """:func:`late_rank_findings` of the run's critical path (Flight Recorder entries every step, the profiler's
     collectives in its windows, the compiles its traces show); it replaces the step-start heuristic's detector
     (``analyses/stragglers.py``) and runs after the compile detectors, whose findings keep their compiles."""
-    from workbench.analyses.critical_path import critical_path
+    from workbench.analyses.critical_path import critical_path, crowded_ranks, export_costs
     from workbench.analyses.metrics import wall_ns
 
     cp = x.critical_path
     if cp is None:
         cp = critical_path(x.hangs.entries, x.collectives, x.steps, with_traced(x.compiles, x.traced), None,
-                           x.ranks, x.hangs.trace_exports)
+                           x.ranks, export_costs(x.hangs.trace_exports, crowded_ranks(x.fingerprints)))
     return late_rank_findings(cp, wall_ns=wall_ns(x.steps), found=x.found, steps=x.steps)
 
 

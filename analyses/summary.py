@@ -20,7 +20,9 @@ from workbench.analyses.bubbles import step_idle
 from workbench.analyses.collectives import (
     clock_offsets, collective_drift, collective_instances, collective_wait_by_rank, match_collectives,
 )
-from workbench.analyses.critical_path import CriticalPath, critical_path, explain, victim_waits, window_events
+from workbench.analyses.critical_path import (
+    CriticalPath, critical_path, crowded_ranks, explain, export_costs, victim_waits, window_events,
+)
 from workbench.analyses.detectors import Inputs, register_detector, run_detectors
 from workbench.analyses.findings import Cost, Finding, findings_frame, findings_to_dicts, make_finding
 from workbench.analyses.hangs import job_failure_first
@@ -102,17 +104,19 @@ def _hangs(run: Any) -> HangTables:
 
 
 def _critical_path(run: Any, hang: HangTables, colls: pl.DataFrame, steps: pl.DataFrame, compiles: pl.DataFrame,
-                   traced: dict[int, list[tuple[int, int]]], ranks: pl.DataFrame) -> CriticalPath:
+                   traced: dict[int, list[tuple[int, int]]], ranks: pl.DataFrame, fingerprints: pl.DataFrame
+                   ) -> CriticalPath:
     """The run's critical path across ranks, its late ranks' time explained with the window events of its ranks
     (read through the run, only when some rank held the others back)."""
     from workbench.analyses.late_ranks import with_traced
 
     compiles = with_traced(compiles, traced)
-    cp = critical_path(hang.entries, colls, steps, compiles, None, ranks, hang.trace_exports)
+    exports = export_costs(hang.trace_exports, crowded_ranks(fingerprints))
+    cp = critical_path(hang.entries, colls, steps, compiles, None, ranks, exports)
     if cp.layers.is_empty():
         return cp
     events = window_events(run, sorted(cp.instances["rank"].unique().to_list()))
-    return explain(cp, steps, compiles, events, ranks, hang.trace_exports) if events is not None else cp
+    return explain(cp, steps, compiles, events, ranks, exports) if events is not None else cp
 
 
 def _with_stack_ranks(python_events: pl.DataFrame) -> pl.DataFrame:
@@ -216,7 +220,7 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
     main = ev["main_streams"]
     main_causes = out["idle_by_stream"].join(main, on=["rank", "stream"], how="semi") if not main.is_empty() else None
     hang = _hangs(run)
-    cp = _critical_path(run, hang, colls, steps, compiles, traced, ranks)   # analyses/critical_path.py
+    cp = _critical_path(run, hang, colls, steps, compiles, traced, ranks, fingerprints)   # critical_path.py
     device = without_waits(ev["device_time"], victim_waits(cp, ranks))     # exposed communication: transfer only
     inputs = Inputs(
         steps=steps, collectives=colls, matched=matched, ranks=ranks, compiles=compiles, fingerprints=fingerprints,

@@ -213,22 +213,18 @@ def parse_jsonl(data: bytes) -> tuple[list[dict[str, Any]], int]:
 TRACE_EXPORTS = "rank{rank}/trace/exports.jsonl"
 
 
-def _cpu_of(row: dict[str, Any]) -> int | None:
-    """The CPU time of an export's part that holds the GIL (what surely slowed the training thread; its gzip runs
-    without the GIL, on another core where there is one), else its whole CPU time; None when not recorded."""
-    for key in ("gil_cpu_ns", "cpu_ns"):
-        if isinstance(row.get(key), int) and row[key] >= 0:
-            return int(row[key])
-    return None
+def _ns_of(row: dict[str, Any], key: str) -> int | None:
+    return int(row[key]) if isinstance(row.get(key), int) and row[key] >= 0 else None
 
 
-def trace_exports(path: Path, problems: list[str] | None = None) -> dict[int, list[tuple[int, int, int | None]]]:
-    """Per rank of the run directory ``path``: (start, end, CPU time holding the GIL or None) ns of each background
-    trace export (``collectors/profiling.py``); an unreadable file or line is one line in ``problems`` and the rest
-    is kept."""
+def trace_exports(path: Path, problems: list[str] | None = None
+                  ) -> dict[int, list[tuple[int, int, int | None, int | None]]]:
+    """Per rank of the run directory ``path``: (start, end, CPU time holding the GIL, whole CPU time) ns of each
+    background trace export (``collectors/profiling.py``; CPU times None when not recorded); an unreadable file or
+    line is one line in ``problems`` and the rest is kept."""
     from workbench.errors import TraceError
 
-    out: dict[int, list[tuple[int, int, int | None]]] = {}
+    out: dict[int, list[tuple[int, int, int | None, int | None]]] = {}
     for rank in rank_dirs(path):
         f = path / TRACE_EXPORTS.format(rank=rank)
         if not f.is_file():
@@ -239,7 +235,7 @@ def trace_exports(path: Path, problems: list[str] | None = None) -> dict[int, li
             if problems is not None:
                 problems.append(str(exc))
             continue
-        spans = [(r["start_ns"], r["end_ns"], _cpu_of(r)) for r in rows
+        spans = [(r["start_ns"], r["end_ns"], _ns_of(r, "gil_cpu_ns"), _ns_of(r, "cpu_ns")) for r in rows
                  if isinstance(r.get("start_ns"), int) and isinstance(r.get("end_ns"), int)
                  and r["end_ns"] >= r["start_ns"]]
         if (bad or len(spans) < len(rows)) and problems is not None:

@@ -183,3 +183,18 @@ def test_sync_points_from_a_profiler_window_alone():
     assert s.height == 6 and set(s["source"]) == {"kineto"}
     inst = instance_table(s)
     assert inst.filter(pl.col("rank") == 0)["wait_ns"].to_list() == [30 * MS] * 3
+
+
+def test_export_cost_is_its_whole_cpu_time_on_a_crowded_host():
+    from workbench.analyses.critical_path import crowded_ranks, export_costs
+
+    fp = pl.DataFrame({"rank": [0, 1, 2], "host": ["a", "a", "b"],
+                       "raw": ['{"cpu_count": 2}', '{"cpu_count": 2}', '{"cpu_count": 16}']})
+    crowded = crowded_ranks(fp)
+    assert crowded == {0, 1}
+    exports = {0: [(0, 100, 10, 60)], 2: [(0, 100, 10, 60)], 1: [(0, 100, None, 40), (5, 9)]}
+    costs = export_costs(exports, crowded)
+    assert costs[0] == [(0, 100, 60)]          # crowded: the whole CPU time
+    assert costs[2] == [(0, 100, 10)]          # spare cores: the GIL time only
+    assert costs[1] == [(0, 100, 40), (5, 9, None)]   # one missing: the other; none: its length later
+    assert crowded_ranks(None) == set()
