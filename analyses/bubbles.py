@@ -9,8 +9,10 @@ micro-batch, e.g. ``forward_mb3``). The device ranges are used when the rank has
 Per rank (pipeline stage) and step:
 
 * ``work_ns``: time covered by forward or backward ranges (their union) inside the step, less the time inside
-  them spent in point-to-point receives (``gloo:recv``, ``nccl:recv``, ``c10d::recv_``: ``p2p_wait_ns``), since
-  ``torch.distributed.pipelining`` wraps its receive wait in its ``Forward i`` / ``Backward i`` ranges;
+  them spent in point-to-point calls (``p2p_wait_ns``): the receive waits (``gloo:recv``, ``nccl:recv``,
+  ``c10d::recv_``) and the send calls (``c10d::send``; not the asynchronous ``gloo:send`` range, which runs on
+  under the compute), since ``torch.distributed.pipelining`` wraps both in its ``Forward i`` / ``Backward i``
+  ranges. A send call can hold the thread for a large part of the step on a busy host;
 * ``bubble_ns`` = step duration - ``work_ns``: time the stage spends on neither (waiting for activations or
   gradients from the neighbouring stage, optimizer, data loading);
 * ``first_forward_delay_ns``: from the step start to the first forward range.
@@ -30,7 +32,7 @@ from workbench.analyses.findings import Cost, Finding, make_finding
 from workbench.analyses.intervals import covered_between, merge_intervals
 from workbench.analyses.kinds import BUBBLE_PCT, Kind, PipelineBubbleEvidence
 from workbench.analyses.window import Window, window_steps
-from workbench.communication import is_p2p_recv_range
+from workbench.communication import is_p2p_call_range
 from workbench.format import duration
 
 FORWARD_PATTERN = r"(?i)(^|[^a-z])(forward|fwd)([^a-z]|$)"
@@ -104,10 +106,10 @@ def pipeline_bubbles(
         ann = _step_by_segment(ann, seg, gpu_ranks)
     fwd = covered_between(ann.filter("is_fwd"), seg, name="forward_ns").select("rank", "step", "forward_ns")
     bwd = covered_between(ann.filter("is_bwd"), seg, name="backward_ns").select("rank", "step", "backward_ns")
-    # time inside the ranges spent receiving from the neighbouring stage is waiting, not work
+    # time inside the ranges spent receiving from or sending to the neighbouring stage is communication, not work
     waits = events.filter(
         pl.col("kind").cast(pl.String).is_in(["annotation", "cpu_op"])
-        & is_p2p_recv_range(pl.col("name"))   # waits for the neighbouring stage: not work
+        & is_p2p_call_range(pl.col("name"))   # receive waits and send calls: not work
         & ~pl.col("rank").is_in(gpu_ranks)
     ).select("rank", "start", "end")
     span = covered_between(ann, seg, name="span_ns").select("rank", "step", "span_ns")

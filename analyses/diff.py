@@ -376,14 +376,19 @@ def _script(d: RunData) -> str:
 
 
 def _compile_config(d: RunData) -> str:
-    """``run.json``'s compile config and the config hashes the run's compiles (else its fingerprints) recorded."""
+    """``run.json``'s compile config with its own hash, and the hashes of the dynamo/inductor settings the run's
+    compiles (else its fingerprints) recorded."""
+    from workbench.compile_config import config_hash
+
     cfg = d.meta.get("compile_config")
     hashes: set[str] = set()
     for frame in (d.compiles, d.fingerprints):
         if not hashes and "config_hash" in frame.columns:
             hashes = {str(h)[:16] for h in frame["config_hash"].drop_nulls().unique().to_list()}
+    cfg = cfg if isinstance(cfg, dict) else None
     text = orjson.dumps(cfg, option=orjson.OPT_SORT_KEYS).decode() if cfg else "none"
-    return text + (f" (config hash {', '.join(sorted(hashes))})" if hashes else "")
+    torch_side = f"; dynamo/inductor settings {', '.join(sorted(hashes))}" if hashes else ""
+    return f"{text} (config hash {config_hash(cfg)[:16]}{torch_side})"
 
 
 def _collector_steps(d: RunData) -> int:

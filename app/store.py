@@ -25,7 +25,7 @@ from workbench import rundir
 from workbench.errors import InputError, TraceError, one_line
 from workbench.regular_file import read_regular
 
-_TRACE_SUFFIXES = (".json", ".json.gz", ".log")
+_TRACE_SUFFIXES = (".json", ".json.gz", ".log", ".log.gz")
 _SKIP_NAMES = {rundir.CACHE_DIR, "__pycache__", ".git"}
 
 

@@ -2,7 +2,7 @@
 """Analyses speed benchmark: every workbench analysis against HTA's equivalents, on the same input, in one run.
 
 The input is BUILT, not collected: the steps of a real two-rank H200 NCCL trace
-(``../shared/traces/h200-probe/nccl2c_r{0,1}.json``) are repeated with times shifted by whole steps and ids offset
+(``tests/data/traces/h200-probe/nccl2c_r{0,1}.json``) are repeated with times shifted by whole steps and ids offset
 (the generator of ``bench/ingest.py``) until every rank holds ``--events`` events (default 1M); 8 ranks by
 default. Files go to ``bench/_data/`` (git-ignored) and are reused.
 
@@ -45,8 +45,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DATA = HERE / "_data"
-SEEDS = [ROOT.parent / "shared/traces/h200-probe/nccl2c_r0.json.gz",
-         ROOT.parent / "shared/traces/h200-probe/nccl2c_r1.json.gz"]
+SEEDS = [ROOT / "tests/data/traces/h200-probe/nccl2c_r0.json.gz",
+         ROOT / "tests/data/traces/h200-probe/nccl2c_r1.json.gz"]
 BUILD_VERSION = 1
 TARGET = 0.1  # workbench time / HTA time <=
 
@@ -97,7 +97,7 @@ def build(ranks: int, events: int, log) -> tuple[Path, dict[str, Any]]:
             return folder, m
     missing = [s for s in SEEDS if not s.is_file()]
     if missing:
-        raise SystemExit(f"seed trace not found: {missing[0]} (needs ../shared/traces)")
+        raise SystemExit(f"seed trace not found: {missing[0]} (tests/data/traces is part of the repository)")
     log(f"building input: {ranks} ranks x {events:,} events from {SEEDS[0].name}, {SEEDS[1].name} ...")
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("*"):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Compile-log ingest speed: ``read_compile_logs`` against tlparse 0.4.3 (Rust) on the same TORCH_TRACE logs.
 
-The input is BUILT, not collected: the real rank-1 log of ``../shared/compile_logs/torch2.13-cpu/
+The input is BUILT, not collected: the real rank-1 log of ``tests/data/compile_logs/torch2.13-cpu/
 2rank-gloo-divergent-shape`` (torch 2.13, DDP + torch.compile, a recompile) is repeated until each rank's file
 reaches the target size, with frame ids shifted per copy (``"frame_id": N`` and ``compile_id "N/M"``) so every
 copy is a new set of compiles. Files: ``bench/_data/compile-<ranks>x<MB>MB/dedicated_log_torch_trace_rank_<r>_b.log``
@@ -20,6 +20,7 @@ for a user who wants to know what recompiled. Run:
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
 import platform
 import re
@@ -31,7 +32,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SEED = ROOT.parent / "shared/compile_logs/torch2.13-cpu/2rank-gloo-divergent-shape"
+SEED = ROOT / "tests/data/compile_logs/torch2.13-cpu/2rank-gloo-divergent-shape"
 DATA = ROOT / "bench" / "_data"
 SECTION = "## Compile-log ingest"
 
@@ -42,10 +43,10 @@ def build(ranks: int, mb: float) -> Path:
     done = out / ".done"
     if done.exists():
         return out
-    seed = sorted(SEED.glob("*rank_1_*.log"))
+    seed = sorted(SEED.glob("*rank_1_*.log.gz"))
     if not seed:
-        sys.exit(f"seed log missing: {SEED} (../shared is not beside this clone)")
-    text = seed[0].read_text()
+        sys.exit(f"seed log missing: {SEED} (tests/data/compile_logs is part of the repository)")
+    text = gzip.decompress(seed[0].read_bytes()).decode()
     frame_rx = re.compile(r'"frame_id": (\d+)')
     cid_rx = re.compile(r'"compile_id": "(\d+)/')
     out.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,7 @@ compile records, time per record against a bare pass over the same bytes.
 The input is GENERATED, not collected: each record is one compilation of a new frame as torch 2.13 logs it — a
 ``dynamo_start`` line with a two-frame stack, a ``recompile_reasons`` artifact with its payload line, and a
 ``compilation_metrics`` line with the fields the workbench reads (times, code name, cache counters, a short config).
-The field set follows the real log ``../shared/compile_logs/torch2.13-cpu/2rank-gloo-divergent-shape`` (whose
+The field set follows the real log ``tests/data/compile_logs/torch2.13-cpu/2rank-gloo-divergent-shape`` (whose
 metrics lines carry ~38 KB of config text each; here the config is a few words, so the records are small and the
 parse cost per record is the workbench's own, not orjson's on config text). Files are written to
 ``bench/_data/compile-records-<N>.log`` (git-ignored) and reused.

@@ -2,7 +2,7 @@
 """Ingest speed benchmark: ``workbench.open`` against a bare ``orjson.loads`` and against HTA.
 
 The input is BUILT, not collected: the steps of a real two-rank H200 trace
-(``../shared/traces/h200-probe/nccl2c_r{0,1}.json.gz``, torch 2.x Kineto, NCCL) are repeated with
+(``tests/data/traces/h200-probe/nccl2c_r{0,1}.json.gz``, torch 2.x Kineto, NCCL) are repeated with
 times shifted by whole multiples of the mean step length, step numbers renumbered to match, and
 ``correlation`` / ``External id`` / flow ids offset per copy so every link stays unique. Rank r takes
 its events from seed rank r % 2; ``distributedInfo`` says rank r of the built world. The files are
@@ -41,8 +41,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DATA = HERE / "_data"
 SEEDS = [
-    ROOT.parent / "shared/traces/h200-probe/nccl2c_r0.json.gz",
-    ROOT.parent / "shared/traces/h200-probe/nccl2c_r1.json.gz",
+    ROOT / "tests/data/traces/h200-probe/nccl2c_r0.json.gz",
+    ROOT / "tests/data/traces/h200-probe/nccl2c_r1.json.gz",
 ]
 BUILD_VERSION = 2  # bump when the generator changes, so old inputs are rebuilt
 MB = 1e6
@@ -179,7 +179,7 @@ def build(ranks: int, mb_per_rank: int, gz: bool, log) -> tuple[Path, Path | Non
     if not manifest:
         missing = [s for s in SEEDS if not s.is_file()]
         if missing:
-            raise SystemExit(f"seed trace not found: {missing[0]} (needs ../shared/traces)")
+            raise SystemExit(f"seed trace not found: {missing[0]} (tests/data/traces is part of the repository)")
         log(f"building input: {ranks} ranks x {mb_per_rank} MB from {SEEDS[0].name}, {SEEDS[1].name} ...")
         t0 = time.perf_counter()
         shutil.rmtree(DATA / name, ignore_errors=True)
@@ -378,7 +378,7 @@ of the same bytes and against HTA's `TraceAnalysis(trace_dir=...)`, each measure
 (peak RSS from `wait4`; for HTA's process pool, the sampled sum over its process tree).
 
 **The input is built, not collected**: the steps of the real 2-rank H200 trace
-`../shared/traces/h200-probe/nccl2c_r{0,1}.json.gz` are repeated with times shifted by whole multiples of
+`tests/data/traces/h200-probe/nccl2c_r{0,1}.json.gz` are repeated with times shifted by whole multiples of
 the step length (step numbers follow), `correlation`, `External id` and flow ids offset per copy so links
 stay unique; rank r takes its events from seed rank r % 2 and `distributedInfo` names rank r of 4. The
 files (`rank-N.json`, Kineto-like layout: a pretty header, one event per line) are written to
@@ -438,7 +438,7 @@ def main() -> None:
     env: dict[str, Any] = {"cpus": os.cpu_count(), "python": platform.python_version(), "polars": polars.__version__,
                            "orjson": orjson.__version__, "load_start": os.getloadavg()[0],
                            "mem_gb": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30,
-                           "seed": "../shared/traces/h200-probe/nccl2c_r{0,1}.json.gz", "hta": "–",
+                           "seed": "tests/data/traces/h200-probe/nccl2c_r{0,1}.json.gz", "hta": "–",
                            "repeat": a.repeat}
     jdir, gdir, manifest = build(a.ranks, a.mb_per_rank, a.gz, log)
     files = manifest["files"]

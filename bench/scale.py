@@ -9,7 +9,7 @@ late. The files (``rank-R.json``, Kineto-like layout) go to ``bench/_data/scale/
 removed at the end unless ``--keep``.
 
 For the memory target a second input repeats the steps of the real 2-rank H200 probe trace
-(``../shared/traces/h200-probe/nccl2c_r{0,1}``) to 40 MB per rank for 32 ranks (bench/ingest.py's builder):
+(``tests/data/traces/h200-probe/nccl2c_r{0,1}``) to 40 MB per rank for 32 ranks (bench/ingest.py's builder):
 the 32 ranks × 54 MB case of issue 15 at a size this disk and time budget allow.
 
 Every measurement runs in its own subprocess (peak RSS from ``wait4``; HTA's process pool: the sampled sum

@@ -9,15 +9,13 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+DATA = REPO / "tests" / "data"
 
 
 @pytest.fixture(scope="session")
-def shared_dir() -> Path:
-    """``../shared`` beside the checkout; tests that need it skip with a reason when it is absent."""
-    if not (SHARED / "traces").is_dir():
-        pytest.skip(f"{SHARED} is absent (the real traces live there): skipping")
-    return SHARED
+def data_dir() -> Path:
+    """``tests/data``: the real traces and compile logs the tests read (tests/data/README.md)."""
+    return DATA
 
 
 @pytest.fixture(scope="session")

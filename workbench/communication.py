@@ -12,7 +12,8 @@ ranges of a CPU run, and the point-to-point subset of communication.
 * :func:`is_collective_range` — host ranges that *execute* a collective (``gloo:*``, ``nccl:*``);
   :func:`is_comm_host_op` — any host op that issues or executes communication (those, ``c10d::*`` and
   ``record_param_comms``); :func:`is_p2p_kernel` — point-to-point communication kernels (send / recv);
-  :func:`is_p2p_recv_range` — host ranges that wait for a neighbour's data (a pipeline stage's receive);
+  :func:`is_p2p_call_range` — host ranges where a thread is in a point-to-point call (a pipeline stage's
+  receive wait or send call);
   :func:`is_p2p_range` — host send / receive ranges.
 
 Example:
@@ -33,7 +34,7 @@ _COLLECTIVE_RANGE_RE = r"^(gloo:|nccl:)"
 _COMM_HOST_OP_RE = r"^(gloo:|nccl:|c10d::|record_param_comms)"
 _P2P_KERNEL_RE = r"(?i)sendrecv|_send|_recv"
 _P2P_RANGE_RE = r"(send|recv)$"
-_P2P_RECV_RANGE_RE = r"(?i)^(gloo|nccl):recv|^c10d::recv"
+_P2P_CALL_RANGE_RE = r"(?i)^(gloo|nccl):recv|^c10d::(recv|send)"
 
 
 def _s(name: pl.Expr) -> pl.Expr:
@@ -66,10 +67,12 @@ def is_p2p_range(name: pl.Expr) -> pl.Expr:
     return _s(name).str.contains(_P2P_RANGE_RE)
 
 
-def is_p2p_recv_range(name: pl.Expr) -> pl.Expr:
-    """A host range that waits to receive from a neighbour (``gloo:recv``, ``nccl:recv``, ``c10d::recv_``)."""
-    return _s(name).str.contains(_P2P_RECV_RANGE_RE)
+def is_p2p_call_range(name: pl.Expr) -> pl.Expr:
+    """A host range where the thread is in a point-to-point call: a receive wait (``gloo:recv``, ``nccl:recv``,
+    ``c10d::recv_``) or a send call (``c10d::send``), not the asynchronous ``gloo:send`` range, which runs on
+    under the compute."""
+    return _s(name).str.contains(_P2P_CALL_RANGE_RE)
 
 
 __all__ = ["COMM_CALL", "COMM_KERNEL_RE", "GLOO_OP_RE", "is_collective_range", "is_comm_host_op",
-           "is_comm_kernel_name", "is_p2p_kernel", "is_p2p_range", "is_p2p_recv_range"]
+           "is_comm_kernel_name", "is_p2p_kernel", "is_p2p_range", "is_p2p_call_range"]

@@ -174,9 +174,8 @@ class CompileConfig:
         return {k: v for k, v in out.items() if v}
 
     def config_hash(self) -> str:
-        """sha256 of the canonical JSON of :meth:`to_dict` (stable across key order)."""
-        blob = json.dumps(self.to_dict(), sort_keys=True, default=str).encode()
-        return hashlib.sha256(blob).hexdigest()
+        """:func:`config_hash` of :meth:`to_dict`."""
+        return config_hash(self.to_dict())
 
     def dump(self, comments: dict[str, str] | None = None, header: str | None = None) -> str:
         """The config as TOML text (:func:`dump_compile_config` without the recommender's key list)."""
@@ -232,6 +231,19 @@ def read_regular_file(path: str | Path, limit: int, what: str) -> bytes:
         raise InputError(f"{p}: cannot read the {what} ({exc.strerror or exc})") from None
     finally:
         os.close(fd)
+
+
+def config_hash(config: dict[str, Any] | None) -> str:
+    """sha256 (hex) of a compile config as data (:meth:`CompileConfig.to_dict`, ``run.json``'s ``compile_config``):
+    configs that set anything differently hash differently, key order aside; no config, an empty one and one of
+    empty sections all hash to :data:`NO_CONFIG_HASH`."""
+    data = {k: v for k, v in (config or {}).items() if v not in (None, {}, [], "")}
+    blob = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+#: The hash of no compile config (:func:`config_hash` of ``None``).
+NO_CONFIG_HASH = hashlib.sha256(b"{}").hexdigest()
 
 
 def load_compile_config(path: str | Path, *, validate: ValidateMode = "auto",

@@ -68,8 +68,10 @@ _STEP = re.compile(r"step\s*[=:]\s*(-?\d+)")
 _LIMIT = re.compile(r"recompile limit|cache_size_limit|Limit type: ", re.I)
 _GRAPH_BREAK = re.compile(r"graph break", re.I)
 _MAX_TEXT = 4000
-#: The largest compile log read (bytes); a bigger one is one line naming it.
+#: The largest compile log read (bytes, compressed or not); a bigger one is one line naming it.
 MAX_LOG_BYTES = 4 << 30
+#: Names a folder's compile logs end with (gzip-compressed logs are read as they are).
+LOG_SUFFIXES = (".log", ".log.gz")
 _INT32 = 1 << 31
 _INT64 = 1 << 63
 
@@ -376,6 +378,19 @@ _SKIP_KINDS_B = frozenset(k.encode() for k in _SKIP_KINDS)
 _KNOWN_B = frozenset(k.encode() for k in KNOWN_EVENTS)
 
 
+def read_log_bytes(path: Path, max_bytes: int = MAX_LOG_BYTES) -> bytes:
+    """The bytes of a TORCH_TRACE log, decompressed when it is gzip (``*.log.gz``); :class:`TraceError` naming
+    the file when it cannot be read, is over ``max_bytes`` (compressed or not), or is named ``.gz`` but is not."""
+    from workbench.kineto import gunzip
+
+    data, _ = rundir.read_regular(path, max_bytes, "compile log")
+    if data[:2] == b"\x1f\x8b":
+        return gunzip(path, data, max_bytes, "a compile log")
+    if path.name.endswith(".gz"):
+        raise TraceError(path, "named .gz but is not gzip-compressed")
+    return data
+
+
 def _read_one(path: Path, forced_rank: int | None) -> tuple[list[dict[str, Any]], Counter, int | None, str | None]:
     """One log → (rows, skipped counts, rank, torch version); :class:`TraceError` if the file cannot be read.
 
@@ -386,7 +401,7 @@ def _read_one(path: Path, forced_rank: int | None) -> tuple[list[dict[str, Any]]
     if name_rank is not None and name_rank >= _INT32:
         raise TraceError(path, f"the file name claims rank {one_line(str(name_rank), 40)}, which is not a rank "
                                "(0 to 2**31 - 1): rename the file")
-    data, _ = rundir.read_regular(path, MAX_LOG_BYTES, "compile log")
+    data = read_log_bytes(path)
     rd = _LogReader()
     want: list[bytes] | None = None  # lines of the payload being collected
     pending: tuple[dict[str, Any], dict[str, int | None]] | None = None
@@ -615,7 +630,7 @@ def _expand(paths: list[Path]) -> list[Path]:
     for p in paths:
         p = Path(p)
         if p.is_dir():
-            out.extend(sorted(x for x in p.glob("*.log") if x.is_file()))
+            out.extend(sorted(x for x in p.iterdir() if x.name.endswith(LOG_SUFFIXES) and x.is_file()))
         else:
             out.append(p)
     return out
@@ -623,7 +638,7 @@ def _expand(paths: list[Path]) -> list[Path]:
 
 def read_compile_logs(paths: list[Path], *, rank: int | None = None,
                       problems: list[str] | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Read TORCH_TRACE logs (files, or folders of ``*.log``) into (COMPILES, SKIPPED) frames.
+    """Read TORCH_TRACE logs (files, or folders of ``*.log`` / ``*.log.gz``) into (COMPILES, SKIPPED) frames.
 
     The rank of each file is ``rank`` when given, else ``_rank_<N>_`` in the file name (what torch named the file
     after; tlparse uses it too), else the ``rank`` key in the log, else 0 (a single-process run). A rank key that

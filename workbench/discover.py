@@ -3,7 +3,8 @@
 Accepted inputs: a run directory (``run.json`` / ``rank<R>/``), a folder of per-rank Kineto traces
 (``tensorboard_trace_handler`` output, HTA-style ``rank-N.json.gz``), one trace file, a folder of
 TORCH_TRACE logs, or one such log. A TORCH_TRACE log is found by name (``dedicated_log_torch_trace*.log``, a
-collector's ``compile/*.log``) or, whatever its name, by its first line (as tlparse reads any file).
+collector's ``compile/*.log``, either also as ``.log.gz``) or, whatever its name, by its first line (as tlparse
+reads any file).
 
 The walk is safe on hostile trees: it lists only regular files (never opens a FIFO, socket or device), follows a
 linked folder only when it resolves inside the root and was not seen before, and skips a folder it cannot list,
@@ -73,9 +74,15 @@ _SNIFF_BYTES = 512
 MAX_SNIFFED = 10_000
 
 
+def is_log_name(path: Path) -> bool:
+    """A ``.log`` or ``.log.gz`` file name."""
+    return path.name.endswith((".log", ".log.gz"))
+
+
 def is_compile_log(path: Path) -> bool:
-    """A TORCH_TRACE structured log by name (``dedicated_log_torch_trace*.log`` or a collector's ``compile/*.log``)."""
-    return path.suffix == ".log" and (path.name.startswith("dedicated_log_torch_trace") or path.parent.name == "compile")
+    """A TORCH_TRACE structured log by name (``dedicated_log_torch_trace*.log`` or a collector's ``compile/*.log``;
+    either gzip-compressed as ``.log.gz``)."""
+    return is_log_name(path) and (path.name.startswith("dedicated_log_torch_trace") or path.parent.name == "compile")
 
 
 def looks_like_compile_log(path: Path) -> bool:
@@ -159,7 +166,7 @@ def _classify(p: Path, src: Sources, sniffed: list[int], rank: int | None = None
     """Add ``p`` to ``src`` as a trace or a compile log when it is one."""
     if is_trace_file(p):
         src.traces.append(TraceSource(p, rank))
-    elif is_compile_log(p) or (any_log and p.suffix == ".log"):
+    elif is_compile_log(p) or (any_log and is_log_name(p)):
         src.compile_logs.append((p, rank))
     elif sniffed[0] < MAX_SNIFFED:
         sniffed[0] += 1
@@ -179,7 +186,7 @@ def discover(path: str | Path) -> Sources:
         if not _regular(root, notes):
             raise InputError(notes[0].removesuffix(": skipped") if notes else f"{root}: not a regular file")
         src = Sources(root=root)
-        if is_compile_log(root) or root.suffix == ".log" or looks_like_compile_log(root):
+        if is_log_name(root) or looks_like_compile_log(root):
             src.compile_logs.append((root, None))
         else:
             src.traces.append(TraceSource(root))

@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import gc
+import gzip
 import io
 import os
 import pickle
@@ -687,6 +688,14 @@ def _graph_collectives(payload: str) -> list[dict[str, Any]]:
     return out
 
 
+def _lines(fh: io.TextIOWrapper) -> Iterator[str]:
+    """The lines of ``fh``, ending early where compressed data turns out corrupt or cut short."""
+    try:
+        yield from fh
+    except (gzip.BadGzipFile, EOFError, zlib.error):
+        return
+
+
 def read_graph_collectives(path: Path, rank: int | None) -> list[dict[str, Any]]:
     """The ``_c10d_functional`` collectives of every compiled graph in one TORCH_TRACE log, in graph order."""
     rows: list[dict[str, Any]] = []
@@ -701,7 +710,9 @@ def read_graph_collectives(path: Path, rank: int | None) -> list[dict[str, Any]]
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         return rows
-    with open(fd, "r", errors="replace") as fh:
+    raw = open(fd, "rb")
+    stream = gzip.GzipFile(fileobj=raw) if raw.peek(2)[:2] == b"\x1f\x8b" else raw   # a .log.gz is read as it is
+    with raw, io.TextIOWrapper(stream, encoding="utf-8", errors="replace") as fh:
         current: tuple[str, str, int | None] | None = None
         buf: list[str] = []
 
@@ -712,7 +723,7 @@ def read_graph_collectives(path: Path, rank: int | None) -> list[dict[str, Any]]
                     rows.append({"rank": rank if rank is not None else r, "compile_id": cid, "graph": graph,
                                  "index": i, **c, "log_file": str(path)})
 
-        for line in fh:
+        for line in _lines(fh):
             if line.startswith("\t"):
                 if current is not None:
                     buf.append(line[1:])

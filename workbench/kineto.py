@@ -165,13 +165,13 @@ def read_bytes(path: Path, max_bytes: int | None = None) -> bytes:
     max_bytes = MAX_TRACE_BYTES if max_bytes is None else max_bytes
     raw, _ = rundir.read_regular(path, max_bytes, "trace file")
     if raw[:2] == b"\x1f\x8b":
-        return _gunzip(path, raw, max_bytes)
+        return gunzip(path, raw, max_bytes)
     if path.suffix == ".gz":
         raise TraceError(path, "named .gz but is not gzip-compressed")
     return raw
 
 
-def _gunzip(path: Path, raw: bytes, max_bytes: int) -> bytes:
+def gunzip(path: Path, raw: bytes, max_bytes: int, what: str = "a trace") -> bytes:
     """The gzip members of ``raw`` decompressed, never more than ``max_bytes`` (a gzip bomb is one line)."""
     out: list[bytes] = []
     total = 0
@@ -184,7 +184,7 @@ def _gunzip(path: Path, raw: bytes, max_bytes: int) -> bytes:
             raise TraceError(path, f"corrupt gzip data ({exc})") from None
         total += len(chunk)
         if total > max_bytes:
-            raise TraceError(path, f"decompresses to more than {max_bytes:,} bytes (the limit for a trace): not read")
+            raise TraceError(path, f"decompresses to more than {max_bytes:,} bytes (the limit for {what}): not read")
         out.append(chunk)
         if not d.eof:
             raise TraceError(path, "truncated gzip: the compressed data ends early (copy cut short?)")

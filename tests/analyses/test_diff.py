@@ -31,6 +31,7 @@ from workbench.analyses.diff import (
 )
 from workbench.analyses.findings import flatten
 from workbench.analyses.summary import analysis_tables
+from workbench.compile_config import NO_CONFIG_HASH
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "sample_traces"
@@ -103,7 +104,11 @@ def test_bundled_pair_proves_the_fix(bundled):
     d = diff_runs(*bundled)
     assert d.comparability.level == "comparable", d.comparability
     assert [x.what for x in d.comparability.differences] == ["compile config"]
-    assert d.comparability.differences[0].effect == "expected"
+    cfg = d.comparability.differences[0]
+    assert cfg.effect == "expected"
+    # each side shows its config's own hash: no config and the mark_dynamic config hash differently
+    assert f"config hash {NO_CONFIG_HASH[:16]}" in cfg.before and "config hash" in cfg.after
+    assert NO_CONFIG_HASH[:16] not in cfg.after, cfg
     kinds = _by_kind(d)
     div = kinds["divergent_recompile"][0]
     assert div.verdict == "fixed" and div.ranks == (0, 1) and div.steps == (6,), div
@@ -178,11 +183,9 @@ def test_different_jobs_are_not_comparable():
     assert r.returncode == 1 and "not comparable" in r.stderr
 
 
-def test_foreign_traces_of_other_hardware_warn(shared_dir):
-    a100 = shared_dir / "traces" / "hta" / "nccl_parser_config"
+def test_foreign_traces_of_other_hardware_warn(data_dir):
+    a100 = data_dir / "traces" / "hta" / "nccl_parser_config"
     h200 = SAMPLES / "h200x2-ddp-nccl"
-    if not a100.is_dir() or not h200.is_dir():
-        pytest.skip("A100 trace or h200x2-ddp-nccl absent")
     c = diff_runs(_data(a100), _data(h200)).comparability
     what = {x.what: (x.before, x.after, x.effect) for x in c.differences}
     assert "A100" in what["device"][0] and "H200" in what["device"][1] and what["device"][2] == "warning"

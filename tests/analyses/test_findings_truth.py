@@ -23,7 +23,7 @@ from workbench.schema import ANALYSIS_TABLES, COMPILES, FINDINGS, empty
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_traces"
-SHARED = ROOT.parent / "shared"
+DATA = ROOT / "tests" / "data"
 
 
 def _sample(name: str):
@@ -33,11 +33,8 @@ def _sample(name: str):
     return workbench.open(path)
 
 
-def _shared(rel: str) -> Path:
-    path = SHARED / rel
-    if not path.exists():
-        pytest.skip(f"{path} is absent (../shared is not beside this clone)")
-    return path
+def _data(rel: str) -> Path:
+    return DATA / rel
 
 
 def _without_compile_logs(run) -> SimpleNamespace:
@@ -63,7 +60,7 @@ def test_compile_in_the_window_is_compiling_not_host_bound_nor_a_straggler() -> 
 
 
 def test_profiler_with_stack_is_said_not_just_investigate() -> None:
-    run = workbench.open(_shared("traces/h200-probe/ws1c_r0.json.gz"))
+    run = workbench.open(_data("traces/h200-probe/ws1c_r0.json.gz"))
     roots = run.findings()
     idle = [f for f in roots if f.kind in ("host_bound", "launch_bound")]
     assert idle and idle[0].evidence.profiler_inflated and "profiler's own cost" in idle[0].message
@@ -72,7 +69,7 @@ def test_profiler_with_stack_is_said_not_just_investigate() -> None:
 
 
 def test_graph_break_is_never_a_failure_on_real_logs() -> None:
-    logs = [_shared("compile_logs/torch2.13-cpu/single-process/graph_break")]
+    logs = [_data("compile_logs/torch2.13-cpu/single-process/graph_break")]
     run = _sample("cpu-gloo-fsdp2")
     for compiles in (read_compile_logs(logs)[0], run.compiles):
         c = classify_compiles(compiles)
@@ -82,7 +79,7 @@ def test_graph_break_is_never_a_failure_on_real_logs() -> None:
         assert not [f for f in found if f.kind == "compile_failure"]
         for f in breaks:
             assert "fail" not in f.message.lower() and isinstance(f.evidence, CompileGroupEvidence)
-    failed = classify_compiles(read_compile_logs([_shared("compile_logs/torch2.13-cpu/single-process/fullgraph_fail")])[0])
+    failed = classify_compiles(read_compile_logs([_data("compile_logs/torch2.13-cpu/single-process/fullgraph_fail")])[0])
     kinds = {f.kind for f in recompile_finding_list(failed)}
     assert "compile_failure" in kinds  # fullgraph=True really raised there (status failed)
 
@@ -90,7 +87,7 @@ def test_graph_break_is_never_a_failure_on_real_logs() -> None:
 def test_ranks_compiling_different_frames_run_different_programs() -> None:
     """Two real single-process logs of different scenarios as ranks 0 and 1: they compile different frames, which
     is not a divergent recompile (nobody waited for code they never run)."""
-    base = _shared("compile_logs/torch2.13-cpu/single-process")
+    base = _data("compile_logs/torch2.13-cpu/single-process")
     a, _ = read_compile_logs([base / "graph_break"], rank=0)
     b, _ = read_compile_logs([base / "dtype"], rank=1)
     c = classify_compiles(pl.concat([a, b], how="vertical_relaxed"))
@@ -102,7 +99,7 @@ def test_ranks_compiling_different_frames_run_different_programs() -> None:
 
 
 def test_divergence_is_matched_by_code_object_on_the_real_two_rank_log() -> None:
-    c = classify_compiles(read_compile_logs([_shared("compile_logs/torch2.13-cpu/2rank-gloo-divergent-shape")])[0])
+    c = classify_compiles(read_compile_logs([_data("compile_logs/torch2.13-cpu/2rank-gloo-divergent-shape")])[0])
     div = divergent_compiles(c)
     assert div.height == 1 and div["ranks"][0].to_list() == [1] and div["missing_ranks"][0].to_list() == [0]
     f = next(x for x in recompile_finding_list(c) if x.kind == "divergent_recompile")
@@ -187,7 +184,7 @@ def test_recompiles_into_the_limit_are_one_root_cause() -> None:
     (``recompile_limit``), the recompiles under it, its cost their compile time."""
     from workbench.analyses.rootcause import link_compile_causes
 
-    c = classify_compiles(read_compile_logs([_shared("compile_logs/torch2.13-cpu/single-process/limit")])[0])
+    c = classify_compiles(read_compile_logs([_data("compile_logs/torch2.13-cpu/single-process/limit")])[0])
     found = recompile_finding_list(c)
     limit = [f for f in found if f.kind == "recompile_limit"]
     assert len(limit) == 1

@@ -8,12 +8,10 @@ import pytest
 import workbench
 from workbench.analyses.breakdown import breakdown_by_rank, idle_breakdown_long, idle_gaps, time_breakdown
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
-TRACES = SHARED / "traces" / "hta"
-pytestmark = pytest.mark.skipif(not (TRACES / "reference").is_dir(), reason=f"{SHARED} (the shared traces) is absent")
+TRACES = Path(__file__).resolve().parents[1] / "data" / "traces" / "hta"
 
 #: Every HTA test trace that has a reference output (HTA 0.5.0's own numbers).
-CASES = sorted(p.name for p in (TRACES / "reference").iterdir()) if (TRACES / "reference").is_dir() else []
+CASES = sorted(p.name for p in (TRACES / "reference").iterdir())
 #: Points by which ours may differ from HTA's on unrounded input, and why (docs/analyses.md, "Against HTA").
 TOLERANCE = 0.5
 #: Known differences over TOLERANCE, each explained in docs/analyses.md and proven exact under HTA's rounding by

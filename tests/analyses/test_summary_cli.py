@@ -12,8 +12,7 @@ from workbench.analyses.summary import analysis_tables, analyze
 from workbench.cli import app
 from workbench.schema import FINDINGS
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
-TRACE = SHARED / "traces" / "hta" / "trace_filter"
+TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "hta" / "trace_filter"
 
 
 def _run(comm_ns):
@@ -53,7 +52,6 @@ def test_analyze_on_tables_without_files():
     assert {"breakdown", "overlap", "idle_gaps", "collective_instances", "stragglers", "findings"} <= set(t.names())
 
 
-@pytest.mark.skipif(not TRACE.is_dir(), reason=f"{SHARED} (the shared traces) is absent")
 def test_cli_analyze_json():
     runner = CliRunner()
     res = runner.invoke(app, ["analyze", str(TRACE), "--json"])

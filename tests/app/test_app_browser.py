@@ -385,11 +385,11 @@ def test_cli_defaults_to_localhost():
     assert "127.0.0.1" in out.output and "8050" in out.output
 
 
-def test_shared_hta_trace_breakdown_equals_analysis(page, served_factory, shared_dir, artifacts):
+def test_hta_trace_breakdown_equals_analysis(page, served_factory, data_dir, artifacts):
     from workbench.analyses.summary import analysis_tables
     from workbench.app.page_breakdown import rank_table
 
-    path = shared_dir / "traces" / "hta" / "trace_filter"
+    path = data_dir / "traces" / "hta" / "trace_filter"
     app = create_app([path], background=False)
     served = served_factory(app)
     goto_ready(page, served.url("/breakdown?run=trace_filter"), "breakdown")

@@ -49,9 +49,9 @@ def test_html_report_renders_in_the_browser(sample, tmp_path, page, artifacts):
     page.screenshot(path=str(artifacts / "report.png"), full_page=True)
 
 
-def test_report_on_a_shared_trace(shared_dir, tmp_path):
+def test_report_on_a_real_trace(data_dir, tmp_path):
     out = tmp_path / "r.html"
-    res = CliRunner().invoke(cli, ["report", str(shared_dir / "traces" / "hta" / "trace_filter"), "-o", str(out),
+    res = CliRunner().invoke(cli, ["report", str(data_dir / "traces" / "hta" / "trace_filter"), "-o", str(out),
                                    "--plotlyjs", "cdn"])
     assert res.exit_code == 0, res.output
     text = out.read_text()

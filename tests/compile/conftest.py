@@ -1,4 +1,4 @@
-"""Fixtures for the compile tests: ``shared`` locates ../shared relative to the repo root (skips if absent)."""
+"""Fixtures for the compile tests: ``compile_logs`` is tests/data/compile_logs (the real TORCH_TRACE logs)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared"
-COMPILE_LOGS = SHARED / "compile_logs"
+COMPILE_LOGS = REPO / "tests" / "data" / "compile_logs"
 
 
 @pytest.fixture(scope="session")
 def compile_logs() -> Path:
-    if not COMPILE_LOGS.is_dir():
-        pytest.skip(f"reference logs absent: {COMPILE_LOGS} (../shared is not beside this clone)")
     return COMPILE_LOGS

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from workbench.collectors.apply import ConfigApplier
-from workbench.compile_config import CompileConfig, MarkDynamic, dump_compile_config, load_compile_config
+from workbench.compile_config import NO_CONFIG_HASH, CompileConfig, MarkDynamic, config_hash, dump_compile_config, \
+    load_compile_config
 from workbench.errors import InputError
 
 FULL = """
@@ -68,6 +69,23 @@ def test_roundtrip_dump(tmp_path):
     again = CompileConfig.from_dict(tomllib.loads(text), source="dumped")
     assert again.to_dict() == cfg.to_dict()
     assert again.config_hash() == cfg.config_hash()
+
+
+def test_config_hash_tells_configs_apart_and_no_config_is_one_value():
+    """Issue 32: the diff showed one hash for no config and for a ``mark_dynamic`` config."""
+    configs = [{"mark_dynamic": {"0": {"dim": 0}}}, {"mark_dynamic": {"0": {"dim": 1}}},
+               {"mark_dynamic": {"x": {"dim": 0}}}, {"compile": {"dynamic": True}}, {"compile": {"dynamic": False}},
+               {"dynamo": {"recompile_limit": 16}}, {"dynamo": {"recompile_limit": "16"}},
+               {"env": {"TORCH_LOGS": "recompiles"}}, {"dynamo": {"recompile_limit": 16}, "compile": {"dynamic": True}}]
+    hashes = [config_hash(c) for c in configs]
+    assert len(set(hashes)) == len(configs) and NO_CONFIG_HASH not in hashes
+    assert config_hash(None) == config_hash({}) == config_hash({"dynamo": {}, "env": {}}) == NO_CONFIG_HASH
+    assert CompileConfig.from_dict({}, validate=False).config_hash() == NO_CONFIG_HASH
+    both = {"dynamo": {"recompile_limit": 16, "cache_size_limit": 8}, "compile": {"dynamic": True}}
+    reordered = {"compile": {"dynamic": True}, "dynamo": {"cache_size_limit": 8, "recompile_limit": 16}}
+    assert config_hash(both) == config_hash(reordered)
+    cfg = CompileConfig.from_dict({"mark_dynamic": {"0": {"dim": 0}}}, validate=False)
+    assert cfg.config_hash() == config_hash(cfg.to_dict()) == hashes[0]   # what run.json stores hashes the same
 
 
 @pytest.mark.parametrize("text,needle", [

@@ -1,7 +1,8 @@
-"""TORCH_TRACE ingest and cause classification on the real logs in ../shared/compile_logs."""
+"""TORCH_TRACE ingest and cause classification on the real logs in tests/data/compile_logs."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from pathlib import Path
@@ -13,9 +14,14 @@ from workbench import schema
 from workbench.analyses.recompiles import (
     classify_compiles, classify_graph_break, classify_reason, divergent_compiles, recompile_findings,
 )
-from workbench.compile_log import format_compile_id, rank_from_filename, read_compile_logs
+from workbench.compile_log import format_compile_id, rank_from_filename, read_compile_logs, read_log_bytes
 
 SP = "torch2.13-cpu/single-process"
+
+
+def _text(path: Path) -> str:
+    """A stored (gzip-compressed) log's text."""
+    return gzip.decompress(path.read_bytes()).decode()
 
 # folder -> {compile_id: (cause, cause_detail or None, substrings of cause_source)}
 EXPECTED = {
@@ -141,7 +147,7 @@ def test_guard_collectives_run_is_not_divergent(compile_logs):
     assert causes == {0: "backend", 1: "shape"}
 
 
-@pytest.mark.parametrize("name", ["simple.log", "comp_failure.log", "multi_rank_schedule"])
+@pytest.mark.parametrize("name", ["simple.log.gz", "comp_failure.log.gz", "multi_rank_schedule"])
 def test_tlparse_logs_parse(compile_logs, name):
     c, skipped = read_compile_logs([compile_logs / "tlparse" / name])
     assert c.height >= 1
@@ -225,6 +231,7 @@ def test_helpers():
     assert rank_from_filename("dedicated_log_torch_trace_rank_12_x1.log") == 12
     assert rank_from_filename("dedicated_log_torch_trace_rank_2.log") == 2
     assert rank_from_filename("dedicated_log_torch_trace_abc.log") is None
+    assert rank_from_filename("dedicated_log_torch_trace_rank_3_ab.log.gz") == 3
     assert format_compile_id(0, 1) == "0/1" and format_compile_id(0, 0, 1) == "0/0_1"
     assert format_compile_id(1, 0, 0, 2) == "!2/1/0"
 
@@ -236,16 +243,46 @@ def test_unreadable_file_raises_trace_error(tmp_path):
         read_compile_logs([tmp_path / "missing.log"])
 
 
+def test_gzip_compressed_logs_read_as_the_plain_ones(compile_logs, tmp_path):
+    """A ``.log.gz`` (how tests/data stores its logs) gives the rows of the plain log, found by a folder, a run
+    and ``workbench.open`` alike; a bomb, a cut-short file and a ``.gz`` that is not gzip are one line each."""
+    import workbench
+    from workbench.errors import TraceError
+
+    src = compile_logs / "torch2.13-cpu/2rank-gloo-divergent-shape"
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for f in src.glob("*.log.gz"):
+        (plain / f.name.removesuffix(".gz")).write_bytes(gzip.decompress(f.read_bytes()))
+    a, _ = read_compile_logs([plain])
+    b, _ = read_compile_logs([src])
+    assert a.height == 3 and a.drop("log_file").equals(b.drop("log_file"))
+    assert workbench.open(src, cache=False).compiles.drop("log_file").equals(
+        workbench.open(plain, cache=False).compiles.drop("log_file"))
+    bomb = tmp_path / "dedicated_log_torch_trace_rank_0_bomb.log.gz"
+    bomb.write_bytes(gzip.compress(b"\0" * (1 << 20)))
+    with pytest.raises(TraceError, match="decompresses to more than 100,000 bytes .the limit for a compile log."):
+        read_log_bytes(bomb, 100_000)
+    cut = tmp_path / "dedicated_log_torch_trace_rank_0_cut.log.gz"
+    cut.write_bytes(next(src.glob("*.log.gz")).read_bytes()[:5000])
+    fake = tmp_path / "dedicated_log_torch_trace_rank_0_fake.log.gz"
+    fake.write_text("V1205 00:00:00.000000 1 x.py:1] {}\n")
+    for bad, why in ((cut, "truncated gzip"), (fake, "named .gz but is not gzip-compressed")):
+        problems: list[str] = []
+        read_compile_logs([bad], problems=problems)
+        assert len(problems) == 1 and str(bad) in problems[0] and why in problems[0], problems
+
+
 # --- fidelity (issue 11): repeated compile ids, graph breaks vs failures, unknown times, cache bypasses ------
 
 
 def test_repeated_compile_ids_stay_separate_compilations(compile_logs, tmp_path):
     """A log whose compile ids come back (here the same process's log twice, as after ``torch._dynamo.reset()``)
     keeps every compilation, numbered by ``sequence``."""
-    src = next((compile_logs / SP / "shape").glob("*.log"))
+    src = next((compile_logs / SP / "shape").glob("*.log.gz"))
     once, _ = read_compile_logs([src])
     twice_log = tmp_path / "twice.log"
-    twice_log.write_text(src.read_text() + src.read_text())
+    twice_log.write_text(_text(src) + _text(src))
     twice, skipped = read_compile_logs([twice_log])
     assert twice.height == 2 * once.height and skipped.height == 0
     for cid in once["compile_id"].to_list():
@@ -268,9 +305,9 @@ def test_graph_break_is_never_a_failure(compile_logs):
 
 
 def test_unknown_compile_time_is_null_not_zero(compile_logs, tmp_path):
-    src = next((compile_logs / SP / "shape").glob("*.log"))
+    src = next((compile_logs / SP / "shape").glob("*.log.gz"))
     lines = []
-    for ln in src.read_text().split("\n"):
+    for ln in _text(src).split("\n"):
         if '{"compilation_metrics"' in ln:
             head, _, body = ln.partition("] ")
             ev = json.loads(body)
@@ -285,8 +322,8 @@ def test_unknown_compile_time_is_null_not_zero(compile_logs, tmp_path):
 
 
 def test_aotautograd_cache_bypass_counted(compile_logs, tmp_path):
-    src = next((compile_logs / SP / "shape").glob("*.log"))
-    text = src.read_text().split("\n")
+    src = next((compile_logs / SP / "shape").glob("*.log.gz"))
+    text = _text(src).split("\n")
     i = next(i for i, ln in enumerate(text) if '{"compilation_metrics"' in ln and '"frame_compile_id": 1' in ln)
     prefix = text[i].partition("] ")[0]
     bypass = (prefix + '] {"artifact": {"name": "aotautograd_cache_bypass", "encoding": "json"}, '
@@ -301,7 +338,7 @@ def test_aotautograd_cache_bypass_counted(compile_logs, tmp_path):
 
 
 def test_tlparse_logs_of_older_torch_keep_unknown_times_null(compile_logs):
-    c, _ = read_compile_logs([compile_logs / "tlparse" / "comp_failure.log"])
+    c, _ = read_compile_logs([compile_logs / "tlparse" / "comp_failure.log.gz"])
     row = c.row(0, named=True)
     assert row["status"] == "failed" and row["duration_ns"] is None  # the log records no compile time
 

@@ -3,6 +3,7 @@ exit code, and the good data still loads."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -20,8 +21,7 @@ from workbench.errors import InputError, TraceError
 from workbench.kineto import ASSUMED_RANK, MAX_WORLD_SIZE
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared"
-LOGS = SHARED / "compile_logs" / "torch2.13-cpu" / "2rank-gloo-divergent-shape"
+LOGS = REPO / "tests" / "data" / "compile_logs" / "torch2.13-cpu" / "2rank-gloo-divergent-shape"
 BASE = 1_790_000_000_000_000_000
 
 
@@ -92,20 +92,19 @@ def _odd_log(tmp_path: Path, replace: str, by: str, line_with: str = '{"dynamo_s
     """A copy of the two-rank logs where rank 1's first line holding ``line_with`` has ``replace`` -> ``by``."""
     logs = tmp_path / "logs"
     logs.mkdir()
-    for f in sorted(LOGS.glob("*.log")):
-        lines = f.read_text().split("\n")
+    for f in sorted(LOGS.glob("*.log.gz")):
+        lines = gzip.decompress(f.read_bytes()).decode().split("\n")
         if "rank_1" in f.name:
             i = next(i for i, ln in enumerate(lines) if line_with in ln and replace in ln)
             lines[i] = lines[i].replace(replace, by, 1)
-        (logs / f.name).write_text("\n".join(lines))
+        (logs / f.name.removesuffix(".gz")).write_text("\n".join(lines))
     return logs
 
 
-@pytest.mark.skipif(not LOGS.is_dir(), reason=f"{LOGS} (the shared compile logs) is absent")
 @pytest.mark.parametrize("by", ['"attempt": "0"', '"attempt": [0]', '"frame_id": {"a": 1}'])
 def test_odd_field_in_one_compile_log_skips_that_line_only(tmp_path: Path, by: str) -> None:
     logs = _odd_log(tmp_path, '"attempt": 0', by)
-    good, _ = read_compile_logs(sorted(LOGS.glob("*.log")))
+    good, _ = read_compile_logs(sorted(LOGS.glob("*.log.gz")))
     compiles, skipped = read_compile_logs(sorted(logs.glob("*.log")))
     assert sorted(set(compiles["rank"].to_list())) == [0, 1]
     assert compiles.filter(pl.col("rank") == 0).height == good.filter(pl.col("rank") == 0).height
@@ -121,7 +120,6 @@ def test_odd_field_in_one_compile_log_skips_that_line_only(tmp_path: Path, by: s
     assert info["compiles"] == compiles.height and [k for k in info["skipped"] if f"'{field}'" in k]
 
 
-@pytest.mark.skipif(not LOGS.is_dir(), reason=f"{LOGS} (the shared compile logs) is absent")
 def test_odd_metrics_field_is_null_not_fatal(tmp_path: Path) -> None:
     logs = _odd_log(tmp_path, '"co_firstlineno": ', '"co_firstlineno": [1, 2], "x": ', '{"compilation_metrics"')
     compiles, skipped = read_compile_logs(sorted(logs.glob("*.log")))
@@ -130,7 +128,6 @@ def test_odd_metrics_field_is_null_not_fatal(tmp_path: Path) -> None:
     assert skipped.filter(pl.col("reason").str.contains("co_firstlineno")).height == 1
 
 
-@pytest.mark.skipif(not LOGS.is_dir(), reason=f"{LOGS} (the shared compile logs) is absent")
 def test_unreadable_compile_log_is_one_problem_with_skip(tmp_path: Path) -> None:
     logs = _odd_log(tmp_path, '"attempt": 0', '"attempt": 0')
     bad = next(logs.glob("*rank_1*.log"))
@@ -307,12 +304,10 @@ def test_lone_rankless_one_process_trace_is_rank_zero_with_a_note(tmp_path: Path
 
 
 def test_compile_log_found_by_content_whatever_its_name(tmp_path: Path) -> None:
-    if not LOGS.is_dir():
-        pytest.skip(f"{LOGS} (the shared compile logs) is absent")
-    src = sorted(LOGS.glob("*rank_0*.log"))[0]
+    src = sorted(LOGS.glob("*rank_0*.log.gz"))[0]
     d = tmp_path / "renamed"
     d.mkdir()
-    (d / "train_output.txt").write_bytes(src.read_bytes())
+    (d / "train_output.txt").write_bytes(gzip.decompress(src.read_bytes()))
     (d / "notes.txt").write_text("V is for vendetta, not a log\n")
     run = workbench.open(d, cache=False)
     assert run.compiles.height > 0 and set(run.compiles["log_file"].to_list()) == {str(d / "train_output.txt")}

@@ -35,9 +35,9 @@ def _assert_same(a: kineto.TraceTables, b: kineto.TraceTables) -> None:
     "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
 ])
 @pytest.mark.parametrize("threads", [1, 3])
-def test_real_trace_in_pieces_equals_whole(shared_dir: Path, monkeypatch: pytest.MonkeyPatch, name: str,
+def test_real_trace_in_pieces_equals_whole(data_dir: Path, monkeypatch: pytest.MonkeyPatch, name: str,
                                            threads: int) -> None:
-    path = shared_dir / "traces" / name
+    path = data_dir / "traces" / name
     whole = _read(path, 1 << 40, monkeypatch)
     monkeypatch.setattr(kineto, "PIECE_BYTES", 150_000)
     parsed = kineto._parse_pieces(kineto.read_bytes(path), threads)

@@ -1,4 +1,4 @@
-"""Ingestion of the real Kineto traces in ../shared/traces."""
+"""Ingestion of the real Kineto traces in tests/data/traces."""
 
 from __future__ import annotations
 
@@ -28,11 +28,11 @@ def _raw_events(path: Path) -> dict:
     return json.loads(gzip.open(path).read())
 
 
-def test_every_shared_trace_opens(shared_dir: Path) -> None:
-    files = sorted((shared_dir / "traces").rglob("*.json.gz"))
+def test_every_real_trace_opens(data_dir: Path) -> None:
+    files = sorted((data_dir / "traces").rglob("*.json.gz"))
     assert len(files) >= 10
     for f in files:
-        needs_rank = any(str(f).startswith(str(shared_dir / "traces" / r)) for r in RANKLESS)
+        needs_rank = any(str(f).startswith(str(data_dir / "traces" / r)) for r in RANKLESS)
         if needs_rank:  # one process and no rank anywhere: rank 0, saying so; --rank still wins
             run = workbench.open(f, cache=False)
             assert run.ranks.get_column("rank").to_list() == [0]
@@ -47,15 +47,15 @@ def test_every_shared_trace_opens(shared_dir: Path) -> None:
         assert (run.events.get_column("dur") >= 0).all(), f
 
 
-def test_trace_filter_two_ranks(shared_dir: Path) -> None:
-    run = workbench.open(shared_dir / "traces/hta/trace_filter", cache=False)
+def test_trace_filter_two_ranks(data_dir: Path) -> None:
+    run = workbench.open(data_dir / "traces/hta/trace_filter", cache=False)
     assert run.ranks.get_column("rank").to_list() == [0, 1]
     assert run.world_size == 128
     info = run.info()
     assert info["ranks"] == [0, 1]
     # every kept event is accounted for: timed events + skipped == raw events
     for rank, name in ((0, "sampled_rank-0.json.gz"), (1, "sampled_rank-1.json.gz")):
-        raw = _raw_events(shared_dir / "traces/hta/trace_filter" / name)["traceEvents"]
+        raw = _raw_events(data_dir / "traces/hta/trace_filter" / name)["traceEvents"]
         kept = run.events.filter(pl.col("rank") == rank).height
         skipped = run.skipped.filter(pl.col("rank") == rank).get_column("count").sum()
         assert kept + skipped == len(raw)
@@ -66,8 +66,8 @@ def test_trace_filter_two_ranks(shared_dir: Path) -> None:
     assert set(run.collectives.get_column("collective").cast(pl.String)) == {"sendrecv"}
 
 
-def test_nccl_collectives_have_args_and_kernel_times(shared_dir: Path) -> None:
-    run = workbench.open(shared_dir / "traces/h200-probe/nccl2c_r1.json.gz", cache=False)
+def test_nccl_collectives_have_args_and_kernel_times(data_dir: Path) -> None:
+    run = workbench.open(data_dir / "traces/h200-probe/nccl2c_r1.json.gz", cache=False)
     assert run.ranks.get_column("rank").to_list() == [1]
     c = run.collectives
     assert c.height == 42
@@ -83,16 +83,16 @@ def test_nccl_collectives_have_args_and_kernel_times(shared_dir: Path) -> None:
     assert comm.height == 42
 
 
-def test_world_size_one_reduce_kernels_are_communication(shared_dir: Path) -> None:
-    run = workbench.open(shared_dir / "traces/h200-probe/ws1c_r0.json.gz", cache=False)
+def test_world_size_one_reduce_kernels_are_communication(data_dir: Path) -> None:
+    run = workbench.open(data_dir / "traces/h200-probe/ws1c_r0.json.gz", cache=False)
     comm = run.kernels.filter(pl.col("kernel_class") == "communication")
     assert comm.height > 0
     assert comm.get_column("name").cast(pl.String).str.contains("onerank").all()
     assert run.collectives.filter(pl.col("collective") == "wait").height == 0
 
 
-def test_times_are_absolute_ns_and_launches_linked(shared_dir: Path) -> None:
-    path = shared_dir / "traces/hta/nccl_parser_config/nccl_data.json.gz"
+def test_times_are_absolute_ns_and_launches_linked(data_dir: Path) -> None:
+    path = data_dir / "traces/hta/nccl_parser_config/nccl_data.json.gz"
     doc = _raw_events(path)
     base = doc["baseTimeNanoseconds"]
     first_kernel = next(e for e in doc["traceEvents"] if e.get("cat") == "kernel")
@@ -107,8 +107,8 @@ def test_times_are_absolute_ns_and_launches_linked(shared_dir: Path) -> None:
     assert run.kernels.get_column("step").is_not_null().any()
 
 
-def test_nanosecond_fractions_survive(shared_dir: Path) -> None:
-    path = shared_dir / "traces/hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
+def test_nanosecond_fractions_survive(data_dir: Path) -> None:
+    path = data_dir / "traces/hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
     doc = _raw_events(path)
     k = next(e for e in doc["traceEvents"] if e.get("cat") == "kernel" and e["ts"] % 1)
     run = workbench.open(path, cache=False)
@@ -119,35 +119,35 @@ def test_nanosecond_fractions_survive(shared_dir: Path) -> None:
     assert abs(row["dur"] - _ns(k["dur"])) <= 250
 
 
-def test_old_trace_without_base_time(shared_dir: Path) -> None:
-    run = workbench.open(shared_dir / "traces/hta/distributed_info_unavailable", rank=0, cache=False)
+def test_old_trace_without_base_time(data_dir: Path) -> None:
+    run = workbench.open(data_dir / "traces/hta/distributed_info_unavailable", rank=0, cache=False)
     assert run.ranks.get_column("clock").to_list() == ["absolute"]  # epoch microseconds
     assert run.events.get_column("start").min() > 1_600_000_000 * 10**9
 
 
-def test_rocm_trace_reads_through_tolerant_parser(shared_dir: Path) -> None:
-    run = workbench.open(shared_dir / "traces/hta/amd_trace", rank=0, cache=False)
+def test_rocm_trace_reads_through_tolerant_parser(data_dir: Path) -> None:
+    run = workbench.open(data_dir / "traces/hta/amd_trace", rank=0, cache=False)
     kernels = run.kernels.filter(pl.col("kind") == "kernel")
     assert kernels.height == 14 and run.kernels.filter(pl.col("kind") == "memcpy").height == 2
     assert kernels.get_column("kernel_class").cast(pl.String).to_list() == ["compute"] * 14
 
 
-def test_cpu_only_trace_takes_rank_from_distributed_info(shared_dir: Path) -> None:
-    run = workbench.open(shared_dir / "traces/hta/cpu_only", cache=False)
+def test_cpu_only_trace_takes_rank_from_distributed_info(data_dir: Path) -> None:
+    run = workbench.open(data_dir / "traces/hta/cpu_only", cache=False)
     assert run.ranks.get_column("rank").to_list() == [34]
     assert run.world_size == 300
     assert run.kernels.height == 0
     assert run.collectives.get_column("backend").cast(pl.String).unique().to_list() == ["gloo"]
 
 
-def test_two_files_claiming_one_rank_is_an_error(shared_dir: Path) -> None:
+def test_two_files_claiming_one_rank_is_an_error(data_dir: Path) -> None:
     with pytest.raises(InputError, match="claim rank 0") as err:
-        workbench.open(shared_dir / "traces/h200-probe", cache=False)
+        workbench.open(data_dir / "traces/h200-probe", cache=False)
     assert "nccl2c_r0.json.gz" in str(err.value) and "ws1c_r0.json.gz" in str(err.value)
 
 
-def test_rank_from_file_name(tmp_path: Path, shared_dir: Path) -> None:
-    src = shared_dir / "traces/hta/rank_unavailable/rank_not_found.json.gz"
+def test_rank_from_file_name(tmp_path: Path, data_dir: Path) -> None:
+    src = data_dir / "traces/hta/rank_unavailable/rank_not_found.json.gz"
     for name, rank in (("rank-3.json.gz", 3), ("rank7.json.gz", 7), ("worker_rank_11.json.gz", 11),
                        ("2.1712345678901.pt.trace.json.gz", 2)):
         d = tmp_path / name.replace(".", "_")
@@ -158,10 +158,10 @@ def test_rank_from_file_name(tmp_path: Path, shared_dir: Path) -> None:
         assert run.ranks.row(0, named=True)["rank_source"] == "file name"
 
 
-def test_cache_reopen_and_invalidation(tmp_path: Path, shared_dir: Path) -> None:
+def test_cache_reopen_and_invalidation(tmp_path: Path, data_dir: Path) -> None:
     d = tmp_path / "traces"
     d.mkdir()
-    for f in (shared_dir / "traces/hta/trace_filter").glob("*.json.gz"):
+    for f in (data_dir / "traces/hta/trace_filter").glob("*.json.gz"):
         shutil.copyfile(f, d / f.name)
     first = workbench.open(d)
     entries = list((d / ".workbench" / "kineto").iterdir())
@@ -179,10 +179,10 @@ def test_cache_reopen_and_invalidation(tmp_path: Path, shared_dir: Path) -> None
     assert len(list((d / ".workbench" / "kineto").iterdir())) == 3
 
 
-def test_cache_invalidated_by_schema_version(tmp_path: Path, shared_dir: Path, monkeypatch) -> None:
+def test_cache_invalidated_by_schema_version(tmp_path: Path, data_dir: Path, monkeypatch) -> None:
     d = tmp_path / "t"
     d.mkdir()
-    for f in (shared_dir / "traces/hta/trace_filter").glob("*.json.gz"):
+    for f in (data_dir / "traces/hta/trace_filter").glob("*.json.gz"):
         shutil.copyfile(f, d / f.name)
     workbench.open(d)
     monkeypatch.setattr(schema, "SCHEMA_VERSION", schema.SCHEMA_VERSION + 1000)
@@ -190,14 +190,14 @@ def test_cache_invalidated_by_schema_version(tmp_path: Path, shared_dir: Path, m
     assert len(list((d / ".workbench" / "kineto").iterdir())) == 4
 
 
-def test_pandas_view(shared_dir: Path) -> None:
-    run = workbench.open(shared_dir / "traces/hta/trace_filter", cache=False)
+def test_pandas_view(data_dir: Path) -> None:
+    run = workbench.open(data_dir / "traces/hta/trace_filter", cache=False)
     df = run.kernels.to_pandas()
     assert len(df) == run.kernels.height and "kernel_class" in df.columns
 
 
-def test_read_trace_keeps_every_timed_event(shared_dir: Path) -> None:
-    path = shared_dir / "traces/hta/nccl_parser_config/nccl_data.json.gz"
+def test_read_trace_keeps_every_timed_event(data_dir: Path) -> None:
+    path = data_dir / "traces/hta/nccl_parser_config/nccl_data.json.gz"
     raw = _raw_events(path)["traceEvents"]
     timed = [e for e in raw if e.get("ph") in ("X", "i")]
     t = read_trace(path)
@@ -205,10 +205,10 @@ def test_read_trace_keeps_every_timed_event(shared_dir: Path) -> None:
     assert t.events.height + t.skipped.get_column("count").sum() == len(raw)
 
 
-def test_read_only_input_caches_in_user_dir(tmp_path: Path, shared_dir: Path, monkeypatch) -> None:
+def test_read_only_input_caches_in_user_dir(tmp_path: Path, data_dir: Path, monkeypatch) -> None:
     d = tmp_path / "ro"
     d.mkdir()
-    for f in (shared_dir / "traces/hta/trace_filter").glob("*.json.gz"):
+    for f in (data_dir / "traces/hta/trace_filter").glob("*.json.gz"):
         shutil.copyfile(f, d / f.name)
     d.chmod(0o555)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "usercache"))

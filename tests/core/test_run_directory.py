@@ -12,13 +12,13 @@ import workbench
 from workbench import rundir
 
 
-def _make_run(root: Path, shared: Path) -> Path:
+def _make_run(root: Path, data: Path) -> Path:
     run = root / "exp"
     rundir.write_json(run / rundir.RUN_JSON, {"run_id": "x", "world_size": 3, "argv": ["train.py"]})
     for rank in (0, 1):
         trace_dir = run / rundir.TRACE_DIR.format(rank=rank)
         trace_dir.mkdir(parents=True)
-        shutil.copyfile(shared / f"traces/hta/trace_filter/sampled_rank-{rank}.json.gz", trace_dir / "window0.json.gz")
+        shutil.copyfile(data / f"traces/hta/trace_filter/sampled_rank-{rank}.json.gz", trace_dir / "window0.json.gz")
         steps = run / rundir.STEPS_JSONL.format(rank=rank)
         for step in range(4):
             start = 1_000_000_000 * step
@@ -35,8 +35,8 @@ def _make_run(root: Path, shared: Path) -> Path:
     return run
 
 
-def test_run_directory(tmp_path: Path, shared_dir: Path) -> None:
-    path = _make_run(tmp_path, shared_dir)
+def test_run_directory(tmp_path: Path, data_dir: Path) -> None:
+    path = _make_run(tmp_path, data_dir)
     run = workbench.open(path)
     assert run.ranks.get_column("rank").to_list() == [0, 1]
     assert run.ranks.get_column("rank_source").to_list() == ["run directory"] * 2

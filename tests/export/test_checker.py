@@ -82,6 +82,6 @@ def test_protobuf_lost_end_and_moved_slice_are_caught(tmp_path, run):
 def test_cut_protobuf_is_one_line(tmp_path, run):
     export_run(run, tmp_path / "t.pftrace")
     data = (tmp_path / "t.pftrace").read_bytes()
-    (tmp_path / "cut.pftrace").write_bytes(data[: len(data) // 2])
+    (tmp_path / "cut.pftrace").write_bytes(data[:-1])   # the last packet cut (a cut between packets is a shorter trace)
     with pytest.raises(ValueError, match="cut short"):
         read(tmp_path / "cut.pftrace")

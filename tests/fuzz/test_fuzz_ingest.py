@@ -28,13 +28,13 @@ from workbench.compile_log import read_compile_logs  # noqa: E402
 from workbench.errors import InputError  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared"
-TRACE_SEEDS = [p for p in (
-    SHARED / "traces/hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
-    SHARED / "traces/hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
+DATA = REPO / "tests" / "data"
+TRACE_SEEDS = [
+    DATA / "traces/hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+    DATA / "traces/hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
     REPO / "sample_traces/cpu-recompile-before/rank0/trace/rank0.steps2-3.17626.pt.trace.json.gz",
-) if p.is_file()]
-LOG_SEED = SHARED / "compile_logs/torch2.13-cpu/2rank-gloo-divergent-shape"
+]
+LOG_SEED = DATA / "compile_logs/torch2.13-cpu/2rank-gloo-divergent-shape"
 EXAMPLES = 30
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -111,7 +111,6 @@ def _mutate_trace(doc: dict, data: st.DataObject) -> dict:
     return doc
 
 
-@pytest.mark.skipif(not TRACE_SEEDS, reason="no seed traces (../shared and sample_traces absent)")
 @SETTINGS
 @given(data=st.data())
 def test_mutated_trace_never_crashes_and_good_rank_loads(tmp_path_factory: pytest.TempPathFactory,
@@ -153,14 +152,13 @@ def _open_both(bad: Path, d: Path) -> None:
     assert all("\n" not in p and not any(word in p for word in INTERNAL) for p in run.problems), run.problems
 
 
-@pytest.mark.skipif(not LOG_SEED.is_dir(), reason=f"{LOG_SEED} (the shared compile logs) is absent")
 @SETTINGS
 @given(data=st.data())
 def test_mutated_compile_log_never_crashes_and_good_rank_loads(tmp_path_factory: pytest.TempPathFactory,
                                                                data: st.DataObject) -> None:
     d = tmp_path_factory.mktemp("fuzzlog")
-    for f in LOG_SEED.glob("*.log"):
-        shutil.copy(f, d / f.name)
+    for f in LOG_SEED.glob("*.log.gz"):
+        (d / f.name.removesuffix(".gz")).write_bytes(gzip.decompress(f.read_bytes()))
     bad = next(d.glob("*rank_1*.log"))
     lines = bad.read_text().split("\n")
     how = data.draw(st.sampled_from(["field", "truncate", "garbage", "nest"]))

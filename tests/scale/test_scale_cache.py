@@ -18,9 +18,9 @@ import workbench
 from workbench import cache
 
 
-def _traces(shared_dir: Path, dst: Path) -> Path:
+def _traces(data_dir: Path, dst: Path) -> Path:
     dst.mkdir(parents=True, exist_ok=True)
-    for f in sorted((shared_dir / "traces/hta/trace_filter").glob("*.json.gz")):
+    for f in sorted((data_dir / "traces/hta/trace_filter").glob("*.json.gz")):
         shutil.copyfile(f, dst / f.name)
     return dst
 
@@ -29,10 +29,10 @@ def _no_tmp_left(root: Path) -> None:
     assert not [p for p in root.rglob("*") if p.name.endswith(".tmp")]
 
 
-def test_same_size_same_mtime_rewrite_is_seen(tmp_path: Path, shared_dir: Path) -> None:
+def test_same_size_same_mtime_rewrite_is_seen(tmp_path: Path, data_dir: Path) -> None:
     d = tmp_path / "t"
     d.mkdir()
-    src = next((shared_dir / "traces/hta/trace_filter").glob("sampled_rank-0*.json.gz"))
+    src = next((data_dir / "traces/hta/trace_filter").glob("sampled_rank-0*.json.gz"))
     f = d / "rank-0.json"
     data = gzip.decompress(src.read_bytes())
     f.write_bytes(data)
@@ -64,8 +64,8 @@ def test_content_fingerprint_sees_a_change_in_a_large_gzip_file(tmp_path: Path) 
     assert fa == cache.content_fingerprint(a, a.stat().st_size)
 
 
-def test_unwritable_cache_dirs_run_uncached_with_one_line(tmp_path: Path, shared_dir: Path, monkeypatch) -> None:
-    d = _traces(shared_dir, tmp_path / "ro")
+def test_unwritable_cache_dirs_run_uncached_with_one_line(tmp_path: Path, data_dir: Path, monkeypatch) -> None:
+    d = _traces(data_dir, tmp_path / "ro")
     (tmp_path / "not-a-dir").write_text("")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "not-a-dir"))    # the user cache dir cannot be made
     d.chmod(0o555)
@@ -101,8 +101,8 @@ def full_fs(tmp_path: Path):
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
-def test_full_disk_loads_uncached_with_one_line(full_fs: Path, shared_dir: Path) -> None:
-    d = _traces(shared_dir, full_fs / "run")
+def test_full_disk_loads_uncached_with_one_line(full_fs: Path, data_dir: Path) -> None:
+    d = _traces(data_dir, full_fs / "run")
     (d / ".workbench" / "kineto").mkdir(parents=True)
     fd = os.open(full_fs / "filler", os.O_WRONLY | os.O_CREAT)   # fill what is left, up to the last block
     try:

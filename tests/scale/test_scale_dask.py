@@ -34,7 +34,7 @@ def _copy(dst: Path) -> Path:
     return dst
 
 
-def test_cluster_tables_equal_local(cluster, tmp_path: Path, shared_dir: Path) -> None:
+def test_cluster_tables_equal_local(cluster, tmp_path: Path) -> None:
     root = _copy(tmp_path / "run")
     remote = workbench.open(root, cluster=cluster.scheduler_address)
     assert not remote.loaded("events")                  # the workers sent back paths, not events

@@ -145,19 +145,19 @@ def test_the_fix_configs_above_are_every_config_site_of_the_recommenders():
     assert not missing, missing
 
 
-def _runs(shared_dir: Path) -> list[Path]:
-    logs = shared_dir / "compile_logs/torch2.13-cpu"
+def _runs(data_dir: Path) -> list[Path]:
+    logs = data_dir / "compile_logs/torch2.13-cpu"
     return [p for p in sorted(logs.iterdir()) if p.is_dir()] + \
         [p for p in sorted((REPO / "sample_traces").iterdir()) if p.is_dir()]
 
 
-def test_workbench_recommend_output_passes_the_policy(shared_dir, tmp_path):
+def test_workbench_recommend_output_passes_the_policy(data_dir, tmp_path):
     """``workbench recommend -o`` on every bundled run writes a config that loads without any opt-in, with every
     applied fix written (none refused) and every alternative's config writable too."""
     from workbench.cli import app as cli
 
     written = 0
-    for run in _runs(shared_dir):
+    for run in _runs(data_dir):
         out = tmp_path / f"{run.name}.toml"
         res = CliRunner().invoke(cli, ["recommend", str(run), "-o", str(out), "--json"])
         assert res.exit_code == 0, (run.name, res.output[-2000:])

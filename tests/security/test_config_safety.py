@@ -3,6 +3,7 @@ that refuses dangerous settings in any compile config."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import shutil
@@ -28,11 +29,11 @@ def _poison(src: Path, dest: Path) -> None:
     reasons, replaced by :data:`HOSTILE` (JSON-escaped, so the logs still parse)."""
     esc = json.dumps(HOSTILE)[1:-1]
     dest.mkdir(parents=True)
-    for log in src.glob("*.log"):
-        text = log.read_text()
+    for log in src.glob("*.log.gz"):
+        text = gzip.decompress(log.read_bytes()).decode()
         text = re.sub(r'(?<=")/[^"]*?\.py(?=")', lambda m: esc, text)
         text = text.replace("size mismatch at index 0", "size mismatch at index 0 " + esc)
-        (dest / log.name).write_text(text)
+        (dest / log.name.removesuffix(".gz")).write_text(text)
 
 
 def _intended(recs: pl.DataFrame) -> dict:
@@ -46,9 +47,9 @@ def _intended(recs: pl.DataFrame) -> dict:
     return {s: b for s, b in data.items() if b}
 
 
-def test_hostile_compile_log_through_recommend(shared_dir, tmp_path):
+def test_hostile_compile_log_through_recommend(data_dir, tmp_path):
     logs = tmp_path / "logs"
-    _poison(shared_dir / "compile_logs/torch2.13-cpu/2rank-gloo-divergent-shape", logs)
+    _poison(data_dir / "compile_logs/torch2.13-cpu/2rank-gloo-divergent-shape", logs)
     out = tmp_path / "fixes.toml"
     from workbench.cli import app as cli
 
@@ -72,7 +73,7 @@ def test_hostile_compile_log_through_recommend(shared_dir, tmp_path):
     load_compile_config(out)
 
 
-def test_hostile_compile_log_through_apply(shared_dir, repo_dir, tmp_path):
+def test_hostile_compile_log_through_apply(data_dir, repo_dir, tmp_path):
     pytest.importorskip("dash")
     from workbench.app import page_recommendations
     from workbench.app.store import RunStore

@@ -156,7 +156,6 @@ def export_bytes(run: Any, *, fmt: Format = "perfetto", gzip_output: bool = Fals
 
 def _write(run: Any, raw: BinaryIO, fmt: Format, gz: bool, sel: Selection, with_findings: bool,
            waits: pl.DataFrame | None, progress: ProgressCallback | None) -> dict[str, Any]:
-    from workbench.flight_recorder import run_hangs
 
     tick = progress or (lambda stage, done, total: None)
     all_ranks = sorted(int(r) for r in run.ranks.get_column("rank").to_list())
@@ -176,7 +175,7 @@ def _write(run: Any, raw: BinaryIO, fmt: Format, gz: bool, sel: Selection, with_
         pl.col("flow").cast(pl.UInt64))
     targets = w.group_by("on_rank", "on_start", "on_end").agg(
         pl.col("what").first(), flows=pl.col("flow").sort()).sort("on_rank", "on_start")
-    fr = run_hangs(run).entries
+    fr = run.hangs.entries
     small = {
         "steps": sel.filter(run.steps, windows),
         "compiles": sel.filter(run.compiles, windows),
