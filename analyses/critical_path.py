@@ -656,6 +656,45 @@ def export_costs(exports: Mapping[int, list[Any]] | None, crowded: set[int] = fr
     return out
 
 
+#: Who waited for whom, for a trace export (the schema of ``workbench.export.model.WAITS``): times on each rank's
+#: own clock; ``on_start``/``on_end``: the culprit's time since it left the previous collective of that group up to
+#: its late arrival (what made the others wait).
+EXPORT_WAITS: dict[str, pl.DataType] = {
+    "rank": pl.Int32, "start": pl.Int64, "end": pl.Int64, "step": pl.Int32,
+    "on_rank": pl.Int32, "on_start": pl.Int64, "on_end": pl.Int64, "what": pl.String,
+}
+
+
+def export_waits(cp: CriticalPath, ranks: pl.DataFrame | None = None) -> pl.DataFrame:
+    """The critical path's attributed waits (victim → culprit; waits in noise left out) as flows for a trace
+    export (schema :data:`EXPORT_WAITS`); ``what`` names the collective and the culprit's top activity there."""
+    w = cp.waits.filter(pl.col("culprit").is_not_null())
+    if w.is_empty():
+        return _empty(EXPORT_WAITS)
+    off = cp.offsets(ranks)
+    inst = cp.instances.select("pg_name", "key_step", "seq", "op", culprit=pl.col("rank"),
+                               _from=pl.coalesce("exit_prev", "eff_arrival"), _to=pl.col("eff_arrival"))
+    top = cp.attribution.group_by("culprit", "pg_name", "seq", "category", "label").agg(pl.col("ns").sum()).sort(
+        "ns", descending=True).group_by("culprit", "pg_name", "seq", maintain_order=True).first() \
+        if not cp.attribution.is_empty() else pl.DataFrame(schema={"culprit": pl.Int32, "pg_name": pl.String,
+                                                                   "seq": pl.Int64, "category": pl.String,
+                                                                   "label": pl.String})
+    x = w.join(inst, on=["culprit", "pg_name", "key_step", "seq"], how="left").join(
+        top.select("culprit", "pg_name", "seq", "category", "label"), on=["culprit", "pg_name", "seq"], how="left")
+    rows = []
+    for r in x.iter_rows(named=True):
+        ov, oc = off.get(int(r["victim"]), 0), off.get(int(r["culprit"]), 0)
+        doing = act.WORDS.get(r["category"] or "untraced", r["category"] or "")
+        if r["label"]:
+            doing += f": {r['label']}"
+        rows.append({"rank": r["victim"], "start": r["start"] + ov, "end": r["end"] + ov, "step": r["step"],
+                     "on_rank": r["culprit"], "on_start": (r["_from"] if r["_from"] is not None else r["start"]) + oc,
+                     "on_end": (r["_to"] if r["_to"] is not None else r["end"]) + oc,
+                     "what": f"{r['op'] or 'collective'} · pg {r['pg_name']} · seq {r['seq']} · step "
+                             f"{r['step'] if r['step'] is not None else '-'}: rank {r['culprit']} late, {doing}"})
+    return pl.DataFrame(rows, schema=EXPORT_WAITS).sort("rank", "start", "on_rank")
+
+
 def victim_waits(cp: CriticalPath, ranks: pl.DataFrame | None = None) -> dict[int, list[tuple[int, int]]]:
     """Per rank, the intervals it waited at collectives (for a late rank or in noise), on its own clock: time that
     is waiting, not communication."""
@@ -669,8 +708,7 @@ def victim_waits(cp: CriticalPath, ranks: pl.DataFrame | None = None) -> dict[in
     return out
 
 
-__all__ = ["ATTRIBUTION", "CriticalPath", "INSTANCES", "LAYERS", "MIN_NOISE_NS", "RankActivity", "SYNC_POINTS",
-           "WAITS", "attribute", "blame", "critical_path", "critical_path_of", "explain", "instance_table",
-           "crowded_ranks", "export_costs", "late_from", "noise_table", "rank_activity", "shorth_sigma", "sync_points",
-           "victim_waits",
-           "window_events", "warmup_steps"]
+__all__ = ["ATTRIBUTION", "CriticalPath", "EXPORT_WAITS", "INSTANCES", "LAYERS", "MIN_NOISE_NS", "RankActivity",
+           "SYNC_POINTS", "WAITS", "attribute", "blame", "critical_path", "critical_path_of", "crowded_ranks",
+           "explain", "export_costs", "export_waits", "instance_table", "late_from", "noise_table", "rank_activity",
+           "shorth_sigma", "sync_points", "victim_waits", "window_events", "warmup_steps"]
