@@ -381,10 +381,11 @@ def register(app, store: RunStore) -> None:
                   Input("runs-poll", "n_intervals"), Input("runs-current", "data"),
                   Input("open-path-button", "n_clicks"), Input("open-path", "n_submit"),
                   Input("refresh-runs", "n_clicks"), State("open-path", "value"), prevent_initial_call=True)
-    def poll(_n, current, _open, _submit, _refresh, path):
+    def poll(_n, current, opened, submitted, refreshed, path):
         message: Any = no_update
         options: Any = no_update
-        if ctx.triggered_id in ("open-path-button", "open-path"):
+        fired = set(ctx.triggered_prop_ids)   # only a click or an Enter acts (not the page drawing these inputs)
+        if ("open-path-button.n_clicks" in fired and opened) or ("open-path.n_submit" in fired and submitted):
             try:
                 ids = store.open_path(path or "")
             except RunUnavailable as exc:
@@ -394,7 +395,7 @@ def register(app, store: RunStore) -> None:
                 message = html.Span(["Opened: ", *[x for i in ids for x in (dcc.Link(i, href=f"/?run={i}"), " ")]],
                                     id="open-path-ok") if ids else "no run found there"
                 options = [{"label": e.label, "value": e.id, "title": str(e.path)} for e in store.entries]
-        elif ctx.triggered_id == "refresh-runs":
+        elif "refresh-runs.n_clicks" in fired and refreshed:
             added = store.refresh()
             _analyse_new(store, added)
             message = html.Span(f"{len(added)} new run{'s' if len(added) != 1 else ''} found" +
