@@ -104,7 +104,7 @@ def step_window(store: RunStore, rid: str, step: int, ranks: list[int] | None) -
 def wait_annotations(store: RunStore, rid: str) -> pl.DataFrame:
     """Where a root cause made other ranks wait: per root cause with a known wait (``Finding.wait_reason``: a
     compile, a straggler's late arrival or its data loading) and per waiting rank, one box over its collective
-    waits in the root cause's steps — ``rank``, ``start``, ``end``, ``text``. The text gives the wait the finding
+    waits in the root cause's step where it waited most — ``rank``, ``start``, ``end``, ``text``. The text gives the wait the finding
     measured for that rank (the number the Overview shows) and names the step as that rank's timeline numbers it
     when the collective belongs to another rank's step ("rank 0 waits here 2.63 s for rank 1's compile (rank 1's
     step 8, rank 0's step 9)")."""
@@ -130,11 +130,19 @@ def wait_annotations(store: RunStore, rid: str) -> pl.DataFrame:
             if r.ranks:
                 m = m.filter(pl.col("last_rank").is_in(list(r.ranks)) | (len(r.ranks) > 1))
             measured = getattr(r.evidence, "wait_by_rank", None) or {}
-            for (rank, step), part in sorted(m.group_by("rank", "step"), key=lambda kv: -kv[1]["wait_ns"].sum())[:4]:
+            # one box per waiting rank, at its step with the most waiting (several boxes per rank crowd the lane)
+            best: dict[int, tuple] = {}
+            for (rank, step), part in m.group_by("rank", "step"):
+                if int(rank) not in best or part["wait_ns"].sum() > best[int(rank)][2]["wait_ns"].sum():
+                    best[int(rank)] = (rank, step, part)
+            for rank, step, part in sorted(best.values(), key=lambda v: -v[2]["wait_ns"].sum())[:4]:
                 longest = part.sort("wait_ns", descending=True).row(0, named=True)
                 start = int(part["arrival"].min())
                 end = int((part["arrival"] + part["wait_ns"]).max())
-                wait = measured.get(int(rank), int(part["wait_ns"].sum()))
+                # the finding's measured wait of that rank where the finding is that one step (the Overview's
+                # number); over several steps, this step's collective waits
+                wait = (measured.get(int(rank), int(part["wait_ns"].sum())) if len(r.steps) == 1
+                        else int(part["wait_ns"].sum()))
                 own = _step_at(drawn, int(rank), (start + end) // 2)
                 where = (f"step {step}" if own in (None, step) else
                          f"rank {longest['last_rank']}'s step {step}, rank {rank}'s step {own}")
