@@ -92,8 +92,8 @@ class _Small:
 
 
 def same_job_default(store: RunStore, rid: str) -> str | None:
-    """A run of the same job as ``rid`` (same script and world size in ``run.json``, then confirmed by the diff's
-    comparability check), newest first; None when there is none."""
+    """A run of the same job as ``rid`` in the same environment (same script and world size in ``run.json``, then
+    the diff's comparability check finding no difference but the config), newest first; None when there is none."""
     me = _run_json(store, rid)
     if not me.get("argv"):
         return None
@@ -107,7 +107,9 @@ def same_job_default(store: RunStore, rid: str) -> str | None:
             cands.append((str(other.get("created") or ""), e.id))
     for _, cid in sorted(cands, reverse=True):
         try:  # the comparability check reads the runs' small tables only: no analysis for a rejected candidate
-            if comparability(identity(store, rid), identity(store, cid)).comparable:
+            # only a pair that differs in nothing but its config: a GPU run is never paired with a CPU run (or
+            # another backend, device, torch) by default — the user may still choose one, marked with warnings
+            if comparability(identity(store, rid), identity(store, cid)).level == "comparable":
                 return cid
         except Exception:  # noqa: BLE001 - a broken candidate is no default
             continue

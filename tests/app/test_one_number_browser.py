@@ -394,3 +394,12 @@ def test_compare_keeps_the_after_run_in_the_url(page, served):
     page.reload()
     page.wait_for_selector("#page-compare")
     assert "h200-1gpu" in page.text_content("#compare-after")
+
+
+def test_compare_never_pairs_a_gpu_run_with_a_cpu_run_by_itself(page, served):
+    """Item 2: h200x2-pipeline (H200, NCCL) and cpu-gloo-pipeline run the same script at the same world size; the
+    automatic AFTER pick must not pair them (the user may, with the warnings shown)."""
+    goto_ready(page, served.url(f"/compare?run={PIPELINE}"), "compare", timeout_ms=120_000)
+    assert page.query_selector("#compare-no-default") is not None
+    goto_ready(page, served.url("/compare?run=gpu-launch-bound-before"), "compare", timeout_ms=120_000)
+    assert "gpu-launch-bound-after" in page.text_content("#compare-after")
