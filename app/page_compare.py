@@ -138,8 +138,9 @@ def layout(pctx) -> Any:
 
 def _body(store: RunStore, before: str, after: str | None) -> Any:
     if not after or after == NONE:
-        return info_panel(["No run of the same job (same script, world size and compiled model) was found. "
-                           "Choose the AFTER run above; runs of other jobs are marked not comparable."],
+        return info_panel(["No run of the same job in the same environment (same script, world size and compiled "
+                           "model; same device, backend and torch) was found. Choose the AFTER run above: runs of "
+                           "other jobs are marked not comparable, other environments compared with warnings."],
                           id="compare-no-default")
     return html.Div([
         section(f"Diff: {before} → {after}", safe("Diff", _diff, store, before, after), id="diff-section"),

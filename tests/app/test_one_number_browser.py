@@ -192,7 +192,8 @@ def test_wait_annotation_sits_in_its_step_and_says_the_overviews_wait(page, serv
     assert info["notes"], "the wait is annotated"
 
     def lane_of(y) -> str:
-        return str(info["lanes"].get(str(y), info["lanes"].get(y, y)))
+        key = str(int(y)) if isinstance(y, (int, float)) and y == y else str(y)
+        return str(info["lanes"].get(key, y))
     text = info["notes"][0]["text"]
     assert f"waits here {duration(wait)}" in text, text
     m = re.search(r"rank 0's step (\d+)", text) or re.search(r"\(step (\d+)\)", text)
