@@ -37,7 +37,7 @@ try:
 except SystemExit as exc:
     code = exc.code
 with open(out, "w") as f:
-    json.dump({"code": code, "modules": sorted(sys.modules)}, f)
+    json.dump({"code": code, "modules": sorted(k for k, v in sys.modules.items() if v is not None)}, f)
 """
 
 #: Modules ``workbench --help`` must not import: each costs start-up time and none is needed to print the help.
@@ -132,9 +132,12 @@ def test_rank_is_documented_for_what_it_does_and_refused_on_a_run_of_several_ran
     assert "--rank applies to a single trace file, but 2 were found" in lines[0]
 
 
-def test_recommend_o_imports_no_torch_for_a_config_of_known_keys(tmp_path):
+@pytest.mark.parametrize("torch_installed", [True, False])
+def test_recommend_o_imports_no_torch_for_a_config_of_known_keys(tmp_path, torch_installed):
+    """Also where torch is not installed (the README's first command installs the app extra only)."""
     target = tmp_path / "fixes.toml"
-    code, modules, out, err = probe(tmp_path, "recommend", str(SAMPLE), "-o", str(target))
+    code, modules, out, err = probe(tmp_path, "recommend", str(SAMPLE), "-o", str(target),
+                                    block=() if torch_installed else ("torch",))
     assert code == 0, err
     assert 'dynamic_sources = "L' in target.read_text()       # a config fix was written (and loaded back)
     assert "torch" not in modules, "recommend -o imported torch for a config of allowlisted keys only"
