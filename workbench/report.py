@@ -103,7 +103,7 @@ def build_report(run: Any, *, title: str | None = None, timeline: bool = True) -
                                 cpv.wait_matrix_figure(cp)]
             late = cp.lateness()
             if not late.is_empty():
-                parts.append(late.rename({"culprit": "late rank", "ns": "held back (ns)"}))
+                parts.append(late.rename({"culprit": "late rank", "ns": "held_back_ns"}))   # a duration, formatted
             if cp.clock.height > 1:
                 parts.append(cp.clock)
             parts += cp.notes
