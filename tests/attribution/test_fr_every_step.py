@@ -51,7 +51,7 @@ def run(tmp_path_factory) -> Path:
            "WORKBENCH_FR_DUMP_BUDGET": "1"}
     env.pop("RANK", None)
     p = subprocess.run([sys.executable, str(script), str(tmp / "run"), str(STEPS)], env=env, capture_output=True,
-                       text=True, timeout=300)
+                       text=True, timeout=1800)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     return tmp / "run"
 

@@ -1,9 +1,12 @@
-"""Runs a hostile case in a subprocess with a wall-clock timeout and an address-space limit, and puts it in one
+"""Runs a hostile case in a subprocess with a CPU-time limit, an address-space limit and a far wall-clock guard, and
+puts it in one
 column: executed > crash > hang > internal error > wrong > silent > handled (the first that applies wins).
 
 - **executed**: the case's marker file (``EXECUTED-<case>``) exists afterwards: input became code.
 - **crash**: killed by a signal, ``MemoryError``, a failed allocation, or past the memory limit.
-- **hang**: still running at its timeout (killed with its process group).
+- **hang**: past its step's ``timeout`` in CPU seconds (``RLIMIT_CPU``: a loop), or still running at
+  :data:`WALL_FACTOR` times that in wall-clock seconds (a blocked read); killed with its process group. CPU time,
+  not wall time, so a case on a machine that other work keeps busy is not called a hang.
 - **internal error**: a traceback, an exception class name (``ValueError``, ``ComputeError``, ...) in what the
   user sees, a Rust panic, or an error line that does not name the file.
 - **wrong**: the oracle's output checks fail: exit code, more than one error line, control characters from the
@@ -22,6 +25,7 @@ another checkout's interpreter to test that checkout. A case runs in its own fol
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import resource
@@ -42,6 +46,8 @@ DRIVER = HERE / "driver.py"
 
 #: Columns, most severe first; "handled" is the only good one.
 COLUMNS = ("executed", "crash", "hang", "internal error", "wrong", "silent", "handled")
+#: A step blocked (no CPU used) this many times its ``timeout`` in wall-clock seconds is a hang too.
+WALL_FACTOR = 10
 #: Address-space limit of every case process (``RLIMIT_AS``).
 MEMORY_LIMIT = 3 << 30
 #: Exit codes of a clean refusal: 1 for bad input (the contract), 2 as click gives usage errors and the CLI
@@ -145,29 +151,32 @@ class Result:
 
 
 # --------------------------------------------------------------------------------------------- running
-def _limit(limit: int) -> Callable[[], None]:
+def _limit(limit: int, cpu_s: int) -> Callable[[], None]:
     def pre() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 5))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     return pre
 
 
 def run_process(argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float, memory_limit: int,
                 out_dir: Path) -> Outcome:
-    """Run ``argv`` with its output in files, a wall-clock ``timeout`` (the process group is killed) and
-    ``memory_limit`` bytes of address space; peak memory from ``wait4``."""
+    """Run ``argv`` with its output in files, ``timeout`` seconds of CPU per process (``RLIMIT_CPU``; past it the
+    kernel ends it with SIGXCPU), :data:`WALL_FACTOR` times that in wall-clock seconds (then the process group is
+    killed) and ``memory_limit`` bytes of address space; peak memory from ``wait4``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     fo, fe = out_dir / "stdout", out_dir / "stderr"
     t0 = time.monotonic()
     with open(fo, "wb") as o, open(fe, "wb") as e:
         p = subprocess.Popen(argv, cwd=cwd, env=env, stdout=o, stderr=e, stdin=subprocess.DEVNULL,
-                             preexec_fn=_limit(memory_limit), start_new_session=True)
+                             preexec_fn=_limit(memory_limit, max(1, math.ceil(timeout))),
+                             start_new_session=True)
         timed_out, status, usage = False, 0, None
         while True:
             pid, status, usage = os.wait4(p.pid, os.WNOHANG)
             if pid:
                 break
-            if time.monotonic() - t0 > timeout:
+            if time.monotonic() - t0 > timeout * WALL_FACTOR:
                 timed_out = True
                 try:
                     os.killpg(p.pid, signal.SIGKILL)
@@ -177,6 +186,9 @@ def run_process(argv: list[str], *, cwd: Path, env: dict[str, str], timeout: flo
                 break
             time.sleep(0.02)
     rc = os.waitstatus_to_exitcode(status)
+    if rc in (-signal.SIGXCPU, -signal.SIGKILL) and usage is not None and \
+            usage.ru_utime + usage.ru_stime >= max(1, math.ceil(timeout)):   # its CPU limit ended it
+        timed_out = True
     p.returncode = rc
     try:  # a child that forked and left a grandchild: end the group
         os.killpg(p.pid, signal.SIGKILL)
@@ -222,7 +234,8 @@ def judge(step: Step, out: Outcome, ctx: Ctx) -> tuple[str, str]:
     """The column and reason of one step's outcome (marker and outside files are judged by the caller)."""
     both = out.stdout + "\n" + out.stderr
     if out.timed_out:
-        return "hang", f"still running after {step.timeout:.0f} s"
+        return "hang", (f"still running after {step.timeout:.0f} s of CPU time (or {step.timeout * WALL_FACTOR:.0f} s "
+                        f"of wall-clock time)")
     if out.rc is not None and out.rc < 0:
         return "crash", f"killed by signal {-out.rc} ({_last_line(out.stderr)})"
     m = _CRASH.search(both)

@@ -72,7 +72,7 @@ def run_worker(folder: Path, config: str, *, xdg: Path, unsafe: bool = False, na
     cfg.write_text(config)
     env = {**os.environ, "XDG_CACHE_HOME": str(xdg), "TORCHINDUCTOR_CACHE_DIR": str(folder / f"inductor-{name}")}
     out = subprocess.run([sys.executable, "-c", WORKER, str(folder / name), str(cfg), "1" if unsafe else "0"],
-                         env=env, capture_output=True, text=True, timeout=300)
+                         env=env, capture_output=True, text=True, timeout=1800)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
