@@ -21,12 +21,15 @@ def register(app: typer.Typer) -> None:
         allow_host: list[str] = typer.Option(None, "--allow-host",
                                              help="Another host name the app may be reached by (repeatable); "
                                                   "requests naming any other Host are refused."),
+        allow_root: list[Path] = typer.Option(None, "--allow-root",
+                                              help="A folder outside the PATHs whose runs may be opened from the "
+                                                   "app's Open box (repeatable)."),
     ) -> None:
         """Explore runs in the browser: timeline, breakdown, drift, recompiles, recommendations, compare."""
         from workbench.app.main import create_app, default_roots   # dash (the app extra): cli.EXTRAS says so
         roots = list(paths) if paths else default_roots()
         with stage("listing the runs under", ", ".join(map(str, roots))):
-            dash_app = create_app(roots, bind=host, allow_hosts=allow_host or ())
+            dash_app = create_app(roots, bind=host, allow_hosts=allow_host or (), allow_roots=allow_root or ())
         store = dash_app.workbench_store
         if store.default_id():  # open and analyse the first run while the browser starts
             import threading
