@@ -18,10 +18,10 @@ def register(app: typer.Typer) -> None:
         host: str = typer.Option("127.0.0.1", "--host", help="Interface to bind; localhost unless told otherwise."),
         port: int = typer.Option(8050, "--port", help="TCP port."),
         debug: bool = typer.Option(False, "--dev", help="Dash dev tools and reloading (development only)."),
-        allow_host: list[str] = typer.Option(None, "--allow-host",
+        allow_host: list[str] = typer.Option(None, "--allow-host", metavar="HOST",
                                              help="Another host name the app may be reached by (repeatable); "
                                                   "requests naming any other Host are refused."),
-        allow_root: list[Path] = typer.Option(None, "--allow-root",
+        allow_root: list[Path] = typer.Option(None, "--allow-root", metavar="PATH",
                                               help="A folder outside the PATHs whose runs may be opened from the "
                                                    "app's Open box (repeatable)."),
     ) -> None:
