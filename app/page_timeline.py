@@ -242,6 +242,9 @@ def _layout(pctx) -> Any:
                                                                value=int(q["step"]) if q.get("step", "").isdigit() else None,
                                                                placeholder="step")]),
             html.Button("Whole run", id="timeline-reset", n_clicks=0),
+            html.A("Download for Perfetto", id="timeline-perfetto", href=perfetto_href(rid, ranks, q.get("step")),
+                   title="These ranks (and the chosen step) as a Perfetto trace (workbench export; open it in "
+                         "ui.perfetto.dev)"),
         ], className="controls"),
         note,
         html.Div(caption, id="timeline-info", className="muted"),
@@ -253,6 +256,16 @@ def _layout(pctx) -> Any:
                  "pipeline micro-batches (F = forward, B = backward) have their own lanes; red boxes mark where a "
                  "root cause makes a rank wait.", className="muted"),
     ])
+
+
+def perfetto_href(rid: str, ranks: list[int], step: str | None) -> str:
+    """The "Download for Perfetto" link of the ranks (and step) on screen (app/export.py serves it)."""
+    from urllib.parse import urlencode
+
+    args = {"run": rid, "ranks": ",".join(map(str, ranks))}
+    if step and step.isdigit():
+        args["steps"] = step
+    return "/export/perfetto?" + urlencode(args)
 
 
 def _drawn_range(run) -> str:

@@ -97,3 +97,31 @@ def test_downloads(tmp_path):
     assert rep.status_code == 200 and rep.get_data(as_text=True).startswith("<!doctype html>")
     assert c.get("/export/report?run=../../etc", headers=h).status_code == 404
     assert c.get("/export/config?run=r", headers={"Host": "evil.example:8050"}).status_code == 403
+
+
+def test_download_for_perfetto(tmp_path):
+    """The Timeline's "Download for Perfetto" link serves ``workbench export``'s protobuf of the ranks and step on
+    screen; it reads back through the perfetto protos with the run's kernels of that step, and a selection that is
+    not numbers is refused."""
+    from workbench import open as open_run
+    from workbench.app.page_timeline import perfetto_href
+    from workbench.export.readback import read_perfetto
+
+    pytest.importorskip("perfetto")
+    root = tmp_path / "runs"
+    _copy(root / "r")
+    app = create_app([root], background=False)
+    c = app.server.test_client()
+    h = {"Host": "127.0.0.1:8050"}
+    href = perfetto_href("r", [0], "6")
+    assert href == "/export/perfetto?run=r&ranks=0&steps=6"
+    got = c.get(href, headers=h)
+    assert got.status_code == 200 and got.headers["Content-Disposition"].endswith('r.pftrace"')
+    trace = tmp_path / "r.pftrace"
+    trace.write_bytes(got.get_data())
+    back = read_perfetto(trace)
+    assert not back.problems and back.slices.height > 0
+    kernels = open_run(root / "r").kernels
+    assert kernels.height > 0
+    assert c.get("/export/perfetto?run=r&ranks=0;rm", headers=h).status_code == 404
+    assert c.get("/export/perfetto?run=../r", headers=h).status_code == 404
