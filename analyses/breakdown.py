@@ -377,10 +377,12 @@ def breakdown_findings(
             if not host and row.get("launch_gap_ns") is not None:
                 out.append(make_finding(
                     Kind.GPU_IDLE,
-                    f"The GPU idles {r['idle_pct']:.1f}% of the analysed window on rank {r['rank']}, mostly between "
-                    f"steps: {format_ns(row['between_steps_wait_ns'])} before the steps' first kernels (the "
-                    "training loop, data loading, a synchronisation, the profiler's own step), against "
-                    f"{format_ns(row['launch_gap_ns'])} of launch gaps inside the steps.{note}",
+                    f"The GPU idles {row['idle_pct']:.1f}% of the analysed window on rank {r['rank']}"
+                    + (f" beyond the {format_ns(claimed)} the host causes above explain (waiting on its other streams: "
+                       "communication, copies, or between steps)" if claimed else
+                       f", mostly between steps: {format_ns(row['between_steps_wait_ns'])} before the steps' first "
+                       "kernels (the training loop, data loading, a synchronisation, the profiler's own step), against "
+                       f"{format_ns(row['launch_gap_ns'])} of launch gaps inside the steps") + f".{note}",
                     ev, cost, ranks=[r["rank"]], steps=steps_of.get(r["rank"], ()), source="breakdown"))
                 continue
             if host and attributed:
@@ -425,7 +427,7 @@ def breakdown_findings(
 
 @register_detector(Kind.EXPOSED_COMMUNICATION, Kind.HOST_BOUND, Kind.LAUNCH_BOUND, Kind.GPU_IDLE, Kind.EXPOSED_MEMCPY,
                    needs=("breakdown_by_rank", "main_causes", "launch_stats", "profiler_inflated", "steps_by_rank",
-                          "idle_gaps", "breakdown", "idle_attribution", "found"), order=10)
+                          "idle_gaps", "breakdown", "idle_attribution"), order=10)
 def _detect(x: Inputs) -> list[Finding[Any]]:
     """:func:`breakdown_findings` of the analysed window (launch gaps: the host-wait gaps inside steps)."""
     att = x.tables.get("idle_attribution")
@@ -435,9 +437,9 @@ def _detect(x: Inputs) -> list[Finding[Any]]:
         launch = {int(r): 0 for r in att["rank"].unique()}
         for r, ns in att.filter(pl.col("cause") == "launch").group_by("rank").agg(pl.col("ns").sum()).iter_rows():
             launch[int(r)] = int(ns)
-        for f in x.found:
-            if f.source == "idle_causes" and f.ranks:
-                claimed[int(f.ranks[0])] = claimed.get(int(f.ranks[0]), 0) + int(f.cost_ns)
+        from workbench.analyses.idle_findings import claimed_ns, window_by_rank
+
+        claimed = claimed_ns(att, window_by_rank(x.tables["breakdown_by_rank"]))
     return breakdown_findings(x.tables["breakdown_by_rank"], x.main_causes, x.tables["launch_stats"],
                               profiler_inflated=x.profiler_inflated, steps_by_rank=x.steps_by_rank,
                               gaps=x.tables["idle_gaps"], segments=x.tables["breakdown"], launch_ns=launch,

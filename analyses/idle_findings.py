@@ -143,11 +143,33 @@ def window_by_rank(by_rank: pl.DataFrame | None) -> dict[int, int]:
     return {int(r): int(w) for r, w in by_rank.select("rank", "window_ns").iter_rows() if w}
 
 
+def claimed_ns(attribution: pl.DataFrame | None, window_ns: Mapping[int, int]) -> dict[int, int]:
+    """Per rank: the idle time the cause findings cost (what ``gpu_idle`` leaves out)."""
+    if attribution is None or attribution.is_empty():
+        return {}
+    out: dict[int, int] = {}
+    for f in idle_cause_findings(attribution, window_ns):
+        out[f.ranks[0]] = out.get(f.ranks[0], 0) + f.cost_ns
+    return out
+
+
+def _data_stragglers(found: Any) -> set[int]:
+    """Ranks a straggler finding already blames on their data loading (the same time, seen from the others)."""
+    from workbench.analyses.kinds import StragglerEvidence
+
+    return {int(f.evidence.rank) for f in found
+            if f.kind == Kind.STRAGGLER and isinstance(f.evidence, StragglerEvidence) and f.evidence.reason == "data"}
+
+
 @register_detector(Kind.HOST_SYNC, Kind.UNFUSED_OPTIMIZER, Kind.DATA_LOADING,
-                   needs=("idle_attribution", "breakdown_by_rank", "meta"), order=9)
+                   needs=("idle_attribution", "breakdown_by_rank", "meta", "found"), order=96)
 def _detect(x: Inputs) -> list[Finding[IdleCauseEvidence]]:
-    """:func:`idle_cause_findings` of the analysed window."""
-    return idle_cause_findings(x.tables["idle_attribution"], window_by_rank(x.tables["breakdown_by_rank"]), x.meta)
+    """:func:`idle_cause_findings` of the analysed window; a rank's data loading that a straggler finding already
+    names (it held the others back by it) is that finding's, not a second one."""
+    late = _data_stragglers(x.found)
+    return [f for f in idle_cause_findings(x.tables["idle_attribution"], window_by_rank(x.tables["breakdown_by_rank"]),
+                                           x.meta)
+            if not (f.kind == Kind.DATA_LOADING and f.ranks[0] in late)]
 
 
-__all__ = ["KIND_OF_CAUSE", "idle_cause_findings", "site_of", "window_by_rank"]
+__all__ = ["KIND_OF_CAUSE", "claimed_ns", "idle_cause_findings", "site_of", "window_by_rank"]
