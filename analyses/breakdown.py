@@ -352,16 +352,18 @@ def breakdown_findings(
         for r in idle.iter_rows(named=True):
             host = (r["host_wait_pct"] or 0) >= 50.0
             row = {k: r.get(k) for k in ("rank", "stream", "idle_ns", "idle_pct", "host_wait_pct", "window_ns")}
-            attributed = launch_ns is not None and r["rank"] in launch_ns
+            claimed = (claimed_ns or {}).get(r["rank"], 0)
+            # launch gaps inside a compiled region (the idle attribution): what graphs remove, the model's own nature
+            attributed = (launch_ns is not None and r["rank"] in launch_ns
+                          and 100.0 * launch_ns[r["rank"]] / r["window_ns"] >= IDLE_HOST_PCT)
             if host and between is not None:
                 row["between_steps_wait_ns"] = between.get(r["rank"], 0)
-                row["launch_gap_ns"] = max(0, int(r.get("host_ns") or 0) - row["between_steps_wait_ns"])
+                row["launch_gap_ns"] = max(0, int(r.get("host_ns") or 0) - row["between_steps_wait_ns"] - claimed)
             if host and attributed:
-                row["launch_gap_ns"] = int(launch_ns[r["rank"]])   # inside a compiled region, what graphs remove
+                row["launch_gap_ns"] = int(launch_ns[r["rank"]])
                 row.setdefault("between_steps_wait_ns", 0)
             if host and "launch_gap_ns" in row:
                 host = 100.0 * row["launch_gap_ns"] / r["window_ns"] >= IDLE_HOST_PCT
-            claimed = (claimed_ns or {}).get(r["rank"], 0)
             if claimed:
                 row["idle_ns"] = max(0, int(r["idle_ns"]) - claimed)
                 row["idle_pct"] = 100.0 * row["idle_ns"] / r["window_ns"]
@@ -395,7 +397,7 @@ def breakdown_findings(
                     f"{format_ns(row['launch_gap_ns'])} in the window (about {format_ns(row['launch_gap_ns'] // steps_n)} "
                     f"a step, {100.0 * row['launch_gap_ns'] / r['window_ns']:.0f}% of it). This is the model's own "
                     "launch-bound nature at this size, not a fault of the code around it: CUDA graphs "
-                    "(mode=\"reduce-overhead\") replay those launches at once.{note}",
+                    f"(mode=\"reduce-overhead\") replay those launches at once.{note}",
                     ev, cost, ranks=[r["rank"]], steps=steps_of.get(r["rank"], ()), source="breakdown"))
                 continue
             if host:
