@@ -190,8 +190,11 @@ def idle_attribution(kernels: pl.DataFrame, events: pl.DataFrame, steps: pl.Data
     rows: list[dict[str, Any]] = []
     for rank, stream in main.iter_rows():
         k = kw.filter((pl.col("rank") == rank) & (pl.col("stream") == stream)).sort("start").with_columns(
-            _prev=previous_end(("rank", "stream")))
+            _prev=previous_end(("rank", "stream")), _prev_step=pl.col("step").shift(1))
+        # a gap between two recorded steps only (not across the unrecorded steps between two profiler windows)
         gaps = k.filter(pl.col("_prev").is_not_null() & (pl.col("start") > pl.col("_prev"))
+                        & ((pl.col("step") - pl.col("_prev_step")).is_between(0, 1) | pl.col("step").is_null()
+                           | pl.col("_prev_step").is_null())
                         & pl.col("launch_start").is_not_null() & (pl.col("launch_start") > pl.col("_prev")))
         if gaps.is_empty():
             continue
