@@ -281,6 +281,7 @@ def breakdown_findings(
     by_rank: pl.DataFrame, main_stream_causes: pl.DataFrame | None = None, launch: pl.DataFrame | None = None,
     *, profiler_inflated: bool = False, steps_by_rank: dict[int, list[int]] | None = None,
     gaps: pl.DataFrame | None = None, segments: pl.DataFrame | None = None,
+    launch_ns: dict[int, int] | None = None, claimed_ns: dict[int, int] | None = None,
 ) -> list[Finding[Any]]:
     """Findings (:class:`workbench.analyses.findings.Finding`) from the per-rank breakdown, one per rank.
 
@@ -301,7 +302,10 @@ def breakdown_findings(
     with_stack/record_shapes (host time in the window is inflated; the messages say so); ``steps_by_rank``: the
     analysed steps of each rank (the findings' ``steps``: their cost covers those steps); ``gaps``:
     :func:`idle_gaps` rows (the host-wait ones of the main streams are read); ``segments``: :func:`time_breakdown`
-    rows (``rank``, ``start``: where each step's activity begins).
+    rows (``rank``, ``start``: where each step's activity begins). ``launch_ns``: per rank, the idle the GPU idle
+    attribution (:mod:`workbench.analyses.idle_causes`) gives to launches inside a compiled region: where given, it
+    is the launch gaps (syncs, an eager optimizer, data loading are their own findings, not launch overhead);
+    ``claimed_ns``: per rank, idle time those findings already cost (left out of ``gpu_idle``).
     """
     out: list[Finding[Any]] = []
     if by_rank is None or by_rank.is_empty():
@@ -348,23 +352,52 @@ def breakdown_findings(
         for r in idle.iter_rows(named=True):
             host = (r["host_wait_pct"] or 0) >= 50.0
             row = {k: r.get(k) for k in ("rank", "stream", "idle_ns", "idle_pct", "host_wait_pct", "window_ns")}
+            claimed = (claimed_ns or {}).get(r["rank"], 0)
+            # launch gaps inside a compiled region (the idle attribution): what graphs remove, the model's own nature
+            attributed = (launch_ns is not None and r["rank"] in launch_ns
+                          and 100.0 * launch_ns[r["rank"]] / r["window_ns"] >= IDLE_HOST_PCT)
             if host and between is not None:
                 row["between_steps_wait_ns"] = between.get(r["rank"], 0)
-                row["launch_gap_ns"] = max(0, int(r.get("host_ns") or 0) - row["between_steps_wait_ns"])
+                row["launch_gap_ns"] = max(0, int(r.get("host_ns") or 0) - row["between_steps_wait_ns"] - claimed)
+            if host and attributed:
+                row["launch_gap_ns"] = int(launch_ns[r["rank"]])
+                row.setdefault("between_steps_wait_ns", 0)
+            if host and "launch_gap_ns" in row:
                 host = 100.0 * row["launch_gap_ns"] / r["window_ns"] >= IDLE_HOST_PCT
+            if claimed:
+                row["idle_ns"] = max(0, int(r["idle_ns"]) - claimed)
+                row["idle_pct"] = 100.0 * row["idle_ns"] / r["window_ns"]
+                row["explained_by_causes_ns"] = claimed
             cost = (Cost.measured(row["launch_gap_ns"], "launch gaps: host-wait gaps between the kernels of a step on "
                                                         "the main stream, in the analysed window")
-                    if host and "launch_gap_ns" in row else Cost.measured(r["idle_ns"], "GPU idle time in the analysed window"))
-            if not host and r["idle_pct"] < IDLE_PCT:
+                    if host and "launch_gap_ns" in row else Cost.measured(row["idle_ns"], "GPU idle time in the analysed "
+                                                                            "window" + (", outside the host causes found"
+                                                                                        if claimed else "")))
+            if not host and row["idle_pct"] < IDLE_PCT:
                 continue
             ev = IdleEvidence(per_rank=(row,), short_kernel_pct=short_pct, profiler_inflated=profiler_inflated)
             if not host and row.get("launch_gap_ns") is not None:
                 out.append(make_finding(
                     Kind.GPU_IDLE,
-                    f"The GPU idles {r['idle_pct']:.1f}% of the analysed window on rank {r['rank']}, mostly between "
-                    f"steps: {format_ns(row['between_steps_wait_ns'])} before the steps' first kernels (the "
-                    "training loop, data loading, a synchronisation, the profiler's own step), against "
-                    f"{format_ns(row['launch_gap_ns'])} of launch gaps inside the steps.{note}",
+                    f"The GPU idles {row['idle_pct']:.1f}% of the analysed window on rank {r['rank']}"
+                    + (f" beyond the {format_ns(claimed)} the host causes above explain (waiting on its other streams: "
+                       "communication, copies, or between steps)" if claimed else
+                       f", mostly between steps: {format_ns(row['between_steps_wait_ns'])} before the steps' first "
+                       "kernels (the training loop, data loading, a synchronisation, the profiler's own step), against "
+                       f"{format_ns(row['launch_gap_ns'])} of launch gaps inside the steps") + f".{note}",
+                    ev, cost, ranks=[r["rank"]], steps=steps_of.get(r["rank"], ()), source="breakdown"))
+                continue
+            if host and attributed:
+                launch_bound = short_pct is not None and short_pct >= 50.0
+                steps_n = max(1, len(steps_of.get(r["rank"], ())) or 1)
+                out.append(make_finding(
+                    Kind.LAUNCH_BOUND if launch_bound else Kind.HOST_BOUND,
+                    f"The compiled model's kernels are short{f' ({short_pct:.0f}% of compute kernels < 10 µs)' if short_pct is not None else ''}: "
+                    f"on rank {r['rank']} the GPU waits for the host to launch them inside the compiled region "
+                    f"{format_ns(row['launch_gap_ns'])} in the window (about {format_ns(row['launch_gap_ns'] // steps_n)} "
+                    f"a step, {100.0 * row['launch_gap_ns'] / r['window_ns']:.0f}% of it). This is the model's own "
+                    "launch-bound nature at this size, not a fault of the code around it: CUDA graphs "
+                    f"(mode=\"reduce-overhead\") replay those launches at once.{note}",
                     ev, cost, ranks=[r["rank"]], steps=steps_of.get(r["rank"], ()), source="breakdown"))
                 continue
             if host:
@@ -396,9 +429,20 @@ def breakdown_findings(
 
 @register_detector(Kind.EXPOSED_COMMUNICATION, Kind.HOST_BOUND, Kind.LAUNCH_BOUND, Kind.GPU_IDLE, Kind.EXPOSED_MEMCPY,
                    needs=("breakdown_by_rank", "main_causes", "launch_stats", "profiler_inflated", "steps_by_rank",
-                          "idle_gaps", "breakdown"), order=10)
+                          "idle_gaps", "breakdown", "idle_attribution"), order=10)
 def _detect(x: Inputs) -> list[Finding[Any]]:
     """:func:`breakdown_findings` of the analysed window (launch gaps: the host-wait gaps inside steps)."""
+    att = x.tables.get("idle_attribution")
+    launch: dict[int, int] | None = None
+    claimed: dict[int, int] = {}
+    if att is not None and not att.is_empty():
+        launch = {int(r): 0 for r in att["rank"].unique()}
+        for r, ns in att.filter(pl.col("cause") == "launch").group_by("rank").agg(pl.col("ns").sum()).iter_rows():
+            launch[int(r)] = int(ns)
+        from workbench.analyses.idle_findings import claimed_ns, window_by_rank
+
+        claimed = claimed_ns(att, window_by_rank(x.tables["breakdown_by_rank"]))
     return breakdown_findings(x.tables["breakdown_by_rank"], x.main_causes, x.tables["launch_stats"],
                               profiler_inflated=x.profiler_inflated, steps_by_rank=x.steps_by_rank,
-                              gaps=x.tables["idle_gaps"], segments=x.tables["breakdown"])
+                              gaps=x.tables["idle_gaps"], segments=x.tables["breakdown"], launch_ns=launch,
+                              claimed_ns=claimed)

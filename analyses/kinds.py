@@ -89,6 +89,9 @@ class Kind(StrEnum):
     RANK_DIED = "rank_died"
     COMPILED_DESYNC = "compiled_desync"
     CONFIG_NOT_APPLIED = "config_not_applied"
+    HOST_SYNC = "host_sync"
+    UNFUSED_OPTIMIZER = "unfused_optimizer"
+    DATA_LOADING = "data_loading"
 
 
 #: Every kind's name as a plain string.
@@ -284,6 +287,25 @@ class IdleEvidence(Evidence):
     per_rank: tuple[Row, ...]        # rank, stream, idle_ns, idle_pct, host_wait_pct, window_ns
     short_kernel_pct: float | None = None
     profiler_inflated: bool = False  # the trace was recorded with with_stack/record_shapes
+
+
+@dataclass(frozen=True, slots=True)
+class IdleCauseEvidence(Evidence):
+    """GPU idle attributed to one thing the host did (``analyses/idle_causes.py``)."""
+
+    rank: int
+    stream: int | None
+    cause: str                       # idle_causes.CAUSES: sync, optimizer, data
+    label: str | None                # the op or annotation (aten::item, AdamW step (per-parameter), DataLoader ...)
+    site: str | None                 # file:line of the user's call (the trace's stack, else run.json's source sites)
+    site_text: str | None            # that line's source (escaped text, never run)
+    site_detail: str | None          # what matters on it (foreach=False, num_workers=0, .item())
+    idle_ns: int                     # GPU idle attributed to it in the analysed window
+    gaps: int                        # idle gaps it caused
+    by_step: dict[int, int] = field(default_factory=dict)   # step -> idle ns
+    per_step_ns: int = 0             # median over its steps
+    window_ns: int | None = None     # the rank's analysed device window
+    labels: tuple[Row, ...] = ()     # label, ns: every op of this cause (largest first)
 
 
 @dataclass(frozen=True, slots=True)
@@ -530,6 +552,7 @@ def resolve(name: str) -> tuple[Kind, ...]:
 EXPOSED_COMM_PCT = 5.0
 IDLE_HOST_PCT = 20.0        # GPU idle, and the launch gaps inside the steps, for host_bound / launch_bound
 IDLE_PCT = 30.0             # GPU idle for gpu_idle
+IDLE_CAUSE_PCT = 2.0        # GPU idle one host cause left (host_sync, unfused_optimizer, data_loading)
 EXPOSED_MEMCPY_PCT = 5.0
 BUBBLE_PCT = 20.0           # percent of the step
 TIMEOUT_RISK_PCT = 10.0     # percent of the collective timeout
@@ -639,6 +662,23 @@ def _declare_all() -> None:
         definition=f"GPU idle ≥ {IDLE_PCT:g} % of the window, not mainly waiting for kernel launches.",
         cost_method="idle time on the worst rank (measured)", role="symptom", cost_scope="window",
         threshold_pct=IDLE_PCT, symptom_time="idle", noun="GPU idle"))
+    idle_cause = ("GPU idle attributed to it: the idle gaps of the main stream during which the thread that launched "
+                  "the next kernel was doing it (measured, analysed window)")
+    declare(KindSpec(
+        kind=Kind.HOST_SYNC, evidence=IdleCauseEvidence,
+        definition=f"Host-device syncs (.item(), .cpu(), .tolist(), torch.cuda.synchronize, a DtoH copy) leave the GPU "
+                   f"idle ≥ {IDLE_CAUSE_PCT:g} % of the window: each one empties the queue the host had run ahead.",
+        cost_method=idle_cause, cost_scope="window", threshold_pct=IDLE_CAUSE_PCT, noun="host-device syncs"))
+    declare(KindSpec(
+        kind=Kind.UNFUSED_OPTIMIZER, evidence=IdleCauseEvidence,
+        definition=f"An optimizer stepping per parameter outside the compiled model (neither fused nor foreach) leaves "
+                   f"the GPU idle between its small kernels ≥ {IDLE_CAUSE_PCT:g} % of the window.",
+        cost_method=idle_cause, cost_scope="window", threshold_pct=IDLE_CAUSE_PCT, noun="an unfused optimizer"))
+    declare(KindSpec(
+        kind=Kind.DATA_LOADING, evidence=IdleCauseEvidence,
+        definition=f"The GPU idles while the training thread loads the next batch (a DataLoader in the trace, the "
+                   f"collector's data wait) ≥ {IDLE_CAUSE_PCT:g} % of the window.",
+        cost_method=idle_cause, cost_scope="window", threshold_pct=IDLE_CAUSE_PCT, noun="data loading"))
     declare(KindSpec(
         kind=Kind.EXPOSED_MEMCPY, evidence=ExposedMemcpyEvidence,
         definition=f"Memory copies/sets running alone on the GPU ≥ {EXPOSED_MEMCPY_PCT:g} % of the window.",

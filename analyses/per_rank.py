@@ -22,6 +22,7 @@ import polars as pl
 
 from workbench.analyses.breakdown import idle_causes, idle_gaps, main_streams, time_breakdown
 from workbench.analyses.bubbles import pipeline_bubbles
+from workbench.analyses.idle_causes import idle_attribution
 from workbench.analyses.intervals import SpanStore
 from workbench.analyses.kernels import kernel_class_time, launch_stats, top_kernels
 from workbench.analyses.rootcause import device_time
@@ -30,7 +31,7 @@ from workbench.schema import EVENTS, KERNELS, empty
 
 #: What :func:`event_tables` returns: frames, and ``device_time`` (a ``rootcause.DeviceTime`` where that exists).
 KEYS = ("breakdown", "idle_gaps", "idle_by_stream", "idle_by_step", "bubbles", "launch_stats", "kernel_class_time",
-        "main_streams", "top_kernels", "python_events", "compile_events", "device_time")
+        "main_streams", "top_kernels", "python_events", "compile_events", "device_time", "idle_attribution")
 
 #: Idle-gap rows kept for the whole run (about 6 MB); a run with more keeps each rank's longest gaps, as many as fit.
 IDLE_GAPS_KEPT = 100_000
@@ -74,6 +75,8 @@ def rank_tables(kernels: pl.DataFrame, events: pl.DataFrame, steps: pl.DataFrame
         "compile_events": events.filter(pl.col("name").cast(pl.String).str.ends_with("(dynamo_timed)"))
         .select("rank", "name", "start", "end"),
         "device_time": compact_device_time(device_time(kw, events, steps, window)),  # CPU ranks: host_time
+        # every host-caused idle gap of the main streams, split over what the launching thread did (idle_causes.py)
+        "idle_attribution": idle_attribution(kernels, events, steps, window),
     }
 
 

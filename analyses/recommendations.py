@@ -37,7 +37,7 @@ from workbench.analyses.kinds import (
     RECOMPILE_KINDS, CacheDivergenceEvidence, CollectiveWaitEvidence, CompiledDesyncEvidence, CompileGroupEvidence,
     CompileSkewEvidence, CompileTimeEvidence, ConfigDivergenceEvidence, ConfigNotAppliedEvidence,
     CollectiveScheduleEvidence, DivergentRecompileEvidence, Evidence, ExposedCommEvidence, ExposedMemcpyEvidence,
-    IdleEvidence, JobFailureEvidence, Kind, PipelineBubbleEvidence, StragglerEvidence, TimeoutRiskEvidence, kind_spec,
+    IdleCauseEvidence, IdleEvidence, JobFailureEvidence, Kind, PipelineBubbleEvidence, StragglerEvidence, TimeoutRiskEvidence, kind_spec,
     kinds_of,
 )
 from workbench.source_scan import SourceScan, SourceSite
@@ -622,6 +622,43 @@ def _launch(f: Finding[IdleEvidence]) -> list[Fix]:
                 config=(Setting("compile", "mode", "reduce-overhead"),)),
             Fix("fuse_small_ops", "Fewer, larger kernels", "less launch overhead", 0.5, "a code change",
                 code="batch small ops (torch._foreach_*, fused optimizers: AdamW(fused=True)), larger micro-batches")]
+
+
+@register_fixer(IdleCauseEvidence, kinds=(Kind.HOST_SYNC,))
+def _host_sync(f: Finding[IdleCauseEvidence]) -> list[Fix]:
+    ev = f.evidence
+    what = f" ({ev.site_text})" if ev.site_text else ""
+    return [Fix("defer_sync", f"Remove or defer the host-device sync{what}",
+                "the host keeps running ahead of the GPU: the idle gaps after each sync go", 0.9,
+                "a value read on the host every step waits for the GPU; kept on the device and read every N steps "
+                "(or through a CUDA event polled later) it waits for nothing",
+                code="keep the values on the device (torch.stack([...]) / a running tensor) and call .item() / .cpu() "
+                     "every N steps, outside the step; or record a torch.cuda.Event and read it with .query() later; "
+                     "drop torch.cuda.synchronize() from the loop",
+                site=CodeLine.parse(ev.site))]
+
+
+@register_fixer(IdleCauseEvidence, kinds=(Kind.UNFUSED_OPTIMIZER,))
+def _unfused_optimizer(f: Finding[IdleCauseEvidence]) -> list[Fix]:
+    ev = f.evidence
+    now = f" (now {ev.site_detail})" if ev.site_detail else ""
+    return [Fix("fused_optimizer", f"Construct the optimizer with fused=True{now}",
+                "one fused kernel per parameter group instead of one small kernel per op per parameter", 0.9,
+                "the per-parameter loop launches thousands of tiny kernels the GPU waits for; fused=True (CUDA "
+                "params) runs the whole update in a few kernels; foreach=True is the fallback where fused is not "
+                "supported",
+                code="torch.optim.AdamW(params, ..., fused=True)  # or foreach=True", site=CodeLine.parse(ev.site))]
+
+
+@register_fixer(IdleCauseEvidence, kinds=(Kind.DATA_LOADING,))
+def _data_loading(f: Finding[IdleCauseEvidence]) -> list[Fix]:
+    ev = f.evidence
+    now = f" (now {ev.site_detail})" if ev.site_detail else ""
+    return [Fix("loader_workers", f"Build batches in DataLoader workers, pinned, copied asynchronously{now}",
+                "the next batch is ready when the step ends: the GPU stops waiting for it", 0.9,
+                "batches built on the training thread between steps leave the GPU idle for as long as they take",
+                code="DataLoader(..., num_workers=4, pin_memory=True, prefetch_factor=2, persistent_workers=True) "
+                     "and x.to(device, non_blocking=True)", site=CodeLine.parse(ev.site))]
 
 
 @register_fixer(ExposedMemcpyEvidence)

@@ -424,7 +424,9 @@ def attribute(findings: Sequence[Finding[Any]], *, device: DeviceTime, compiles:
         if not explained:
             roots.append(s)
             continue
-        rest = max(0, s.cost_ns - explained) if rank not in device.waits else length(remaining)
+        # with waits (the critical path), what is left of the symptom's own time, never more than its cost (a
+        # launch-bound finding costs its launch gaps only, not every idle second left)
+        rest = max(0, s.cost_ns - explained) if rank not in device.waits else min(s.cost_ns, length(remaining))
         window = length(subtract(device.window.get(rank, []), merge(claimed)))
         if window > 0 and 100.0 * rest / window >= (s.spec.threshold_pct or 0.0):
             roots.append(s.replace(

@@ -13,7 +13,9 @@ from typing import Any
 
 import polars as pl
 
-from workbench.analyses import applied, bubbles, hangs, late_ranks, recompiles, stragglers  # noqa: F401  (detectors)
+from workbench.analyses import (  # noqa: F401  (detectors)
+    applied, bubbles, hangs, idle_findings, late_ranks, recompiles, stragglers,
+)
 from workbench.analyses import metrics
 from workbench.analyses.breakdown import KERNEL_WAIT_NS, breakdown_by_rank
 from workbench.analyses.bubbles import step_idle
@@ -60,6 +62,7 @@ class AnalysisTables:
     idle_gaps: pl.DataFrame
     idle_by_stream: pl.DataFrame
     idle_by_step: pl.DataFrame
+    idle_attribution: pl.DataFrame     # what the host did while the GPU waited (analyses/idle_causes.py)
     step_idle: pl.DataFrame
     bubbles: pl.DataFrame
     collectives: pl.DataFrame
@@ -198,6 +201,7 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
     out["idle_gaps"] = gaps
     out["idle_by_stream"] = ev["idle_by_stream"]  # from every gap, batch by batch (idle_gaps may be cut)
     out["idle_by_step"] = ev["idle_by_step"]
+    out["idle_attribution"] = ev["idle_attribution"]
     out["step_idle"] = step_idle(bd)
     out["bubbles"] = ev["bubbles"]
     matched = match_collectives(colls, ranks) if not colls.is_empty() else pl.DataFrame()

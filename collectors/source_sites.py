@@ -43,6 +43,13 @@ _MICROBATCH_WORDS = ("microbatch", "micro_batch", "n_microbatches", "num_microba
 _CONFIG_ROOTS = ("torch._dynamo.config", "torch._inductor.config", "torch._functorch.config",
                  "torch.compiler.config", "dynamo_config", "inductor_config")
 _THIS_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+#: Tensor methods that wait for the device and copy to the host (a host-device sync where they run on a GPU tensor).
+_SYNC_METHODS = frozenset({"item", "cpu", "tolist", "numpy"})
+#: Calls that wait for the device.
+_SYNC_CALLS = frozenset({"torch.cuda.synchronize", "cuda.synchronize", "torch.cuda.current_stream().synchronize"})
+#: ``torch.optim`` optimizers (their ``foreach`` / ``fused`` flags are what an unfused-optimizer fix is about).
+_OPTIMIZERS = frozenset({"SGD", "Adam", "AdamW", "Adamax", "Adadelta", "Adagrad", "RMSprop", "Rprop", "NAdam",
+                         "RAdam", "ASGD", "LBFGS", "SparseAdam", "Adafactor"})
 
 
 # ---------------------------------------------------------------------- where the step is entered
@@ -220,6 +227,14 @@ class _Finder(ast.NodeVisitor):
         elif isinstance(node.func, ast.Attribute) and tail in ("to", "cuda") and _is_device_copy(node):
             nb = _kw(node, "non_blocking")
             self.add(node, "h2d_copy", "non_blocking" if isinstance(nb, ast.Constant) and nb.value else "blocking")
+        elif isinstance(node.func, ast.Attribute) and tail in _SYNC_METHODS and not node.args \
+                or name in _SYNC_CALLS or tail == "to" and _to_host(node):
+            self.add(node, "sync_call", f".{tail}()" if name not in _SYNC_CALLS else name)
+        elif name.startswith(("torch.optim.", "optim.")) and tail[:1].isupper() and tail in _OPTIMIZERS:
+            self.add(node, "optimizer", f"{tail}, {_kw_text(node, 'foreach')}, {_kw_text(node, 'fused')}")
+        elif tail == "step" and isinstance(node.func, ast.Attribute) and not node.args and "opt" in ast.unparse(
+                node.func.value).lower():
+            self.add(node, "optimizer_step", ast.unparse(node.func.value)[:60])
         elif name in ("os.environ.setdefault", "os.environ.update", "os.putenv", "environ.setdefault"):
             key = node.args[0] if node.args else None
             self.add(node, "config_set", self._config_detail(
@@ -250,6 +265,14 @@ class _Finder(ast.NodeVisitor):
                 dotted = _dotted(t)
                 if any(dotted.startswith(root + ".") for root in _CONFIG_ROOTS):
                     self.add(node, "config_set", self._config_detail(dotted))
+
+
+def _to_host(call: ast.Call) -> bool:
+    """``x.to("cpu")``, ``x.to(device="cpu")``, ``x.to(torch.device("cpu"))``: a copy to the host."""
+    a = _kw(call, "device") or (call.args[0] if call.args else None)
+    if isinstance(a, ast.Call) and a.args:
+        a = a.args[0]
+    return isinstance(a, ast.Constant) and a.value == "cpu"
 
 
 def _is_device_copy(call: ast.Call) -> bool:

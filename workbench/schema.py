@@ -259,6 +259,10 @@ ANALYSIS_TABLES: dict[str, dict[str, pl.DataType]] = {
         "other_ns": pl.Int64, "gaps": pl.UInt32, "idle_ns": pl.Int64, "host_wait_pct": pl.Float64,
         "kernel_wait_pct": pl.Float64, "other_pct": pl.Float64, "host_ns": pl.Int64, "host_pct": pl.Float64,
     },
+    "idle_attribution": {   # analyses/idle_causes.py: the main streams' idle time by what the host was doing
+        "rank": pl.Int32, "stream": pl.Int64, "step": pl.Int32, "cause": pl.String, "label": pl.String,
+        "site": pl.String, "ns": pl.Int64, "gaps": pl.Int64,
+    },
     "step_idle": {
         "rank": pl.Int32, "step": pl.Int32, "window_ns": pl.Int64, "idle_ns": pl.Int64, "idle_pct": pl.Float64,
     },

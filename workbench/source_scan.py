@@ -21,7 +21,7 @@ from typing import Any
 SNIPPET_CHARS = 120
 #: What a site is.
 KINDS = ("loop", "batch_fetch", "step", "dataloader", "ddp", "fsdp", "compile", "collective", "pipeline_schedule",
-         "microbatch_count", "h2d_copy", "pin_memory", "config_set")
+         "microbatch_count", "h2d_copy", "pin_memory", "config_set", "sync_call", "optimizer", "optimizer_step")
 
 
 @dataclass(frozen=True)

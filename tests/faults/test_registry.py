@@ -136,9 +136,9 @@ def test_the_verifier_reads_the_kind_specs_and_refuses_an_undeclared_kind(tmp_pa
     assert planted_kinds(get_fault("recompile_limit")) == (Kind.RECOMPILE_LIMIT, Kind.RECOMPILE_SHAPE)
     # a GPU fault recorded ahead of its kind's detector stays listed, and the verifier says in one line why it
     # cannot check it, before anything runs
-    assert get_fault("gpu_item_sync").finding == "host_sync"
+    assert get_fault("gpu_eager_frame").finding == "skipped_frame"
     with pytest.raises(ValueError) as err:
-        loop("gpu_item_sync", tmp_path)
-    assert str(err.value) == ("fault gpu_item_sync: its finding 'host_sync' is not a declared finding kind "
+        loop("gpu_eager_frame", tmp_path)
+    assert str(err.value) == ("fault gpu_eager_frame: its finding 'skipped_frame' is not a declared finding kind "
                               "(analyses/kinds.py), so the verifier cannot check it")
     assert not any(tmp_path.iterdir())
