@@ -285,11 +285,16 @@ def _table_html(frame: pl.DataFrame, max_rows: int = 200) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>{more}"
 
 
-def render_html(report: Report, *, plotlyjs: PlotlyJS = "inline") -> str:
-    """The report as one HTML page; ``plotlyjs="inline"`` embeds plotly.js (works offline), ``"cdn"`` links it."""
+def render_html(report: Report, *, plotlyjs: PlotlyJS = "inline", perfetto_href: str | None = None) -> str:
+    """The report as one HTML page; ``plotlyjs="inline"`` embeds plotly.js (works offline), ``"cdn"`` links it;
+    ``perfetto_href``: the run's Perfetto trace beside the page (``workbench report --perfetto``), linked under the
+    title."""
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(report.title)}</title>"
              f"<style>{_CSS}</style></head><body><h1>{html.escape(report.title)}</h1>"
              f"<p class='muted'>generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}</p>"]
+    if perfetto_href:
+        parts.append(f"<p><a href='{html.escape(perfetto_href, quote=True)}' download id='perfetto'>Download for "
+                     f"Perfetto</a> (the whole run; open it in ui.perfetto.dev)</p>")
     first = True
     for heading, items in report.sections:
         parts.append(f"<section><h2>{html.escape(heading)}</h2>")

@@ -64,3 +64,27 @@ def test_config_text():
     assert config_text('{"compiler": {"dynamic_sources": "L[\'x\']:0"}, "compile": {"mode": "max-autotune"}}') == \
         'compiler.dynamic_sources = "L[\'x\']:0"\ncompile.mode = "max-autotune"'
     assert config_text(None) is None and config_text("not json") == "not json"
+
+
+def test_report_links_its_perfetto_trace(tmp_path):
+    """``workbench report RUN -o PAGE --perfetto`` writes the run's Perfetto trace beside the page and links it as
+    "Download for Perfetto" (issue 34 req 4); the trace reads back through the perfetto protos with every rank."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("perfetto")
+    from workbench.export.readback import read_perfetto
+
+    run = TRACES / "h200x2-fsdp2"
+    if not run.is_dir():
+        pytest.skip(f"{run} is absent")
+    page = tmp_path / "r.html"
+    proc = subprocess.run([sys.executable, "-m", "workbench.cli", "report", str(run), "-o", str(page), "--perfetto",
+                           "--plotlyjs", "cdn", "--no-timeline"], capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr
+    assert "<a href='r.pftrace' download id='perfetto'>Download for Perfetto</a>" in page.read_text()
+    back = read_perfetto(tmp_path / "r.pftrace")
+    assert not back.problems
+    shown = {p["labels"][0] for p in back.processes.values()}
+    assert shown == {f"rank {r}" for r in workbench.open(run).ranks["rank"].to_list()}
+    assert back.slices.height > 0

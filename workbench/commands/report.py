@@ -22,6 +22,9 @@ def register(app: typer.Typer) -> None:
         rank: int = RANK_OPT,
         plotlyjs: str = typer.Option("inline", "--plotlyjs", help="inline: works offline; cdn: smaller file."),
         no_timeline: bool = typer.Option(False, "--no-timeline", help="Leave the timeline figure out."),
+        perfetto: bool = typer.Option(False, "--perfetto", help="Also write the run as a Perfetto trace beside the "
+                                                                "report (REPORT.pftrace, workbench export) and link "
+                                                                "it from the page: 'Download for Perfetto'."),
     ) -> None:
         """Every analysis of one run in one page: findings, timeline, breakdown, drift, recompiles, fixes.
         With two runs (BEFORE AFTER): the diff that workbench diff prints, as a page."""
@@ -50,8 +53,16 @@ def register(app: typer.Typer) -> None:
             output.chmod(0o644)
         else:
             out = output or Path("report.html")
+            trace = None
+            if perfetto and after is None:
+                from workbench.export import export_run
+
+                trace = out.with_suffix(".pftrace")
+                with working(f"writing {trace}"), stage("exporting for Perfetto", path):
+                    export_run(run, trace)
+                trace.chmod(0o644)
             with working(f"writing {out}"), stage("writing the report of", path):
-                html = render_html(rep, plotlyjs=plotlyjs)
+                html = render_html(rep, plotlyjs=plotlyjs, perfetto_href=trace.name if trace else None)
             write_atomic(out, html.encode())
             out.chmod(0o644)
             output = out
