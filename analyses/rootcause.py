@@ -32,7 +32,7 @@ from workbench.analyses.intervals import Spans, intersect, length, merge, subtra
 from workbench.analyses.kinds import (
     EXPOSED_COMM_PCT, RECOMPILE_KINDS, CollectiveWaitEvidence, CompileGroupEvidence, CompileSkewEvidence,
     CompilingEvidence, ConfigDivergenceEvidence, DivergentRecompileEvidence, ExposedCommEvidence, Kind,
-    PipelineBubbleEvidence, StragglerEvidence, odd_ranks,
+    PipelineBubbleEvidence, SkippedFrameEvidence, StragglerEvidence, odd_ranks,
 )
 from workbench.communication import is_collective_range, is_comm_host_op, is_p2p_kernel, is_p2p_range
 
@@ -240,6 +240,8 @@ def cause_spans(f: Finding[Any], tables: CauseTables, all_ranks: Sequence[int] =
             for r, sp in cause_spans(sub, tables, all_ranks).items():
                 acc.setdefault(r, []).extend(sp)
         return {r: merge(v) for r, v in acc.items()}
+    if isinstance(ev, SkippedFrameEvidence):   # the frame runs eagerly from the skip on: all later time is its
+        return {r: [(t, 1 << 62)] for r, t in ev.since.items() if r in f.ranks}
     if isinstance(ev, PipelineBubbleEvidence) and device is not None:
         return {r: device.p2p[r] for r in f.ranks if r in device.p2p}  # a stage waits for its neighbour: bubble
     if isinstance(ev, StragglerEvidence):

@@ -86,7 +86,7 @@ PENDING: dict[tuple[str, str], str] = {}
 NOT_DECLARED_YET: dict[tuple[str, str], str] = {
     (f"zoo/workbench_zoo/faults/{script}.py", kind): "a GPU fault recorded ahead of its detector (a later issue)"
     for script, kind in (("gpu_cpu_dataload", "data_loading"), ("gpu_dtoh_sync", "host_sync"),
-                         ("gpu_item_sync", "host_sync"), ("gpu_eager_frame", "skipped_frame"),
+                         ("gpu_item_sync", "host_sync"),
                          ("gpu_unfused_optimizer", "unfused_optimizer"))
 }
 
