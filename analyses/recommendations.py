@@ -720,13 +720,93 @@ def _fixes(f: Finding[Any]) -> list[Fix]:
     return sorted(out, key=lambda x: -x.gain)  # stable: a fixer's own order breaks ties
 
 
-def ranked_fixes(findings: Sequence[Finding[Any]] | Any, *, sites: Any = None) -> list[Recommendation]:
+# ------------------------------------------------------------------------ which setting acts on which torch
+def torch_release(version: str | None) -> tuple[int, int] | None:
+    """``"2.11.0+cu130"`` → ``(2, 11)``; None when unknown or not a version."""
+    m = re.match(r"^\s*(\d+)\.(\d+)", version or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+_DIM_SUFFIX = re.compile(r":\d+\s*(?:,|$)")
+
+
+def setting_acts(st: Setting, torch_version: str | None) -> str | None:
+    """None when ``st`` changes what torch ``torch_version`` does (or the version is unknown), else why not.
+
+    The facts are the fix matrix's (docs/compile-logs.md, "Fixes"; ``tests/data/compile_logs/matrix/
+    fix_matrix.json``, checked against these rules by ``tests/compile/test_fix_versions.py``): each setting run on
+    torch 2.5, 2.7, 2.9, 2.11, 2.13 and 2.15 in a fresh process, compared with the same bench without it.
+    """
+    v = torch_release(torch_version)
+    if v is None:
+        return None
+    name = f"{st.section}.{st.key}"
+    if name == "compiler.dynamic_sources":
+        if v < (2, 7):
+            return f"torch {v[0]}.{v[1]} has no torch.compiler.config.dynamic_sources"
+        if v < (2, 13) and _DIM_SUFFIX.search(str(st.value)):
+            return (f"torch {v[0]}.{v[1]} reads a ':<dim>' suffix as part of a regular expression that matches no "
+                    "source (the suffix works from 2.13)")
+    if name == "dynamo.recompile_limit" and v < (2, 7):
+        return f"torch {v[0]}.{v[1]} calls it cache_size_limit"
+    if name == "dynamo.capture_scalar_outputs" and v == (2, 7) and st.value is True:
+        return "on torch 2.7 it turns an .item() break into a compile error (BackendCompilerFailed, KeyError: zuf0)"
+    if name == "dynamo.specialize_float" and st.value is False and v >= (2, 7):
+        return f"torch {v[0]}.{v[1]} already traces floats symbolically (a float argument costs 2 compiles either way)"
+    if st.section == "stance" and v < (2, 7):
+        return f"torch {v[0]}.{v[1]} has no torch.compiler.set_stance"
+    if name == "distributed.guard_collectives" and v < (2, 9):
+        return f"torch {v[0]}.{v[1]} has no guard_collectives"
+    if st.section == "cache" and v < (2, 7):
+        return f"torch {v[0]}.{v[1]} has no torch.compiler.load_cache_artifacts"
+    return None
+
+
+def for_torch(fx: Fix, torch_version: str | None) -> Fix:
+    """``fx`` as it must be written for ``torch_version``: unchanged when every setting acts there; the next-best
+    form when one exists (``dynamic_sources`` without the dim before 2.13, ``cache_size_limit`` before 2.7);
+    else without its settings (a config that would change nothing is not written) and saying why."""
+    why = [w for st in fx.config if (w := setting_acts(st, torch_version))]
+    if not why:
+        return fx
+    swapped: list[Setting] = []
+    for st in fx.config:
+        if setting_acts(st, torch_version) is None:
+            swapped.append(st)
+        elif f"{st.section}.{st.key}" == "compiler.dynamic_sources" and (torch_release(torch_version) or (0, 0)) >= (2, 7):
+            entries = [re.sub(r":\d+$", "", e.strip()) for e in str(st.value).split(",")]
+            swapped.append(Setting(st.section, st.key, ",".join(entries)))   # every dim of the source dynamic
+        elif f"{st.section}.{st.key}" == "dynamo.recompile_limit":
+            swapped.append(Setting("dynamo", "cache_size_limit", st.value))
+        else:
+            return dataclasses.replace(fx, config=(), gain=0.0, why=f"{fx.why}; not written for torch {torch_version}: "
+                                                                    f"{'; '.join(why)}")
+    return dataclasses.replace(fx, config=tuple(swapped), gain=fx.gain * 0.99,
+                               why=f"{fx.why}; written for torch {torch_version}: {'; '.join(why)}")
+
+
+def run_torch_version(run: Any) -> str | None:
+    """The torch version a run used: its fingerprints', else its compile logs' (None when unknown or mixed)."""
+    seen: set[str] = set()
+    for table, col in (("fingerprints", "torch"), ("compiles", "torch_version")):
+        df = getattr(run, table, None)
+        if isinstance(df, pl.DataFrame) and col in df.columns:
+            seen |= {str(x) for x in df[col].drop_nulls().unique().to_list()}
+        if seen:
+            break
+    releases = {torch_release(x) for x in seen} - {None}
+    return sorted(seen)[0] if len(releases) == 1 else None
+
+
+def ranked_fixes(findings: Sequence[Finding[Any]] | Any, *, sites: Any = None,
+                 torch_version: str | None = None) -> list[Recommendation]:
     """Ranked fixes for the typed root-cause ``findings`` (``analysis_tables(run).roots``): findings most costly
     first, and within one finding the fixes by expected gain. The best config fix of each finding is applied
     unless an earlier fix already set the same key. ``sites``: the run's ``source_sites``
     (``run.meta["source_sites"]`` or a ``SourceScan``) — code fixes then name the line they are about
     (:func:`locate`), or say in words that the script has no such line. A FINDINGS polars frame is refused: it has
-    lost the typed evidence the fixers read."""
+    lost the typed evidence the fixers read. ``torch_version``: write each setting only where it acts on that torch
+    (:func:`for_torch`), else the next-best fix is the one applied."""
     if isinstance(findings, pl.DataFrame):
         raise TypeError("recommend() takes the typed findings (analysis_tables(run).roots or run.findings()), "
                         "not the FINDINGS frame")
@@ -738,7 +818,8 @@ def ranked_fixes(findings: Sequence[Finding[Any]] | Any, *, sites: Any = None) -
     for i in order:
         f = roots[i]
         applied = False
-        for fx in _fixes(f):
+        fixes = sorted((for_torch(fx, torch_version) for fx in _fixes(f)), key=lambda x: -x.gain)
+        for fx in fixes:
             fx = locate(fx, scan)
             apply = False
             if fx.config and not applied and fx.gain > 0:
@@ -757,7 +838,7 @@ def ranked_fixes_run(run: Any, findings: Sequence[Finding[Any]] | Any, *, sites:
     the run's recorded ``source_sites`` (``run.json``), or of ``sites`` when given (a script scanned afresh)."""
     if sites is None:
         sites = (getattr(run, "meta", None) or {}).get("source_sites")
-    return ranked_fixes(findings, sites=sites)
+    return ranked_fixes(findings, sites=sites, torch_version=run_torch_version(run))
 
 
 def recommendations_frame(recs: Sequence[Recommendation]) -> pl.DataFrame:
