@@ -90,6 +90,7 @@ class Kind(StrEnum):
     RANK_DIED = "rank_died"
     COMPILED_DESYNC = "compiled_desync"
     CONFIG_NOT_APPLIED = "config_not_applied"
+    CONFIG_NO_EFFECT = "config_no_effect"
 
 
 #: Every kind's name as a plain string.
@@ -717,6 +718,13 @@ def _declare_all() -> None:
         kind=Kind.CONFIG_NOT_APPLIED, evidence=ConfigNotAppliedEvidence,
         definition="A setting of the run's compile config did not take effect (the collector recorded why).",
         cost_method="none (the fix it carries did not run)", role="fact", hazard=True))
+    declare(KindSpec(
+        kind=Kind.CONFIG_NO_EFFECT, evidence=ConfigNotAppliedEvidence,
+        definition="A setting of the run's compile config was applied but did not act on this torch (the collector "
+                   "checked after the first compile: no symbol for the dim, or the fix matrix says this torch "
+                   "ignores it).",
+        cost_method="none (the fix it carries did not run)", role="fact", hazard=True,
+        also_found_as=(Kind.CONFIG_NOT_APPLIED,)))
     missing = [k.value for k in Kind if k not in KINDS]
     if missing:
         raise ValueError(f"kinds without a KindSpec: {missing}")

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 import polars as pl
 
-from workbench import schema
+from workbench import fix_versions, schema
 from workbench.analyses.findings import Finding, format_ns
 from workbench.analyses.kinds import (
     RECOMPILE_KINDS, CacheDivergenceEvidence, CollectiveWaitEvidence, CompiledDesyncEvidence, CompileGroupEvidence,
@@ -721,45 +721,10 @@ def _fixes(f: Finding[Any]) -> list[Fix]:
 
 
 # ------------------------------------------------------------------------ which setting acts on which torch
-def torch_release(version: str | None) -> tuple[int, int] | None:
-    """``"2.11.0+cu130"`` → ``(2, 11)``; None when unknown or not a version."""
-    m = re.match(r"^\s*(\d+)\.(\d+)", version or "")
-    return (int(m.group(1)), int(m.group(2))) if m else None
-
-
-_DIM_SUFFIX = re.compile(r":\d+\s*(?:,|$)")
-
-
 def setting_acts(st: Setting, torch_version: str | None) -> str | None:
-    """None when ``st`` changes what torch ``torch_version`` does (or the version is unknown), else why not.
-
-    The facts are the fix matrix's (docs/compile-logs.md, "Fixes"; ``tests/data/compile_logs/matrix/
-    fix_matrix.json``, checked against these rules by ``tests/compile/test_fix_versions.py``): each setting run on
-    torch 2.5, 2.7, 2.9, 2.11, 2.13 and 2.15 in a fresh process, compared with the same bench without it.
-    """
-    v = torch_release(torch_version)
-    if v is None:
-        return None
-    name = f"{st.section}.{st.key}"
-    if name == "compiler.dynamic_sources":
-        if v < (2, 7):
-            return f"torch {v[0]}.{v[1]} has no torch.compiler.config.dynamic_sources"
-        if v < (2, 13) and _DIM_SUFFIX.search(str(st.value)):
-            return (f"torch {v[0]}.{v[1]} reads a ':<dim>' suffix as part of a regular expression that matches no "
-                    "source (the suffix works from 2.13)")
-    if name == "dynamo.recompile_limit" and v < (2, 7):
-        return f"torch {v[0]}.{v[1]} calls it cache_size_limit"
-    if name == "dynamo.capture_scalar_outputs" and v == (2, 7) and st.value is True:
-        return "on torch 2.7 it turns an .item() break into a compile error (BackendCompilerFailed, KeyError: zuf0)"
-    if name == "dynamo.specialize_float" and st.value is False and v >= (2, 7):
-        return f"torch {v[0]}.{v[1]} already traces floats symbolically (a float argument costs 2 compiles either way)"
-    if st.section == "stance" and v < (2, 7):
-        return f"torch {v[0]}.{v[1]} has no torch.compiler.set_stance"
-    if name == "distributed.guard_collectives" and v < (2, 9):
-        return f"torch {v[0]}.{v[1]} has no guard_collectives"
-    if st.section == "cache" and v < (2, 7):
-        return f"torch {v[0]}.{v[1]} has no torch.compiler.load_cache_artifacts"
-    return None
+    """None when ``st`` changes what torch ``torch_version`` does (or the version is unknown), else why not
+    (:func:`workbench.fix_versions.setting_acts`: the fix matrix's facts)."""
+    return fix_versions.setting_acts(st.section, st.key, st.value, torch_version)
 
 
 def for_torch(fx: Fix, torch_version: str | None) -> Fix:
@@ -773,7 +738,8 @@ def for_torch(fx: Fix, torch_version: str | None) -> Fix:
     for st in fx.config:
         if setting_acts(st, torch_version) is None:
             swapped.append(st)
-        elif f"{st.section}.{st.key}" == "compiler.dynamic_sources" and (torch_release(torch_version) or (0, 0)) >= (2, 7):
+        elif (f"{st.section}.{st.key}" == "compiler.dynamic_sources"
+              and (fix_versions.torch_release(torch_version) or (0, 0)) >= (2, 7)):
             entries = [re.sub(r":\d+$", "", e.strip()) for e in str(st.value).split(",")]
             swapped.append(Setting(st.section, st.key, ",".join(entries)))   # every dim of the source dynamic
         elif f"{st.section}.{st.key}" == "dynamo.recompile_limit":
@@ -794,7 +760,7 @@ def run_torch_version(run: Any) -> str | None:
             seen |= {str(x) for x in df[col].drop_nulls().unique().to_list()}
         if seen:
             break
-    releases = {torch_release(x) for x in seen} - {None}
+    releases = {fix_versions.torch_release(x) for x in seen} - {None}
     return sorted(seen)[0] if len(releases) == 1 else None
 
 
@@ -918,6 +884,11 @@ def _one_line(s: str | None, n: int = 240) -> str:
 @register_fixer(ConfigNotAppliedEvidence)
 def _not_applied(f: Finding[ConfigNotAppliedEvidence]) -> list[Fix]:
     ev = f.evidence
+    if f.kind == Kind.CONFIG_NO_EFFECT:
+        return [Fix("setting_for_this_torch", f"Replace {ev.setting}: it does not act on this torch",
+                    "the fix the config carries runs", 1.0, "a setting torch ignores changes nothing in the rerun",
+                    code=f"{ev.reason}. Rerun `workbench recommend` on this run: it writes the form that acts on its "
+                         "torch version (docs/compile-logs.md, the fix table)")]
     return [Fix("make_setting_apply", f"Make {ev.setting} take effect", "the fix the config carries runs", 1.0,
                 "until it applies, the rerun cannot show whether the fix works",
                 code=f"{ev.reason}. For [compile]/[mark_dynamic], create the Collector before calling torch.compile; "
