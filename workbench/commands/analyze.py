@@ -21,10 +21,10 @@ from workbench.format import duration, percent
 WINDOW_OPT = typer.Option("steady", "--window", help="steady: complete ProfilerStep iterations (as HTA); all: everything.")
 
 
-def _open(path: Path, rank: int | None, skip_bad: bool, quiet: bool) -> Any:
+def _open(path: Path, rank: int | None, skip_bad: bool, quiet: bool, job: str | None = None) -> Any:
     from workbench.commands.info import open_with_progress
 
-    return open_with_progress(path, rank=rank, skip_bad=skip_bad, show=not quiet)
+    return open_with_progress(path, rank=rank, skip_bad=skip_bad, show=not quiet, job=job)
 
 
 def _cost(c: dict[str, Any]) -> str:
@@ -95,6 +95,8 @@ def register(app: typer.Typer) -> None:
         window: str = WINDOW_OPT,
         rank: int = typer.Option(None, "--rank", help="Rank of a lone trace file that names none."),
         skip_bad: bool = typer.Option(False, "--skip-bad", help="Analyse the good ranks, list the bad files."),
+        job: str = typer.Option(None, "--job", help="The job to open when the folder holds several (j1, j2, ...: "
+                                "the refusal lists them)."),
         fail_on: str = typer.Option("none", "--fail-on", help="high|medium|low: exit 1 (the reason on one line) "
                                     "when a root cause is at least that severe (for CI)."),
     ) -> None:
@@ -103,7 +105,7 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"--window must be one of {', '.join(WINDOWS)}")
         if fail_on not in FAIL_ON:
             raise typer.BadParameter(f"--fail-on must be one of {', '.join(FAIL_ON)}")
-        run = _open(path, rank, skip_bad, json_out)
+        run = _open(path, rank, skip_bad, json_out, job)
         with stage("analysing", path):
             summary = analyze(run, window=window)  # type: ignore[arg-type]
         summary["path"] = str(path)

@@ -21,6 +21,8 @@ def register(app: typer.Typer) -> None:
         no_findings: bool = typer.Option(False, "--no-findings", help="Skip the analyses: recorded activity only."),
         rank: int = typer.Option(None, "--rank", help="Rank of a lone trace file that names none."),
         skip_bad: bool = typer.Option(False, "--skip-bad", help="Export the good ranks, list the bad files."),
+        job: str = typer.Option(None, "--job", help="The job to open when the folder holds several (j1, j2, ...: "
+                                "the refusal lists them)."),
         check: bool = typer.Option(False, "--check", help="Read the written trace back and check it against the "
                                    "run (times, nesting, flows); exit 1 on a problem."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
@@ -44,7 +46,7 @@ def register(app: typer.Typer) -> None:
             selection = Selection.parse(ranks, steps)
         except (ValueError, InputError) as exc:
             raise typer.BadParameter(str(exc)) from None
-        run = open_with_progress(path, rank=rank, skip_bad=skip_bad, show=not quiet)
+        run = open_with_progress(path, rank=rank, skip_bad=skip_bad, show=not quiet, job=job)
         console = Console(stderr=True)
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TaskProgressColumn(),
                       TimeElapsedColumn(), console=console, transient=True, disable=quiet) as bar:

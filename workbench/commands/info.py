@@ -24,7 +24,7 @@ SKIP_OPT = typer.Option(False, "--skip-bad", help="Load the good ranks and list 
 
 
 def open_with_progress(path: Path, *, rank: int | None, skip_bad: bool, show: bool = True,
-                       cluster: str | None = None) -> Run:
+                       cluster: str | None = None, job: str | None = None) -> Run:
     """``workbench.open`` with a progress bar on stderr for long reads."""
     console = safe_console(stderr=True)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TaskProgressColumn(),
@@ -36,7 +36,7 @@ def open_with_progress(path: Path, *, rank: int | None, skip_bad: bool, show: bo
             bar.update(task, total=total, completed=done, description=f"reading {markup(what)}")
 
         run = workbench.open(path, rank=rank, on_error="skip" if skip_bad else "raise", progress=progress,
-                             cluster=cluster)
+                             cluster=cluster, job=job)
     if skip_bad and run.ranks.height == 0 and run.compiles.height == 0:
         first = run.problems[0] if run.problems else f"{path}: nothing readable"
         more = f" (and {len(run.problems) - 1} more bad file(s))" if len(run.problems) > 1 else ""

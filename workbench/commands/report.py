@@ -19,6 +19,8 @@ def register(app: typer.Typer) -> None:
         output: Path = typer.Option(None, "-o", "--output", help="Write the HTML (or, with --json, the JSON) here."),
         as_json: bool = typer.Option(False, "--json", help="JSON instead of HTML (stdout unless -o)."),
         rank: int = typer.Option(None, "--rank", help="Rank of a lone trace file that names none."),
+        job: str = typer.Option(None, "--job", help="The job to open when the folder holds several (j1, j2, ...: "
+                                "the refusal lists them)."),
         plotlyjs: str = typer.Option("inline", "--plotlyjs", help="inline: works offline; cdn: smaller file."),
         no_timeline: bool = typer.Option(False, "--no-timeline", help="Leave the timeline figure out."),
     ) -> None:
@@ -31,7 +33,7 @@ def register(app: typer.Typer) -> None:
         if plotlyjs not in ("inline", "cdn"):
             raise typer.BadParameter("--plotlyjs must be inline or cdn")
         with stage("reading", path):
-            run = workbench.open(path, rank=rank, on_error="skip")
+            run = workbench.open(path, rank=rank, on_error="skip", job=job)
         if after is not None:
             with stage("reading", after):
                 other = workbench.open(after, on_error="skip")
