@@ -19,6 +19,74 @@ MATRIX = REPO / "tests" / "data" / "compile_logs" / "matrix"
 DOC = REPO / "docs" / "compile-logs.md"
 START, END = "<!-- tables:start (scripts/compile_matrix/make_tables.py) -->", "<!-- tables:end -->"
 FIX_START, FIX_END = "<!-- fixes:start -->", "<!-- fixes:end -->"
+READER_START, READER_END = "<!-- reader:start -->", "<!-- reader:end -->"
+WRITER_START, WRITER_END = "<!-- writer:start -->", "<!-- writer:end -->"
+
+
+def _module(path: Path, name: str):
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def reader_table() -> str:
+    """Event class × torch version: what the workbench's reader gives (tests/compile/test_matrix.py checks each
+    cell: counts, events, tlparse agreement; a gap is a fact the version's log lacks, checked as such)."""
+    tm = _module(REPO / "tests" / "compile" / "test_matrix.py", "_wb_test_matrix")
+    versions = tm.VERSIONS
+    lines = ["| class | " + " | ".join(versions) + " |", "| --- |" + " --- |" * len(versions)]
+    notes: dict[str, int] = {}
+    for cls in tm.CLASSES:
+        cells = []
+        for v in versions:
+            folder = MATRIX / v / cls
+            exp = json.loads((folder / "expected.json").read_text()) if (folder / "expected.json").exists() else {}
+            if not exp:
+                cells.append("–")
+            elif not exp.get("supported", True):
+                cells.append("n/a (not recordable)")
+            else:
+                gaps = tm.GAPS.get((v, cls), {})
+                marks = []
+                for check, (_, why) in gaps.items():
+                    n = notes.setdefault(why if why != "as above" else next(iter(gaps.values()))[1], len(notes) + 1)
+                    marks.append(f"{check} [{n}]")
+                cells.append("pass" + (f"; gap: {', '.join(dict.fromkeys(marks))}" if marks else ""))
+        lines.append(f"| {cls} | " + " | ".join(cells) + " |")
+    lines += [""] + [f"[{n}] {why}" + "  " for why, n in notes.items()]
+    return "\n".join(lines)
+
+
+def writer_table() -> str:
+    """Fix × torch version: the matrix's outcome (the setting applied before the first call) and what the
+    recommender writes for that torch (tests/compile/test_fix_versions.py checks each cell)."""
+    tf = _module(REPO / "tests" / "compile" / "test_fix_versions.py", "_wb_test_fix_versions")
+    from workbench.analyses.recommendations import Fix, for_torch
+
+    versions = sorted(tf._FIXES, key=_vkey)
+    lines = ["| setting | " + " | ".join(versions) + " |", "| --- |" + " --- |" * len(versions)]
+    for text, st in tf.SETTINGS.items():
+        cells = []
+        for v in versions:
+            if (v, text) not in tf.CELLS:
+                cells.append("–")
+                continue
+            outcome = tf._outcome(v, text).replace("_", " ")
+            fx = for_torch(Fix("f", "t", "e", 1.0, "w", config=(st,)), v)
+            if fx.config == (st,):
+                wrote = "written"
+            elif fx.config:
+                wrote = "writes " + ", ".join(f"`{x.key} = {json.dumps(x.value)}`" for x in fx.config)
+            else:
+                wrote = "not written"
+            cells.append(f"{outcome} → {wrote}")
+        lines.append(f"| `{text}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 CACHE_SHORT = {"fx_graph_cache_hit": "fx hit", "fx_graph_cache_miss": "fx miss", "fx_graph_cache_bypass": "fx bypass",
                "aotautograd_cache_hit": "aot hit", "aotautograd_cache_miss": "aot miss",
@@ -159,6 +227,10 @@ def main() -> None:
     doc = _put(DOC.read_text(), START, END, classes)
     if fixes:
         doc = _put(doc, FIX_START, FIX_END, fixes)
+    if READER_START in doc:
+        doc = _put(doc, READER_START, READER_END, reader_table())
+    if WRITER_START in doc:
+        doc = _put(doc, WRITER_START, WRITER_END, writer_table())
     DOC.write_text(doc)
     print(f"updated {DOC}")
 

@@ -242,3 +242,16 @@ def test_tlparse_agreement(version: str, cls: str) -> None:
             assert sum(x["cache_hits"] or 0 for x in rows) == hits
             assert sum(x["cache_misses"] or 0 for x in rows) == misses
         assert sum(x["cache_bypasses"] or 0 for x in rows) == cache.get("aotautograd_cache_bypass", 0)
+
+
+def test_docs_tables_are_the_tested_ones() -> None:
+    """docs/compile-logs.md's reader table (from :data:`GAPS`) and writer table (from the fix-version rules and
+    ``fix_matrix.json``) are what ``scripts/compile_matrix/make_tables.py`` generates now."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("_wb_make_tables", root / "scripts" / "compile_matrix" / "make_tables.py")
+    mt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mt)   # type: ignore[union-attr]
+    doc = (root / "docs" / "compile-logs.md").read_text()
+    assert mt.reader_table() in doc and mt.writer_table() in doc, "run scripts/compile_matrix/make_tables.py"
