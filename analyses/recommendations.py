@@ -37,7 +37,7 @@ from workbench.analyses.kinds import (
     RECOMPILE_KINDS, CacheDivergenceEvidence, CollectiveWaitEvidence, CompiledDesyncEvidence, CompileGroupEvidence,
     CompileSkewEvidence, CompileTimeEvidence, ConfigDivergenceEvidence, ConfigNotAppliedEvidence,
     CollectiveScheduleEvidence, DivergentRecompileEvidence, Evidence, ExposedCommEvidence, ExposedMemcpyEvidence,
-    IdleEvidence, JobFailureEvidence, Kind, PipelineBubbleEvidence, StragglerEvidence, TimeoutRiskEvidence, kind_spec,
+    IdleEvidence, JobFailureEvidence, Kind, PipelineBubbleEvidence, SkippedFrameEvidence, StragglerEvidence, TimeoutRiskEvidence, kind_spec,
     kinds_of,
 )
 from workbench.source_scan import SourceScan, SourceSite
@@ -300,11 +300,12 @@ def _divergent(f: Finding[DivergentRecompileEvidence]) -> list[Fix]:
         fixes += [dataclasses.replace(fx, gain=0.98, why="removes the guard failure itself",
                                       site=fx.site or CodeLine.parse(user_code(ev.location)))
                   for fx in _cause_fixes(ev.cause, ev.cause_source)]
-    fixes.append(Fix(
-        "eager_on_recompile", f"After warm-up (step {after}), run new input variants eagerly",
-        "a late new variant costs one slower eager step on that rank, not a compile that stalls every rank", 0.8,
-        "removes most of the stall (an eager step instead of a compile) but that variant then runs uncompiled",
-        config=(Setting("stance", "stance", "eager_on_recompile"), Setting("stance", "after_step", after))))
+    if step is not None:   # the warm-up's end comes from the step of the recompile: never guessed
+        fixes.append(Fix(
+            "eager_on_recompile", f"After warm-up (step {after}), run new input variants eagerly",
+            "a late new variant costs one slower eager step on that rank, not a compile that stalls every rank", 0.8,
+            "removes most of the stall (an eager step instead of a compile) but that variant then runs uncompiled",
+            config=(Setting("stance", "stance", "eager_on_recompile"), Setting("stance", "after_step", after))))
     fixes.append(Fix(
         "guard_collectives", "Make ranks agree before recompiling (guard collectives)",
         "all ranks recompile together (verified on gloo): no rank waits alone, no collective timeout", 0.1,
@@ -438,6 +439,26 @@ def _graph_break(f: Finding[CompileGroupEvidence]) -> list[Fix]:
                 "one graph for the compiled part", 1.0, "the break is in the code",
                 code="move it outside, wrap it with @torch.compiler.disable, or register it as a custom op",
                 site=loc)]
+
+
+@register_fixer(SkippedFrameEvidence)
+def _skipped_frame(f: Finding[SkippedFrameEvidence]) -> list[Fix]:
+    ev = f.evidence
+    site = CodeLine.parse(user_code(ev.cause_line) or ev.cause_line) if ev.cause_line else None
+    if ev.skip_reason == "graph_break_in_loop":
+        return [Fix("branchless_in_loop", "Replace the data-dependent branch in the loop with torch.where / "
+                    "torch.cond, or move it out of the loop", f"{ev.co_name} compiles again instead of running eagerly",
+                    1.0, "a graph break inside a loop makes dynamo skip the whole frame; no config traces a Python "
+                    "branch on a tensor's value",
+                    code="y = torch.where(cond, a(x), b(x)), or torch.cond(cond, true_fn, false_fn, (x,)); or test "
+                         "the condition once before the loop", site=site)]
+    if ev.skip_reason == "suppressed_error":
+        return [Fix("fix_compile_error", f"Fix the compile error suppress_errors hid ({ev.break_reason or 'see the log'})",
+                    f"{ev.co_name} compiles instead of running eagerly", 1.0,
+                    "suppress_errors turns a compile error into a silently eager frame",
+                    code="run once with torch._dynamo.config.suppress_errors = False to see the error", site=site)]
+    return [Fix("find_skip_reason", f"Find why dynamo skipped {ev.co_name}", "names the break", 0.0,
+                "torch 2.5 logs no reason", code="rerun with TORCH_LOGS=graph_breaks (or on torch 2.7+)")]
 
 
 @register_fixer(CompileGroupEvidence, kinds=(Kind.COMPILE_FAILURE,))

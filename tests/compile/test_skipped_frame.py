@@ -70,3 +70,13 @@ def test_real_run_skipped_frame_leads_in_analyze(eager_run: Path) -> None:
     assert first["cost"]["basis"] == "estimated" and "upper bound" in first["cost"]["method"]
     text = str(summary)
     assert "fullgraph" not in text and Kind.COMPILE_FAILURE.value not in [r["kind"] for r in roots]
+
+
+def test_real_run_fix_is_at_the_branch(eager_run: Path) -> None:
+    import workbench
+    from workbench.analyses.recommendations import ranked_fixes_run
+
+    run = workbench.open(eager_run)
+    fixes = [r for r in ranked_fixes_run(run, run.findings()) if r.finding.kind == Kind.SKIPPED_FRAME]
+    assert fixes and fixes[0].fix.fix_id == "branchless_in_loop"
+    assert fixes[0].fix.location.endswith("eager_frame_worker.py:24") and not fixes[0].fix.config
