@@ -490,23 +490,29 @@ def _read_one(path: Path, forced_rank: int | None) -> tuple[list[dict[str, Any]]
 def _generations(rows: list[dict[str, Any]], notes: Counter) -> list[dict[str, Any]]:
     """The compilations with repeated identical blocks collapsed and ``generation`` set (see the module docstring).
 
-    A compilation under a key already finished, whose metrics and artifacts equal that earlier one's, is the same
-    block written twice (never a new compile id). Otherwise a key seen again starts a new generation when its frame
-    compile id is 0 (dynamo numbers frames from 0/0 again after a reset); the generation only grows in log order.
+    A compilation of a frame whose metrics (start and duration included) and artifacts equal an earlier
+    compilation's of the same frame is that block written again, under the same id or a renumbered one (two real
+    compiles never share a start time): it is dropped, never a compile id of its own. Otherwise a key seen again
+    starts a new generation when its frame compile id is 0 (dynamo numbers frames from 0/0 again after a reset);
+    the generation only grows in log order.
     """
-    seen: dict[tuple, list[dict[str, Any]]] = {}
+    per_key: Counter = Counter()
+    bodies: dict[tuple, list[tuple]] = {}
     out: list[dict[str, Any]] = []
     generation = 0
     for r in rows:
         key = (r["compiled_autograd_id"], r["frame_id"], r["frame_compile_id"])
-        body = (r["metrics"], r["bwd"], r["recompile_reasons"], r["graph_breaks"], r["dynamo_error"])
-        earlier = seen.setdefault(key, [])
-        if r["metrics"] is not None and any(body == b for b in earlier):
+        m = r["metrics"]
+        body = (m, r["bwd"], r["recompile_reasons"], r["graph_breaks"], r["dynamo_error"])
+        frame = bodies.setdefault(key[:2], [])
+        timed = m is not None and (m.get("start_time_us") is not None or m.get("start_time") is not None)
+        if timed and body in frame:
             notes["a compilation block repeated with identical content and times: collapsed into one"] += 1
             continue
-        if earlier and r["frame_compile_id"] == 0 and r["compiled_autograd_id"] is None:
-            generation = max(generation, len(earlier))
-        earlier.append(body)
+        if per_key[key] and r["frame_compile_id"] == 0 and r["compiled_autograd_id"] is None:
+            generation = max(generation, per_key[key])
+        per_key[key] += 1
+        frame.append(body)
         r["generation"] = generation
         out.append(r)
     return out

@@ -255,3 +255,40 @@ def test_docs_tables_are_the_tested_ones() -> None:
     spec.loader.exec_module(mt)   # type: ignore[union-attr]
     doc = (root / "docs" / "compile-logs.md").read_text()
     assert mt.reader_table() in doc and mt.writer_table() in doc, "run scripts/compile_matrix/make_tables.py"
+
+
+TLPARSE_INPUTS = MATRIX / "tlparse_inputs"
+
+
+def test_tlparse_cache_hit_miss_reset_is_generations_not_recompiles() -> None:
+    """tlparse's ``cache_hit_miss.log``: a process that resets dynamo between compiles (2 frames × 3 generations)
+    is 6 first compiles and no recompile; tlparse merges the repeated ids into 2 and counts the same cache events."""
+    c = classify_compiles(read_compile_logs([TLPARSE_INPUTS / "logs" / "cache_hit_miss.log.gz"])[0])
+    counts = event_counts(c)[0]
+    assert (counts["compiles"], counts["first_compiles"], counts["recompiles"], counts["generations"]) == (6, 6, 0, 3)
+    tl = json.loads((TLPARSE_INPUTS / "cache_hit_miss.tlparse.json").read_text())["ranks"]["0"]
+    assert {_base(x) for x in c["compile_id"].to_list()} == {_base(i) for i in tl["compile_ids"]}
+    cache = tl["counts"]["cache"]
+    assert int(c["cache_hits"].sum()) == cache.get("fx_graph_cache_hit", 0) + cache.get("aotautograd_cache_hit", 0)
+    assert int(c["cache_misses"].sum()) == cache.get("fx_graph_cache_miss", 0) + cache.get("aotautograd_cache_miss", 0)
+    assert int(c["cache_bypasses"].sum()) == cache.get("aotautograd_cache_bypass", 0)
+
+
+def test_tlparse_multi_rank_runtime_repeated_blocks_are_not_compile_ids() -> None:
+    """tlparse's ``multi_rank_runtime``: on ranks 0-4 the ``0/1`` block is written three times (as 0/1, 0/2, 0/3,
+    identical times and content). The product reads one 0/1 per rank (the copies are noted), so every rank made the
+    same 2 compiles: no divergent recompile, one recompile finding for the 7 ranks."""
+    logs = sorted((TLPARSE_INPUTS / "logs" / "multi_rank_runtime").glob("*.log.gz"))
+    compiles, skipped = read_compile_logs(logs)
+    c = classify_compiles(compiles)
+    tl = json.loads((TLPARSE_INPUTS / "multi_rank_runtime.tlparse.json").read_text())["ranks"]
+    for rank in range(7):
+        mine = set(c.filter(pl.col("rank") == rank)["compile_id"].to_list())
+        assert mine == {"0/0", "0/1"} and mine <= set(tl[str(rank)]["compile_ids"])
+        copies = len(tl[str(rank)]["compile_ids"]) - len(mine)
+        noted = skipped.filter((pl.col("rank") == rank) & pl.col("reason").str.contains("repeated"))["count"].sum()
+        assert noted == copies
+    found = recompile_finding_list(c)
+    assert not [f for f in found if f.kind == Kind.DIVERGENT_RECOMPILE]
+    rec = [f for f in found if f.kind.value.startswith("recompile_")]
+    assert len(rec) == 1 and rec[0].ranks == tuple(range(7))
