@@ -59,3 +59,13 @@ def test_one_job_of_traces_and_logs_stays_one_run(tmp_path: Path) -> None:
         shutil.copy(f, tmp_path / f.name)
     run = workbench.open(tmp_path)
     assert run.ranks.height == 4 and set(run.compiles["rank"].to_list()) == {0, 1, 2, 3}
+
+
+def test_tlparse_multi_rank_runtime_is_two_jobs() -> None:
+    """tlparse's ``multi_rank_runtime`` folder: ranks 0-4 ran on 08-04 (pids 1142857…), ranks 5-6 are one log of
+    another job 11 days later (pid 149327, its lines say rank 1). Refused, never a 7-rank run; each job opens."""
+    folder = DATA / "tlparse_inputs" / "logs" / "multi_rank_runtime"
+    with pytest.raises(InputError, match=r"2 jobs in one folder.*10\.8 days apart"):
+        workbench.open(folder)
+    assert set(workbench.open(folder, job="j1").compiles["rank"].to_list()) == {0, 1, 2, 3, 4}
+    assert set(workbench.open(folder, job="j2").compiles["rank"].to_list()) == {5, 6}
