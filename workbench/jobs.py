@@ -1,12 +1,13 @@
-"""One job per run: the compile logs and Kineto traces of a folder grouped into jobs by process, run id and time.
+"""One job per run: the compile logs and Kineto traces of a folder grouped into jobs by process, rank and time.
 
 Each file is sniffed cheaply (its first lines, never the whole file): a TORCH_TRACE log's first line gives the
 process (glog's thread id: the main thread's is the pid) and its start (``MMDD hh:mm:ss``; the year is not
 written); a Kineto trace's first events give its pid and its ``distributedInfo`` rank (its event times are of a
-steady clock, not comparable across machines or with the logs). A collector's run directory is one job. Files of one process (same pid, started within :data:`SAME_PROCESS_S` of each
-other) are one process; processes that started within :data:`SAME_JOB_S` of each other and share no rank are one
-job. A folder holding several jobs is refused by :func:`select` with one line naming the jobs, their files and
-how they differ; ``select(..., job=ID)`` keeps one of them (IDs are ``j1``, ``j2``, … by start time).
+steady clock, not comparable across machines or with the logs). Logs of one pid started within
+:data:`SAME_PROCESS_S` of each other are one process; processes started within :data:`SAME_JOB_S` of each other
+that claim no rank twice are one job. Jobs are found from the compile logs; a trace joins the job of its pid. A
+collector's run directory is one job. A folder holding several jobs is refused by :func:`select` in one line
+naming the jobs, their files and how they differ; ``select(..., job=ID)`` keeps one (``j1``, ``j2``, … by start).
 
 Example:
     >>> from workbench.discover import Sources
@@ -191,21 +192,29 @@ def _differ(jobs: list[Job]) -> str:
 def select(sources: Any, job: str | None = None) -> Any:
     """``sources`` (:class:`workbench.discover.Sources`) of one job: unchanged when they hold one job (or are a
     collector's run directory); :class:`InputError` in one line when they hold several and ``job`` is None (the
-    jobs, their files and how they differ), or when ``job`` names none of them; else only ``job``'s files."""
+    jobs, their files and how they differ), or when ``job`` names none of them; else only ``job``'s files.
+
+    The jobs are the compile logs' (they carry a start time); a trace joins the job whose log has its pid. Traces
+    alone are left to the trace reader's own checks (two traces of one rank are refused there)."""
     if getattr(sources, "is_run_dir", False) and job is None:
         return sources
-    files = [sniff_compile_log(p, r) for p, r in sources.compile_logs]
-    files += [sniff_trace(t.path, t.rank) for t in sources.traces]
-    if not files:
+    jobs = group([sniff_compile_log(p, r) for p, r in sources.compile_logs])
+    if len(jobs) <= 1 and job in (None, *(j.id for j in jobs)):
         return sources
-    jobs = group(files)
-    if len(jobs) == 1 and job in (None, jobs[0].id):
-        return sources
+    by_pid = {f.pid: j for j in jobs for f in j.files if f.pid is not None}
+    loose: list[Path] = []
+    for t in sources.traces:
+        tf = sniff_trace(t.path, t.rank)
+        if tf.pid in by_pid:
+            by_pid[tf.pid].files.append(tf)
+        else:
+            loose.append(t.path)
     if job is None:
         listed = "; ".join(f"{j.id}: {_names(j, sources.root)} (pids {', '.join(map(str, j.pids)) or '?'}, "
                            f"started {_when(j)})" for j in jobs)
+        extra = f"; traces of no log's process: {', '.join(p.name for p in loose[:3])}" if loose else ""
         raise InputError(f"{sources.root}: {len(jobs)} jobs in one folder, not merged (they differ in "
-                         f"{_differ(jobs)}): {listed}. Open one with --job {jobs[0].id}")
+                         f"{_differ(jobs)}): {listed}{extra}. Open one with --job {jobs[0].id}")
     chosen = next((j for j in jobs if j.id == job), None)
     if chosen is None:
         raise InputError(f"{sources.root}: --job {job}: no such job here (jobs: {', '.join(j.id for j in jobs)})")
