@@ -77,6 +77,8 @@ OTHER_MEANING: dict[tuple[str, str], str] = {
     ("analyses/collectives.py", "collective_drift"): "an analysis table's name",
     ("app/page_drift.py", "collective_drift"): "an analysis table's name",
     ("workbench/figures.py", "compiling"): "a plot trace's label",
+    ("workbench/compile_log.py", "skipped_frame"): "a compile status (schema.COMPILES.status)",
+    ("analyses/recompiles.py", "skipped_frame"): "a compile status and cause (schema.COMPILES, kinds.CAUSES)",
 }
 
 #: (file, word): kind strings in modules owned elsewhere, switched to ``Kind`` when those modules are next changed.
