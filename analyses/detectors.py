@@ -46,6 +46,7 @@ class Inputs:
     traced: dict[int, list[tuple[int, int]]]   # compile time the trace shows, per rank
     hangs: HangTables                    # Flight Recorder dumps and the collector's exit records
     found: tuple[Finding[Any], ...] = ()  # what the detectors before this one found
+    critical_path: Any = None            # analyses.critical_path.CriticalPath of the run (None: not computed)
 
 
 Detect = Callable[[Inputs], Iterable[Finding[Any]]]
@@ -68,12 +69,15 @@ class Detector:
 
 _DETECTORS: list[Detector] = []
 _FIELDS = frozenset(f.name for f in dataclasses.fields(Inputs))
+#: Detectors (``module.qualname``) another one replaces: never registered, or taken out when it registers.
+_REPLACED: set[str] = set()
 
 
-def register_detector(*kinds: Kind, needs: Iterable[str], order: int, attributed: bool = True
-                      ) -> Callable[[Detect], Detect]:
+def register_detector(*kinds: Kind, needs: Iterable[str], order: int, attributed: bool = True,
+                      replaces: Iterable[str] = ()) -> Callable[[Detect], Detect]:
     """Decorator: ``fn(inputs)`` finds ``kinds``, reading ``needs`` (:class:`Inputs` fields or analysis table
-    names); detectors run by ``order`` (two with one order, or one function registered twice, is an error)."""
+    names); detectors run by ``order`` (two with one order, or one function registered twice, is an error).
+    ``replaces``: detectors (``module.qualname``) this one does the work of, whichever registers first."""
     from workbench.schema import ANALYSIS_TABLES
 
     wanted = tuple(needs)
@@ -85,6 +89,11 @@ def register_detector(*kinds: Kind, needs: Iterable[str], order: int, attributed
         raise ValueError("a detector names the kinds it produces")
 
     def deco(fn: Detect) -> Detect:
+        d_new = Detector(fn, declared, wanted, order, attributed)
+        if d_new.name in _REPLACED:
+            return fn
+        _REPLACED.update(replaces)
+        _DETECTORS[:] = [d for d in _DETECTORS if d.name not in _REPLACED]
         clash = [d.name for d in _DETECTORS if d.order == order or d.fn is fn]
         if clash:
             raise ValueError(f"detector {fn.__qualname__}: order {order} or function already registered ({clash})")

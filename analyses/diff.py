@@ -55,6 +55,7 @@ TOP_N = 10
 _NEEDS = {"breakdown": ("kernels", "device data"), "overlap": ("kernels", "device data"),
           "kernels": ("kernels", "device data"), "collectives": ("collectives", "collectives"),
           "bubbles": ("events", "trace events"), "stragglers": ("steps", "step times"),
+          "critical_path": ("steps", "step times"),
           "recompiles": ("compiles", "compile logs")}
 
 

@@ -343,17 +343,29 @@ class StragglerEvidence(Evidence):
     data_wait_median_ns: int | None          # this rank's median data wait per step
     others_data_wait_median_ns: int | None   # the other ranks' median
     signals: tuple[Row, ...] = ()
+    # from the cross-rank critical path (analyses/critical_path.py, late_ranks.py); defaults: the heuristic's
+    reason: str | None = None                # what made it late: an activity category (analyses/activities.py)
+    what: str | None = None                  # the top activity's label (op, function, compiled frame, ...)
+    site: str | None = None                  # where: file:line (the activity's, else the late collective's call)
+    lateness_by_step: dict[int, int] = field(default_factory=dict)   # step -> time it held the others back
+    wait_by_rank: dict[int, int] = field(default_factory=dict)       # victim -> its wait for this rank
+    activities: tuple[Row, ...] = ()         # category, label, site, ns: the activities its lateness is split over
+    noise_ns: int | None = None              # the lateness the run's own noise allows at these collectives
 
     @property
     def slow_data_loading(self) -> bool:
-        """Its median data wait is more than twice the others' plus :data:`DATA_WAIT_MARGIN_NS`: data loading makes
-        it late."""
+        """Data loading makes it late: the critical path says so, or (heuristic) its median data wait is more than
+        twice the others' plus :data:`DATA_WAIT_MARGIN_NS`."""
+        if self.reason is not None:
+            return self.reason == "data"
         return (self.data_wait_median_ns or 0) > 2 * (self.others_data_wait_median_ns or 0) + DATA_WAIT_MARGIN_NS
 
     def blamed(self, ranks: tuple[int, ...]) -> tuple[int, ...]:
         return (self.rank,)
 
     def wait_reason(self, declared: str | None) -> str | None:
+        if self.reason is not None and self.reason != "untraced":
+            return "data loading" if self.reason == "data" else self.reason.replace("_", " ")
         return "data loading" if self.slow_data_loading else declared
 
 

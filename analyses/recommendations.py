@@ -558,9 +558,45 @@ def _drift(f: Finding[ConfigDivergenceEvidence]) -> list[Fix]:
                 about=_environment_site)]
 
 
+#: What to change for a late rank, by what made it late (the critical path's reason): (fix id, title, code advice).
+_LATE_FIXES: dict[str, tuple[str, str, str]] = {
+    "compile": ("compile_once_everywhere", "Compile the same graphs on every rank, before the timed steps",
+                "same shapes on every rank (torch._dynamo.mark_dynamic up front), or a warm-up step on every rank "
+                "followed by a barrier; torch.compiler.set_stance(\"eager_on_recompile\") after warm-up"),
+    "sync": ("defer_host_syncs", "Take the host-device sync off the step",
+             "keep the value on the device and read it every N steps (or after the step), not .item()/.cpu() "
+             "in the step"),
+    "optimizer": ("faster_optimizer", "Run the optimizer step as fewer, fused kernels",
+                  "torch.optim.AdamW(..., fused=True) (or foreach=True); the same optimizer on every rank"),
+    "cpu_op": ("balance_host_work", "Move or spread the host computation this rank does alone",
+               "run that work on every rank or off the training thread (a worker process), or outside the step"),
+    "python": ("balance_host_work", "Move or spread the Python work this rank does alone",
+               "run that function on every rank or off the training thread, or outside the step"),
+    "gc": ("tame_gc", "Keep Python's garbage collector out of the steps",
+           "gc.freeze() after set-up and gc.disable() in the loop with gc.collect() every N steps on every rank "
+           "at the same step"),
+    "range": ("balance_host_work", "Do the work of this range on every rank, or asynchronously",
+              "checkpoints: torch.distributed.checkpoint.async_save, or every rank at the same step"),
+    "outside_step": ("balance_host_work", "Do the work between steps on every rank, or off the training thread",
+                     "logging, checkpoints, evaluation run by one rank between steps hold the others back"),
+    "untraced": ("profile_the_late_rank", "Record the late rank's steps to see what it does",
+                 "Collector(profile_ranks=[RANK], with_stack=True, profile_start=<a late step>): the window's "
+                 "Python frames name the line; common causes: logging, checkpoints, GC, I/O on that rank"),
+}
+
+
 @register_fixer(StragglerEvidence)
 def _straggler(f: Finding[StragglerEvidence]) -> list[Fix]:
     ev = f.evidence
+    late = _LATE_FIXES.get(ev.reason or "")
+    if late is not None:
+        fix_id, title, code = late
+        where = f" ({ev.what})" if ev.what and ev.reason not in ("untraced",) else ""
+        return [Fix(fix_id, f"{title}: rank {ev.rank}{where}",
+                    "the others stop waiting for it at every collective it reached late", 1.0,
+                    f"it was late doing {ev.reason.replace('_', ' ')} (the critical path across ranks)",
+                    code=code.replace("RANK", str(ev.rank)), site=CodeLine.parse(ev.site) if ev.site else None,
+                    about=None if ev.site else _batch_fetch_site)]
     if ev.slow_data_loading:
         return [Fix("faster_data_loading", f"Speed up data loading on rank {ev.rank}",
                     f"its data wait ({format_ns(ev.data_wait_median_ns)} per step, others "

@@ -54,11 +54,23 @@ class DeviceTime:
     host: dict[int, bool] = field(default_factory=dict)   # ranks timed from the host (no device activity)
     steps: dict[int, list[int]] = field(default_factory=dict)  # the analysed steps of host-timed ranks
     p2p: dict[int, Spans] = field(default_factory=dict)   # point-to-point communication (a pipeline's waits)
+    waits: dict[int, Spans] = field(default_factory=dict)  # waiting at collectives (the critical path): not transfer
 
     def of(self, kind: Kind) -> dict[int, Spans]:
         """The intervals a symptom of ``kind`` is (its ``symptom_time``; none for other kinds)."""
         name = kind_spec(kind).symptom_time
         return getattr(self, name) if name is not None else {}
+
+
+def without_waits(device: DeviceTime, waits: dict[int, Spans]) -> DeviceTime:
+    """``device`` whose exposed communication is transfer time only: each rank's waits at collectives (for a late
+    rank, or in noise: the critical path's) taken out of it; ``waits`` kept on it."""
+    for rank, w in waits.items():
+        w = merge(w)
+        device.waits[rank] = w
+        if rank in device.exposed_comm:
+            device.exposed_comm[rank] = subtract(device.exposed_comm[rank], w)
+    return device
 
 
 def host_time(events: pl.DataFrame | None, steps: pl.DataFrame | None, window: str = "steady",
@@ -392,6 +404,10 @@ def attribute(findings: Sequence[Finding[Any]], *, device: DeviceTime, compiles:
     for s in (f for f in findings if f.spec.role == "symptom"):
         rank = _rank_of(s)
         remaining = device.of(s.kind).get(rank, []) if rank is not None else []
+        if rank in device.waits and s.spec.symptom_time == "exposed_comm":
+            s = _transfer_only(s, remaining, device.window.get(rank, []))   # waiting is no communication
+            if s is None:
+                continue
         if not remaining:
             roots.append(s)
             continue
@@ -410,7 +426,7 @@ def attribute(findings: Sequence[Finding[Any]], *, device: DeviceTime, compiles:
         if not explained:
             roots.append(s)
             continue
-        rest = max(0, s.cost_ns - explained)
+        rest = max(0, s.cost_ns - explained) if rank not in device.waits else length(remaining)
         window = length(subtract(device.window.get(rank, []), merge(claimed)))
         if window > 0 and 100.0 * rest / window >= (s.spec.threshold_pct or 0.0):
             roots.append(s.replace(
@@ -418,14 +434,52 @@ def attribute(findings: Sequence[Finding[Any]], *, device: DeviceTime, compiles:
                 message=f"{s.message} ({format_ns(explained)} of it is explained by the causes above; "
                         f"{format_ns(rest)} is not.)"))
     out = []
+    waited = _waits_under(causes, spans, device)
     for f in roots:
         kids = [*f.symptoms, *children.get(f.id, [])]
         wait = _wait_child(f)
         if wait is not None:
             kids = [*kids, wait]
+        elif f.id in waited and not any(k.kind == Kind.COLLECTIVE_WAIT for k in kids):
+            kids = [*kids, *waited[f.id]]
         f = _cap(f, wall_ns)
         out.append(rescore(f.replace(symptoms=tuple(rescore(k, _wall(k, wall_ns)) for k in kids)), _wall(f, wall_ns)))
     return sort_findings(out)
+
+
+def _waits_under(causes: Sequence[Finding[Any]], spans: dict[str, dict[int, Spans]], device: DeviceTime
+                 ) -> dict[str, list[Finding[CollectiveWaitEvidence]]]:
+    """Per cause, the other ranks' waits at collectives (the critical path's) while it was under way, as
+    ``collective_wait`` symptoms (most costly cause first; a wait is claimed once)."""
+    out: dict[str, list[Finding[CollectiveWaitEvidence]]] = {}
+    claimed: dict[int, Spans] = {}
+    for c in causes:
+        for rank, w in sorted(device.waits.items()):
+            ov = subtract(intersect(w, merge(spans[c.id].get(rank, []))), claimed.get(rank, []))
+            ns = length(ov)
+            if ns < MIN_SYMPTOM_NS or rank in c.blamed_ranks:
+                continue
+            claimed[rank] = merge(claimed.get(rank, []) + ov)
+            out.setdefault(c.id, []).append(make_finding(
+                Kind.COLLECTIVE_WAIT, f"Rank {rank} waited {format_ns(ns)} in its collectives while "
+                                      f"{_cause_text(c)} was under way.",
+                CollectiveWaitEvidence({rank: ns}, len(ov), c.steps), Cost.measured(ns, "its waits at collectives "
+                                                                                     "in that time (critical path)"),
+                ranks=[rank], steps=c.steps, source="rootcause", key=c.id))
+    return out
+
+
+def _transfer_only(s: Finding[Any], transfer: Spans, window: Spans) -> Finding[Any] | None:
+    """Exposed communication ``s`` costed by its transfer time alone (``transfer``: its intervals less the waits),
+    or None when that is under its threshold share of the window."""
+    ns, win = length(transfer), length(window)
+    if ns <= 0 or (win > 0 and 100.0 * ns / win < (s.spec.threshold_pct or 0.0)):
+        return None
+    if ns >= s.cost_ns:
+        return s
+    return s.replace(cost=Cost.measured(ns, f"{s.cost.method}, transfer time only: waits for other ranks taken out"),
+                     message=f"{s.message} ({format_ns(s.cost_ns - ns)} of it was waiting for other ranks, "
+                             "not communication.)")
 
 
 def _wall(f: Finding[Any], wall_ns: dict[int, int]) -> int | None:
@@ -526,4 +580,5 @@ def _compiling(x: Inputs) -> list[Finding[CompilingEvidence]]:
 
 
 __all__ = ["CauseTables", "DeviceTime", "attribute", "cause_spans", "compiling_finding", "device_time",
-           "host_comm_findings", "host_time", "link_compile_causes", "link_config_causes", "trace_compile_spans"]
+           "host_comm_findings", "host_time", "link_compile_causes", "link_config_causes", "trace_compile_spans",
+           "without_waits"]

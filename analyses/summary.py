@@ -13,12 +13,15 @@ from typing import Any
 
 import polars as pl
 
-from workbench.analyses import applied, bubbles, hangs, recompiles, stragglers  # noqa: F401  (register detectors)
+from workbench.analyses import applied, bubbles, hangs, late_ranks, recompiles, stragglers  # noqa: F401  (detectors)
 from workbench.analyses import metrics
 from workbench.analyses.breakdown import KERNEL_WAIT_NS, breakdown_by_rank
 from workbench.analyses.bubbles import step_idle
 from workbench.analyses.collectives import (
     clock_offsets, collective_drift, collective_instances, collective_wait_by_rank, match_collectives,
+)
+from workbench.analyses.critical_path import (
+    CriticalPath, critical_path, crowded_ranks, explain, export_costs, victim_waits, window_events,
 )
 from workbench.analyses.detectors import Inputs, register_detector, run_detectors
 from workbench.analyses.findings import Cost, Finding, findings_frame, findings_to_dicts, make_finding
@@ -27,7 +30,7 @@ from workbench.analyses.kinds import Kind, ProfilerOverheadEvidence
 from workbench.analyses.overlap import comm_compute_overlap
 from workbench.analyses.per_rank import event_tables
 from workbench.analyses.recompiles import classify_compiles
-from workbench.analyses.rootcause import attribute, trace_compile_spans
+from workbench.analyses.rootcause import attribute, trace_compile_spans, without_waits
 from workbench.analyses.stragglers import step_times, straggler_ranks
 from workbench.analyses.window import Window
 from workbench.format import duration, kind_title
@@ -73,11 +76,12 @@ class AnalysisTables:
     step_table: pl.DataFrame
     findings: pl.DataFrame
     roots: tuple[Finding, ...] = ()
+    critical_path: CriticalPath | None = None   # who waited for whom at every collective (docs/critical-path.md)
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
-        """The frames' names (every field but ``roots``)."""
-        return tuple(f.name for f in fields(cls) if f.name != "roots")
+        """The frames' names (every field but ``roots`` and ``critical_path``)."""
+        return tuple(f.name for f in fields(cls) if f.name not in ("roots", "critical_path"))
 
 
 def _declared(name: str, frame: pl.DataFrame | None) -> pl.DataFrame:
@@ -97,6 +101,22 @@ def _hangs(run: Any) -> HangTables:
     """The run's hang tables (``Run.hangs``: the I/O layer reads them), empty when it has none."""
     hang = getattr(run, "hangs", None)
     return hang if isinstance(hang, HangTables) else empty_hang_tables()
+
+
+def _critical_path(run: Any, hang: HangTables, colls: pl.DataFrame, steps: pl.DataFrame, compiles: pl.DataFrame,
+                   traced: dict[int, list[tuple[int, int]]], ranks: pl.DataFrame, fingerprints: pl.DataFrame
+                   ) -> CriticalPath:
+    """The run's critical path across ranks, its late ranks' time explained with the window events of its ranks
+    (read through the run, only when some rank held the others back)."""
+    from workbench.analyses.late_ranks import with_traced
+
+    compiles = with_traced(compiles, traced)
+    exports = export_costs(hang.trace_exports, crowded_ranks(fingerprints))
+    cp = critical_path(hang.entries, colls, steps, compiles, None, ranks, exports)
+    if cp.layers.is_empty():
+        return cp
+    events = window_events(run, sorted(cp.instances["rank"].unique().to_list()))
+    return explain(cp, steps, compiles, events, ranks, exports) if events is not None else cp
 
 
 def _with_stack_ranks(python_events: pl.DataFrame) -> pl.DataFrame:
@@ -199,20 +219,22 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
 
     main = ev["main_streams"]
     main_causes = out["idle_by_stream"].join(main, on=["rank", "stream"], how="semi") if not main.is_empty() else None
-    device = ev["device_time"]
+    hang = _hangs(run)
+    cp = _critical_path(run, hang, colls, steps, compiles, traced, ranks, fingerprints)   # critical_path.py
+    device = without_waits(ev["device_time"], victim_waits(cp, ranks))     # exposed communication: transfer only
     inputs = Inputs(
         steps=steps, collectives=colls, matched=matched, ranks=ranks, compiles=compiles, fingerprints=fingerprints,
         meta=getattr(run, "meta", None) or {}, world_size=getattr(run, "world_size", None), timeout_s=timeout_s,
         tables=out, main_causes=main_causes, python_events=ev["python_events"],
         profiler_inflated=not _with_stack_ranks(ev["python_events"]).is_empty(), steps_by_rank=_steps_by_rank(bd),
-        device=device, traced=traced, hangs=_hangs(run))
+        device=device, traced=traced, hangs=hang, critical_path=cp)
     found = run_detectors(inputs)   # analyses/detectors.py: every registered detector, in order
     wall = metrics.wall_ns(steps) or {r: sum(e - s for s, e in w) for r, w in device.window.items()}
     roots = attribute(found, device=device, compiles=compiles, matched=matched, steps=steps, wall_ns=wall)
     # why the job stopped comes first; its cost is the other ranks' blocked time, not capped at its own ranks' wall
     roots = job_failure_first([*run_detectors(inputs, attributed=False), *roots])  # analyses/hangs.py
     tables = {name: _declared(name, frame) for name, frame in out.items()}
-    return AnalysisTables(**tables, findings=findings_frame(roots), roots=tuple(roots))
+    return AnalysisTables(**tables, findings=findings_frame(roots), roots=tuple(roots), critical_path=cp)
 
 
 def run_findings(run: Any, window: Window = "steady", *, timeout_s: float | None = None) -> list[Finding]:

@@ -21,6 +21,7 @@ import math
 import os
 import shutil
 import threading
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable
@@ -29,6 +30,8 @@ from workbench.collectors.options import CollectorOptions
 
 #: gzip level of exported traces (torch's own ``.gz`` export uses 9, line by line: several times slower).
 EXPORT_GZIP_LEVEL = 6
+#: When each trace export ran (``rank<R>/trace/exports.jsonl``; not a trace: no ``.json`` suffix).
+EXPORTS_FILE = "exports.jsonl"
 #: At close, how long to wait for each background trace export.
 EXPORT_WAIT_S = 300.0
 
@@ -194,10 +197,13 @@ class ProfilerWindows:
     def _export(self, prof: Any, name: str, unran_step: int | None) -> None:
         """Background thread: Kineto's JSON to ``.tmp-<name>/``, gzip it there, rename it into the trace dir."""
         tmp_dir = self.trace_dir / f".tmp-{name}"
+        t0 = time.time_ns()
         try:
             tmp_dir.mkdir(parents=True, exist_ok=True)
             raw, gz = tmp_dir / name.removesuffix(".gz"), tmp_dir / name
-            prof.export_chrome_trace(str(raw))
+            cpu0 = time.thread_time_ns()
+            prof.export_chrome_trace(str(raw))      # Kineto's JSON writer: holds the GIL
+            gil_cpu = time.thread_time_ns() - cpu0
             with open(raw, "rb") as src, open(gz, "wb") as dst, \
                     gzip.GzipFile(fileobj=dst, mode="wb", compresslevel=EXPORT_GZIP_LEVEL) as out:
                 shutil.copyfileobj(src, out, 4 << 20)
@@ -205,6 +211,7 @@ class ProfilerWindows:
                 _remove_step_span(gz, unran_step)
             os.replace(gz, self.trace_dir / name)
             self.files.append(self.trace_dir / name)
+            _note_export(self.trace_dir, name, t0, time.time_ns(), gil_cpu, time.thread_time_ns() - cpu0)
         except Exception as exc:
             self.windows_skipped += 1
             self._on_error("profiler", exc)
@@ -234,6 +241,18 @@ class ProfilerWindows:
             pass
         self._drop()
         self._on_error("profiler", exc)
+
+
+def _note_export(trace_dir: Path, name: str, start_ns: int, end_ns: int, gil_cpu_ns: int, cpu_ns: int) -> None:
+    """One line in ``trace/exports.jsonl``: when this export ran, the CPU time of its part that holds the GIL
+    (Kineto's JSON writer) and its whole CPU time (with the gzip, which competes for the CPU where cores are few):
+    how much it can have slowed the training thread meanwhile. The critical path names that time the profiler's,
+    not the user's."""
+    import orjson
+
+    with open(trace_dir / EXPORTS_FILE, "ab") as fh:
+        fh.write(orjson.dumps({"file": name, "start_ns": start_ns, "end_ns": end_ns, "gil_cpu_ns": gil_cpu_ns,
+                               "cpu_ns": cpu_ns}) + b"\n")
 
 
 def _remove_step_span(path: Path, step: int) -> None:

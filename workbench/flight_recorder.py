@@ -50,6 +50,7 @@ from workbench.schema import (  # noqa: F401  (the hang tables' schemas, declare
 HANG_DIR = "rank{rank}/hang"
 #: File names inside :data:`HANG_DIR` (none ends in ``.json``, so no reader takes them for a Kineto trace).
 DUMP_PREFIX = "fr_trace_rank_"          # our own dumps: fr_trace_rank_<R>
+PERIODIC_DIR = "fr"                     # the collector's periodic dumps (no stacks): fr/<n>.pkl.gz
 NCCL_DUMP_PREFIX = "nccl_trace_rank_"   # NCCL's dump on timeout, pointed here by the collector
 EVENTS_FILE = "events.jsonl"
 HEARTBEAT_FILE = "heartbeat.jsonl"
@@ -300,6 +301,8 @@ def read_dump(path: str | Path, rank: int | None = None) -> FRDump:
     if rank is not None and not 0 <= rank <= MAX_RANK:
         raise TraceError(p, f"rank {rank} (from the file name) is not an id below 2^31: not read")
     data = read_regular(p, MAX_DUMP_BYTES, what="Flight Recorder dump").data
+    if data[:2] == _GZIP_MAGIC:   # the collector's periodic dumps (rank<R>/hang/fr/<n>.pkl.gz)
+        data = _gunzip(data, p)
     if data.lstrip()[:1] == b"{":
         with _no_gc():
             try:
@@ -329,6 +332,19 @@ def read_dump(path: str | Path, rank: int | None = None) -> FRDump:
 
 
 _DUMP_NAMES = (DUMP_PREFIX, NCCL_DUMP_PREFIX)
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _gunzip(data: bytes, path: Path) -> bytes:
+    """``data`` unzipped, never past :data:`MAX_DUMP_BYTES` (a bomb is refused in one line naming the file)."""
+    z = zlib.decompressobj(wbits=31)
+    try:
+        out = z.decompress(data, MAX_DUMP_BYTES + 1)
+    except zlib.error as exc:
+        raise TraceError(path, f"not a valid gzip file ({exc})") from None
+    if len(out) > MAX_DUMP_BYTES or z.unconsumed_tail:
+        raise TraceError(path, f"unzips to more than {size_text(MAX_DUMP_BYTES)}: not read")
+    return out
 
 
 def named_like_dump(path: Path) -> bool:
@@ -369,6 +385,10 @@ def find_dumps(root: str | Path) -> dict[int, list[Path]]:
             if hang.is_dir():
                 files = sorted(p for p in hang.iterdir()
                                if p.name.startswith((DUMP_PREFIX, NCCL_DUMP_PREFIX)) and not p.name.endswith(".tmp"))
+                periodic = hang / PERIODIC_DIR
+                if periodic.is_dir() and not periodic.is_symlink():
+                    files += sorted(p for p in periodic.iterdir() if p.name.endswith(".pkl.gz")
+                                    and not p.name.startswith("."))
                 if files:
                     out[rank] = files
         for p in sorted(base.glob(f"{NCCL_DUMP_PREFIX}*")):   # NCCL dumps pointed at the run folder itself
@@ -500,6 +520,13 @@ def _entry_row(rank: int, e: dict[str, Any], path: Path, odd: _Odd | None = None
 _STATE_ORDER = {"scheduled": 0, "started": 1, "completed": 2}
 
 
+def _more(row: dict[str, Any], old: dict[str, Any]) -> bool:
+    """``row`` says more of one entry than ``old``: a later state, or the same one with the call site (a dump with
+    stacks over a periodic dump without)."""
+    a, b = _STATE_ORDER.get(row["state"] or "", 0), _STATE_ORDER.get(old["state"] or "", 0)
+    return a > b or (a == b and row["call_site"] is not None and old["call_site"] is None)
+
+
 def dump_tables(dumps: list[FRDump], problems: list[str] | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(entries, status) frames of ``dumps``; an entry seen in several dumps of one rank is kept once, in its most
     advanced state. Fields of the wrong type or range are kept as null, one line per dump in ``problems``."""
@@ -514,7 +541,7 @@ def dump_tables(dumps: list[FRDump], problems: list[str] | None = None) -> tuple
             key = (row["rank"], row["pg_name"], row["is_p2p"], row["seq"] if not row["is_p2p"] else row["p2p_seq"],
                    row["op"], row["created_ns"])
             old = best.get(key)
-            if old is None or _STATE_ORDER.get(row["state"] or "", 0) > _STATE_ORDER.get(old["state"] or "", 0):
+            if old is None or _more(row, old):
                 best[key] = row
         for pg, st in d.pg_status.items():
             if not isinstance(st, dict):
@@ -753,12 +780,13 @@ def load_hang_tables(root: str | Path, compile_logs: list[tuple[Path, int | None
             if hang.is_dir():
                 states.append(_rank_state(rank, hang, len(found.get(rank, [])), problems))
     rank_state = pl.DataFrame(states, schema=RANK_STATE) if states else pl.DataFrame(schema=RANK_STATE)
+    exports = rundir.trace_exports(base, problems) if base.is_dir() and rundir.is_run_dir(base) else {}
     graph_rows: list[dict[str, Any]] = []
     for path, rank in compile_logs or []:
         graph_rows.extend(read_graph_collectives(Path(path), rank))
     graphs = (pl.DataFrame(graph_rows, schema=GRAPH_COLLECTIVES) if graph_rows
               else pl.DataFrame(schema=GRAPH_COLLECTIVES))
-    return HangTables(entries, status, rank_state, graphs, problems)
+    return HangTables(entries, status, rank_state, graphs, problems, exports)
 
 
 # ---------------------------------------------------------------------------------------------- a Run's view

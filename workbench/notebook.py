@@ -31,6 +31,14 @@ class Run(_io.Run):
 
         return run_findings(self, window)  # type: ignore[arg-type]
 
+    def critical_path(self) -> Any:
+        """The critical path across ranks (``workbench.analyses.critical_path.CriticalPath``): who waited for whom
+        at every collective, what the late rank was doing; ``.matrix()``, ``.lateness()``, and its figures in
+        ``workbench.critical_path_view`` (docs/critical-path.md)."""
+        from workbench.analyses.critical_path import critical_path_of
+
+        return critical_path_of(self)
+
 
 def open(path: str | os.PathLike[str], **options: Any) -> Run:  # noqa: A001 - the notebook's ``workbench.open``
     """:func:`workbench.run.open` (same options: ``rank``, ``on_error``, ``cache``, ``progress``, ``workers``,

@@ -92,6 +92,25 @@ def build_report(run: Any, *, title: str | None = None, timeline: bool = True) -
         if fig is not None:
             rep.sections.append(("Timeline (where the run's activity is, first 8 ranks)", [fig]))
 
+    # the critical path across ranks: who held whom back (docs/critical-path.md)
+    cp = tables.critical_path if tables is not None else None
+    if cp is not None and not cp.empty:
+        def crit():
+            from workbench import critical_path_view as cpv
+
+            parts: list[Any] = [cpv.critical_path_figure(cp, steps_frame=run.steps), cpv.who_held_whom_figure(cp),
+                                cpv.wait_matrix_figure(cp)]
+            late = cp.lateness()
+            if not late.is_empty():
+                parts.append(late.rename({"culprit": "late rank", "ns": "held back (ns)"}))
+            if cp.clock.height > 1:
+                parts.append(cp.clock)
+            parts += cp.notes
+            return parts
+        parts = attempt("critical path", crit)
+        if parts:
+            rep.sections.append(("Critical path across ranks: who held whom back, doing what", parts))
+
     # breakdown
     br = tables.breakdown_by_rank if tables is not None else None
     if br is not None and not br.is_empty():

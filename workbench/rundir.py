@@ -207,3 +207,40 @@ def parse_jsonl(data: bytes) -> tuple[list[dict[str, Any]], int]:
         else:
             bad += 1
     return rows, bad
+
+
+#: When each profiler window's trace was exported (``collectors/profiling.py``), per rank.
+TRACE_EXPORTS = "rank{rank}/trace/exports.jsonl"
+
+
+def _ns_of(row: dict[str, Any], key: str) -> int | None:
+    return int(row[key]) if isinstance(row.get(key), int) and row[key] >= 0 else None
+
+
+def trace_exports(path: Path, problems: list[str] | None = None
+                  ) -> dict[int, list[tuple[int, int, int | None, int | None]]]:
+    """Per rank of the run directory ``path``: (start, end, CPU time holding the GIL, whole CPU time) ns of each
+    background trace export (``collectors/profiling.py``; CPU times None when not recorded); an unreadable file or
+    line is one line in ``problems`` and the rest is kept."""
+    from workbench.errors import TraceError
+
+    out: dict[int, list[tuple[int, int, int | None, int | None]]] = {}
+    for rank in rank_dirs(path):
+        f = path / TRACE_EXPORTS.format(rank=rank)
+        if not f.is_file():
+            continue
+        try:
+            rows, bad = read_jsonl(f, 16 << 20)
+        except TraceError as exc:
+            if problems is not None:
+                problems.append(str(exc))
+            continue
+        spans = [(r["start_ns"], r["end_ns"], _ns_of(r, "gil_cpu_ns"), _ns_of(r, "cpu_ns")) for r in rows
+                 if isinstance(r.get("start_ns"), int) and isinstance(r.get("end_ns"), int)
+                 and r["end_ns"] >= r["start_ns"]]
+        if (bad or len(spans) < len(rows)) and problems is not None:
+            problems.append(f"{f}: {bad + len(rows) - len(spans)} line(s) without start_ns/end_ns integers: "
+                            "skipped")
+        if spans:
+            out[rank] = spans
+    return out

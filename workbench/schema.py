@@ -421,13 +421,16 @@ GRAPH_COLLECTIVES: dict[str, pl.DataType] = {
 @dataclass(slots=True)
 class HangTables:
     """Everything the hang analysis reads (``workbench.flight_recorder.load_hang_tables``; ``Run.hangs``), as
-    frames with the schemas above; ``problems``: unreadable files."""
+    frames with the schemas above; ``problems``: unreadable files; ``trace_exports``: per rank, when the collector
+    exported its profiler windows, (start, end, CPU time holding the GIL, whole CPU time) ns
+    (``rank<R>/trace/exports.jsonl``: the critical path counts that time as the profiler's)."""
 
     entries: pl.DataFrame
     status: pl.DataFrame
     rank_state: pl.DataFrame
     graph_collectives: pl.DataFrame
     problems: list[str] = field(default_factory=list)
+    trace_exports: dict[int, list[tuple[int, int, int | None, int | None]]] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:

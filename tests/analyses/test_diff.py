@@ -13,6 +13,8 @@ Pairs (all real recordings):
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 import socket
@@ -27,6 +29,7 @@ import workbench
 from workbench.analyses.diff import (
     MIN_STEPS, RunData, compare, diff_runs, median_change_ci, normalise_name, rank_sum_p,
 )
+from workbench.analyses.findings import flatten
 from workbench.analyses.summary import analysis_tables
 from workbench.compile_config import NO_CONFIG_HASH
 
@@ -193,7 +196,10 @@ def test_no_device_data_after_is_cannot_tell_not_fixed():
     gpu, cpu = SAMPLES / "h200x2-planted", SAMPLES / "cpu-gloo-4rank"
     if not gpu.is_dir() or not cpu.is_dir():
         pytest.skip("sample runs absent")
-    d = diff_runs(_data(gpu), _data(cpu))
+    before = _data(gpu)
+    # its device-only finding (rank 1's host-bound idle) is a symptom of the recompile there: judge every finding
+    before = dataclasses.replace(before, findings=tuple(flatten(before.findings)))
+    d = diff_runs(before, _data(cpu))
     assert d.comparability.comparable  # same script and compiled frames, other hardware
     assert "device data" in {x.what for x in d.comparability.differences}
     device = [f for f in d.findings if f.source == "breakdown"]  # seen only in device activity

@@ -37,7 +37,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "collectors": ("workbench.collectors", "workbench.collectors.*"),
     # what a person sees: the notebook entry (the package itself), figures, the report, the CLI, the app
     "presentation": ("workbench", "workbench.notebook", "workbench.timeline", "workbench.figures", "workbench.report",
-                     "workbench.export", "workbench.export.*", "workbench.cli", "workbench.commands", "workbench.commands.*", "workbench.app",
+                     "workbench.critical_path_view", "workbench.export", "workbench.export.*",
+                     "workbench.cli", "workbench.commands", "workbench.commands.*", "workbench.app",
                      "workbench.app.*"),
 }
 

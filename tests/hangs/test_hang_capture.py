@@ -84,7 +84,8 @@ def test_clean_exit_dumps_the_flight_recorder(runs):
     out, rc = runs["ok"]
     assert rc == 0
     ev = _events(out)
-    assert [e["event"] for e in ev] == ["start", "dump", "exit"], ev
+    assert [e["event"] for e in ev] == ["start", "dump", "fr_coverage", "exit"], ev
+    assert ev[2]["recorded"] == 4 and ev[2]["lost"] == 0      # every collective kept (docs/critical-path.md)
     assert ev[0]["pg_before_collector"] is True and ev[0]["backend"] == "gloo"
     assert ev[-1]["reason"] == "closed" and ev[-1]["steps_done"] == 4
     dump = read_dump(out / "rank0/hang/fr_trace_rank_0")

@@ -66,7 +66,7 @@ def run_forked(name: str, out: Path, env: dict[str, str], port: int, limit: floa
                compile_config: str | Path | None) -> dict[int, int | None]:
     """Run fault ``name``'s ranks (forked, see the module docstring) into ``out``; the ranks' exit codes (-9: killed
     at the timeout or never started)."""
-    fault = get_fault(name)
+    fault = get_fault(name, out)
     argv = [name, "--out", str(out), "--port", str(port), "--timeout-s", str(limit)]
     if compile_config:
         argv += ["--compile-config", str(Path(compile_config).resolve())]
@@ -102,8 +102,8 @@ def launch(argv: list[str]) -> None:
     p.add_argument("--compile-config", default=None)
     args = p.parse_args(argv)
     t0 = time.monotonic()
-    fault = get_fault(args.name)
     out = Path(args.out)
+    fault = get_fault(args.name, out)
     worker_argv = [args.name, "--out", args.out] + (["--compile-config", args.compile_config]
                                                     if args.compile_config else [])
     pids: dict[int, int] = {}

@@ -183,8 +183,16 @@ def read_spec(path: str | Path) -> Fault:
     return fault
 
 
+#: The name of a generated case (:mod:`workbench_zoo.generated`): its spec is the run's ``fault/plan.json``.
+GENERATED = "generated"
+PLAN_FILE = "fault/plan.json"
+
+
 def load_module(name: str) -> ModuleType:
-    """The script of fault ``name``, imported (raises KeyError for an unknown fault)."""
+    """The script of fault ``name``, imported (raises KeyError for an unknown fault); a generated case's is
+    :mod:`workbench_zoo.generated`."""
+    if name == GENERATED:
+        return importlib.import_module("workbench_zoo.generated")
     script_path(name)
     return importlib.import_module(f"{SCRIPTS}.{name}")
 
@@ -194,6 +202,14 @@ def faults() -> dict[str, Fault]:
     return {name: read_spec(_scripts_dir() / f"{name}.py") for name in fault_names()}
 
 
-def get_fault(name: str) -> Fault:
-    """The spec of fault ``name`` (raises KeyError for an unknown fault)."""
+def get_fault(name: str, out: str | Path | None = None) -> Fault:
+    """The spec of fault ``name`` (raises KeyError for an unknown fault); a generated case's comes from its run
+    directory ``out`` (``fault/plan.json``, written by :func:`workbench_zoo.generated.run_case`)."""
+    if name == GENERATED:
+        if out is None:
+            raise KeyError("a generated case's spec is in its run directory: pass out")
+        plan = json.loads((Path(out) / PLAN_FILE).read_text())
+        spec = dict(plan["fault"])
+        spec["ranks"], spec["steps"] = tuple(spec["ranks"]), tuple(spec["steps"])
+        return Fault(**spec)
     return read_spec(script_path(name))

@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from workbench_zoo._launch import LAUNCHER_LOG, can_fork, run_forked
-from workbench_zoo.registry import GROUND_TRUTH, LOG_FILE, RECORD_FILE, RankRecord, get_fault, load_module
+from workbench_zoo.registry import (
+    GENERATED, GROUND_TRUTH, LOG_FILE, PLAN_FILE, RECORD_FILE, RankRecord, get_fault, load_module,
+)
 
 #: The folder that holds this package: on the ranks' ``PYTHONPATH``, so that they run this same zoo.
 ZOO_ROOT = Path(__file__).resolve().parents[1]
@@ -43,11 +45,15 @@ def run_fault(name: str, out: str | Path, *, compile_config: str | Path | None =
 
     ``compile_config``: a compile-config TOML the ranks' collectors apply (the rerun with a fix).
     """
-    fault = get_fault(name)
     out = Path(out).resolve()                  # the ranks write into it too
+    plan = out / PLAN_FILE
+    keep = plan.read_bytes() if name == GENERATED and plan.is_file() else None   # a generated case's spec
     if clean and out.exists():
         shutil.rmtree(out)
     (out / "fault").mkdir(parents=True, exist_ok=True)
+    if keep is not None:
+        plan.write_bytes(keep)
+    fault = get_fault(name, out)
     port = _free_port()
     base = run_env(env)
     limit = timeout_s if timeout_s is not None else fault.timeout_s
@@ -106,8 +112,8 @@ def write_ground_truth(name: str, out: str | Path, *, codes: dict[int, int | Non
     """(Re)compute ``ground_truth.json`` of run ``out`` from its ranks' saved measurements (``fault/rank<R>.json``);
     without ``codes``/``wall_s`` the values of the existing file are kept."""
     module = load_module(name)
-    fault = get_fault(name)
     out = Path(out)
+    fault = get_fault(name, out)
     old = json.loads((out / GROUND_TRUTH).read_text()) if (out / GROUND_TRUTH).is_file() else {}
     records = {}
     for rank in range(fault.world_size):
@@ -155,7 +161,7 @@ def _worker(argv: list[str] | None = None) -> None:
     from workbench_zoo.registry import FaultContext
 
     module = load_module(args.name)
-    fault = get_fault(args.name)
+    fault = get_fault(args.name, args.out)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)
     device = "cpu"

@@ -1,0 +1,100 @@
+"""Generated faults (issue 30 req 6) and the issue's own three cases, in real gloo runs of 2-4 ranks: the late rank is
+named with its steps and reason, its cost is the others' wait within 25 %, the waiting ranks get no exposed
+communication of their own, a clean run gets nothing medium or high.
+
+The fast set is :func:`workbench_zoo.generated.plan` of seeds ``0..FAST_CASES-1`` with ``fast=True`` (2-4 ranks,
+30-300 ms, six steps): deterministic cases whose sizes stand far out of a shared machine's noise. Every case's ranks
+fork from one process that imported torch once (the zoo's launcher).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("workbench_zoo", reason="the fault zoo is not installed (pip install -e ./zoo)")
+
+from workbench_zoo.generated import Case, Plant, plan, run_case, score  # noqa: E402
+
+import workbench  # noqa: E402
+from workbench.analyses.kinds import Kind  # noqa: E402
+from workbench.analyses.summary import analysis_tables  # noqa: E402
+
+pytestmark = pytest.mark.slow
+FAST_CASES = 20
+N = 12
+ISSUE = {
+    # 3 gloo ranks, DDP over a compiled model, one rank 40 ms late inside every step before its forward
+    "one_late": Case(1, 3, N, "ddp", (Plant(1, "before_forward", "sleep", 40.0, tuple(range(N))),)),
+    # 4 ranks, one 30 ms late inside every step and another recompiling alone at step 9
+    "late_and_recompile": Case(2, 4, N, "ddp", (Plant(2, "before_forward", "sleep", 30.0, tuple(range(N))),
+                                                Plant(1, "forward", "recompile", 300.0, (9,)))),
+    # 4 ranks with nothing planted
+    "clean": Case(3, 4, N, "ddp", ()),
+}
+
+
+@pytest.fixture(scope="module")
+def recorder(tmp_path_factory):
+    """Records a case once per session (its run directory, ground truth and root causes)."""
+    from workbench_zoo._launch import shared_launcher
+
+    root = tmp_path_factory.mktemp("generated")
+    done: dict[str, tuple[Path, dict, list]] = {}
+
+    def record(name: str, case: Case):
+        if name not in done:
+            out = root / name
+            truth = run_case(case, out)
+            assert all(c == 0 for c in truth["returncodes"].values()), truth["returncodes"]
+            done[name] = (out, truth, list(analysis_tables(workbench.open(out)).roots))
+        return done[name]
+
+    with shared_launcher():
+        yield record
+
+
+@pytest.mark.parametrize("seed", range(FAST_CASES))
+def test_generated_case(recorder, seed: int) -> None:
+    case = plan(seed, fast=True)
+    _, truth, roots = recorder(f"seed-{seed}", case)
+    sc = score(case, truth, roots)
+    if case.control:
+        assert not sc.loud_roots, (case.describe(), sc.loud_roots)
+        return
+    for c in sc.culprits:
+        if not c.detectable:
+            continue
+        assert c.found, (case.describe(), [(f.kind, f.ranks, f.steps) for f in roots])
+        assert c.steps_ok, (case.describe(), c)
+        assert c.cost_error is not None and c.cost_error <= 0.25, (case.describe(), c)
+    assert not [f for f in sc.false_culprits if f["severity"] in ("high", "medium")], sc.false_culprits
+
+
+def test_issue_one_rank_late_before_its_forward(recorder) -> None:
+    _, truth, roots = recorder("one_late", ISSUE["one_late"])
+    (st,) = [f for f in roots if f.kind == Kind.STRAGGLER]
+    assert st.evidence.rank == 1 and st.severity in ("medium", "high")
+    assert set(st.steps) == set(range(1, N))                     # every step after the first (its compiles)
+    assert st.evidence.reason == "untraced" and "before the collective called from" in st.message
+    assert st.cost.ns == pytest.approx(truth["cost_by_rank_ns"]["1"] - truth["truth_by_rank_step_ns"]["1"]["0"],
+                                       rel=0.25)
+    assert set(st.evidence.wait_by_rank) == {0, 2}
+    assert not [f for f in roots if f.kind == Kind.EXPOSED_COMMUNICATION and f.severity != "low"]
+
+
+def test_issue_late_rank_and_a_one_rank_recompile(recorder) -> None:
+    _, truth, roots = recorder("late_and_recompile", ISSUE["late_and_recompile"])
+    st = [f for f in roots if f.kind == Kind.STRAGGLER]
+    assert [f.evidence.rank for f in st] == [2], [(f.kind, f.ranks, f.steps) for f in roots]
+    assert set(range(1, N)) - {9} <= set(st[0].steps)
+    div = [f for f in roots if f.kind == Kind.DIVERGENT_RECOMPILE]
+    assert len(div) == 1 and div[0].evidence.compiling_ranks == (1,) and div[0].steps == (9,)
+    assert not [f for f in roots if f.kind == Kind.EXPOSED_COMMUNICATION and f.severity != "low"]
+
+
+def test_issue_clean_run_has_nothing_medium_or_high(recorder) -> None:
+    _, _, roots = recorder("clean", ISSUE["clean"])
+    assert not [(f.kind, f.ranks, f.severity) for f in roots if f.severity in ("medium", "high")]

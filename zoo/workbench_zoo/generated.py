@@ -1,0 +1,526 @@
+"""Generated faults: seeded random cases of ranks that hold the others back, with their measured ground truth.
+
+:func:`plan` turns a seed into a :class:`Case`: 2-8 gloo ranks (2-4 for the fast set) training a tiny compiled
+model, either under DDP (one gradient all-reduce a step) or with the gradients all-reduced by hand in two pieces
+(two collectives a step); 1-2 culprit ranks, each with a :class:`Plant` — a phase (``before_forward``,
+``forward``, ``backward``, ``optimizer``, ``between_collectives``, ``data``), a kind (``sleep``, ``cpu``: torch
+compute, ``recompile``: a one-rank compile, ``gc``: garbage collections over a big heap, ``file_write``: written
+and synced to disk), a size (5-300 ms; 30-300 in the fast set) and steps (some or all of the steps after the
+first and before the last); or, one case in five, a clean control with nothing planted.
+
+:func:`main` is the training loop every rank runs (the zoo's runner starts it, ``name = "generated"``, its spec in
+``fault/plan.json``). Each rank times its own planted work per step and phase (``ctx.timed``).
+
+:func:`ground_truth` is the layered counterfactual over those measured times: the ranks' planted work is grouped by
+the interval between two collectives it delays (the gradient all-reduce of a step; the optimizer's work delays the
+next step's first collective), and in each interval the rank with the most is charged its excess over the next,
+that one its excess over the next, down to zero; a culprit's truth in a step is the sum of its charges for the work
+it did in that step (``truth_by_rank_step_ns``), its cost the sum over steps (``cost_by_rank_ns``).
+
+:func:`run_case` records a case into a run directory (the zoo's forked launcher) and returns its ground truth.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench_zoo.registry import GENERATED, PLAN_FILE, Fault, FaultContext, RankRecord
+
+PHASES: tuple[str, ...] = ("before_forward", "forward", "backward", "optimizer", "between_collectives", "data")
+KINDS: tuple[str, ...] = ("sleep", "cpu", "recompile", "gc", "file_write")
+#: Share of cases that are clean controls.
+CONTROL_SHARE = 0.2
+PG_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class Plant:
+    """What one culprit rank does on top of the others' work: ``kind`` for ``size_ms`` in ``phase`` of ``steps``."""
+
+    rank: int
+    phase: str
+    kind: str
+    size_ms: float
+    steps: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One generated case (``plants`` empty: a clean control)."""
+
+    seed: int
+    world: int
+    num_steps: int
+    mode: str                       # "ddp" (one bucket: one all-reduce a step) or "explicit" (two all-reduces)
+    plants: tuple[Plant, ...] = ()
+    fast: bool = False
+
+    @property
+    def control(self) -> bool:
+        return not self.plants
+
+    @property
+    def culprits(self) -> tuple[int, ...]:
+        return tuple(sorted({p.rank for p in self.plants}))
+
+    def fault(self) -> Fault:
+        """The zoo :class:`Fault` of this case (``finding``: straggler; ranks and steps: the plants')."""
+        steps = tuple(sorted({s for p in self.plants for s in p.steps}))
+        case = asdict(self)
+        return Fault(name=GENERATED, description=self.describe(), finding="straggler", ranks=self.culprits,
+                     steps=steps, world_size=self.world, fix="code", num_steps=self.num_steps,
+                     timeout_s=120.0 + 3.0 * self.world * self.num_steps, notes=json.dumps(case))
+
+    def describe(self) -> str:
+        if self.control:
+            return f"seed {self.seed}: clean control, {self.world} ranks, {self.mode}"
+        what = "; ".join(f"rank {p.rank} {p.kind} {p.size_ms:.0f} ms {p.phase} in steps "
+                         f"{','.join(map(str, p.steps))}" for p in self.plants)
+        return f"seed {self.seed}: {self.world} ranks, {self.mode}: {what}"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["fault"] = self.fault().to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Case:
+        plants = tuple(Plant(int(p["rank"]), p["phase"], p["kind"], float(p["size_ms"]), tuple(p["steps"]))
+                       for p in d.get("plants", ()))
+        return cls(int(d["seed"]), int(d["world"]), int(d["num_steps"]), d["mode"], plants, bool(d.get("fast")))
+
+
+def plan(seed: int, *, fast: bool = False) -> Case:
+    """The case of ``seed`` (module docstring); ``fast``: 2-4 ranks, sizes 30-300 ms, fewer steps (the CI set)."""
+    rnd = random.Random(seed)
+    world = rnd.randint(2, 4 if fast else 8)
+    num_steps = 7 if fast else 9
+    if rnd.random() < CONTROL_SHARE:
+        return Case(seed, world, num_steps, rnd.choice(("ddp", "explicit")), (), fast)
+    n_culprits = 1 if world < 3 or rnd.random() < 0.7 else 2
+    culprits = rnd.sample(range(world), n_culprits)
+    lo, hi = (30.0, 300.0) if fast else (5.0, 300.0)
+    plantable = list(range(1, num_steps - 1))       # not the first step (compiles) nor the last
+    plants = []
+    for r in sorted(culprits):
+        phase = rnd.choice(PHASES)
+        kind = rnd.choice(KINDS)
+        size = round(math.exp(rnd.uniform(math.log(lo), math.log(hi))), 1)
+        if rnd.random() < 0.5:
+            steps = tuple(plantable)
+        else:
+            steps = tuple(sorted(rnd.sample(plantable, rnd.randint(1, len(plantable) - 1))))
+        plants.append(Plant(r, phase, kind, size, steps))
+    mode = "explicit" if any(p.phase == "between_collectives" for p in plants) else rnd.choice(("ddp", "explicit"))
+    return Case(seed, world, num_steps, mode, tuple(plants), fast)
+
+
+# ---------------------------------------------------------------------------------------------- recording
+def run_case(case: Case, out: str | Path, *, timeout_s: float | None = None) -> dict[str, Any]:
+    """Record ``case`` into run directory ``out`` (emptied first) and return its ground truth."""
+    import shutil
+
+    from workbench_zoo.runner import run_fault
+
+    out = Path(out).resolve()
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "fault").mkdir(parents=True)
+    (out / PLAN_FILE).write_text(json.dumps(case.to_dict(), indent=1))
+    return run_fault(GENERATED, out, timeout_s=timeout_s)
+
+
+def _case(ctx: FaultContext) -> Case:
+    return Case.from_dict(json.loads((ctx.out / PLAN_FILE).read_text()))
+
+
+def main(ctx: FaultContext) -> None:
+    """The training loop of every rank (module docstring)."""
+    import torch
+    import torch.distributed as dist
+
+    from workbench_zoo.faults._common import batch
+
+    case = _case(ctx)
+    mine = [p for p in case.plants if p.rank == ctx.rank]
+    work = _Work(ctx, mine)
+
+    @torch._dynamo.disable
+    def probe(h: torch.Tensor) -> torch.Tensor:
+        """An eager point inside the model: the forward's planted work here, the backward's in its gradient."""
+        work.do("forward")
+        return _Probe.apply(h, work)
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.a = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU())
+            self.b = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 1))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(probe(self.a(x)))
+
+    net = Net()
+    if case.mode == "ddp":
+        model = torch.compile(torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=25), backend="aot_eager")
+    else:
+        model = torch.compile(net, backend="aot_eager")
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(ctx.rank)
+
+    def data():
+        while True:
+            work.do("data")
+            yield batch(16, gen=gen)
+
+    batches = data()
+    with ctx.collector() as collector:
+        for step in ctx.steps(case.num_steps):
+            work.step = step
+            x, y = next(batches)                          # the data phase: before the step, as a loader's wait
+            with collector.step():
+                work.do("before_forward")
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                if case.mode == "explicit":
+                    grads = [p.grad for p in net.parameters()]
+                    half = len(grads) // 2
+                    _all_reduce(grads[:half], dist)
+                    work.do("between_collectives")
+                    _all_reduce(grads[half:], dist)
+                work.do("optimizer")
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+    work.close()
+
+
+def _all_reduce(grads: list[Any], dist: Any) -> None:
+    import torch
+
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= dist.get_world_size()
+    off = 0
+    for g in grads:
+        g.copy_(flat[off:off + g.numel()].view_as(g))
+        off += g.numel()
+
+
+def _make_probe() -> Any:
+    import torch
+
+    class Probe(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, h: Any, work: Any) -> Any:
+            ctx.work = work
+            return h.view_as(h)
+
+        @staticmethod
+        def backward(ctx: Any, g: Any) -> Any:
+            ctx.work.do("backward")
+            return g, None
+
+    return Probe
+
+
+class _LazyProbe:
+    """``_Probe.apply``: the autograd function is made on first use (importing this module needs no torch)."""
+
+    _fn: Any = None
+
+    def apply(self, h: Any, work: Any) -> Any:
+        if _LazyProbe._fn is None:
+            _LazyProbe._fn = _make_probe()
+        return _LazyProbe._fn.apply(h, work)
+
+
+_Probe = _LazyProbe()
+
+
+@dataclass
+class _Work:
+    """This rank's planted work: ``do(phase)`` runs it when a plant of this rank is due in this step and phase,
+    timed as ``inject:<phase>``."""
+
+    ctx: FaultContext
+    plants: list[Plant]
+    step: int = -1
+    heap: list[Any] = field(default_factory=list)
+    compiled: Any = None
+    file: Any = None
+
+    def do(self, phase: str) -> None:
+        for p in self.plants:
+            if p.phase == phase and self.step in p.steps:
+                with self.ctx.timed(f"inject:{phase}"):
+                    getattr(self, f"_{p.kind}")(p.size_ms / 1e3)
+
+    # ---- the kinds: each runs until its size has passed (the rank's own timer measures what it took)
+    def _sleep(self, s: float) -> None:
+        import time
+
+        time.sleep(s)
+
+    def _cpu(self, s: float) -> None:
+        import time
+
+        import torch
+
+        a = torch.randn(256, 256)      # ~1 ms an op: a profiler window's trace of it stays small
+        b = torch.randn(256, 256) / 16
+        end = time.perf_counter() + s
+        while time.perf_counter() < end:
+            a = torch.tanh(a @ b)
+
+    def _gc(self, s: float) -> None:
+        import gc
+        import time
+
+        if not self.heap:
+            self.heap = [[i, [i]] for i in range(20_000)]       # a heap the collector walks every time
+        end = time.perf_counter() + s
+        while time.perf_counter() < end:
+            gc.collect()
+
+    def _file_write(self, s: float) -> None:
+        import os
+        import time
+
+        if self.file is None:
+            self.file = open(self.ctx.out / "fault" / f"write-rank{self.ctx.rank}.bin", "wb")  # noqa: SIM115
+        chunk = os.urandom(1 << 20)
+        end = time.perf_counter() + s
+        while time.perf_counter() < end:
+            self.file.write(chunk)
+            self.file.flush()
+            os.fsync(self.file.fileno())
+            self.file.seek(0)
+
+    def _recompile(self, s: float) -> None:
+        """A compile on this rank alone: a fresh input shape for a small compiled function whose compiler takes
+        ``s`` longer (as a slower host or a cold cache would), then its run."""
+        import time
+
+        import torch
+
+        if self.compiled is None:
+            from torch._dynamo.backends.common import aot_autograd
+            from torch._functorch.aot_autograd import make_boxed_compiler
+
+            torch._dynamo.config.recompile_limit = 64
+            delay = {"s": 0.0}
+
+            def compile_graph(gm: Any, _inputs: Any) -> Any:
+                time.sleep(delay["s"])
+                return gm
+
+            def fn(t: Any) -> Any:
+                return torch.tanh(t).sum(1)
+
+            self.compiled = (torch.compile(fn, backend=aot_autograd(fw_compiler=make_boxed_compiler(compile_graph)),
+                                           dynamic=False), delay)
+        fn, delay = self.compiled
+        delay["s"] = s
+        fn(torch.randn(4, 5 + self.step))
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+
+# ---------------------------------------------------------------------------------------------- ground truth
+def _interval(case: Case, phase: str, step: int) -> tuple[int, int]:
+    """The collective a phase's work delays, as (step, slot): the optimizer's delays the next step's first."""
+    if phase == "optimizer":
+        return step + 1, 0
+    if phase == "between_collectives":
+        return step, 1
+    return step, 0
+
+
+def layered_truth(case: Case, measured: dict[int, dict[str, dict[int, int]]]) -> dict[int, dict[int, int]]:
+    """Per culprit and step: the layered counterfactual of the measured planted work (module docstring).
+    ``measured``: rank → ``inject:<phase>`` → step → ns."""
+    work: dict[tuple[int, int], dict[int, dict[int, int]]] = {}      # interval -> rank -> step -> ns
+    for rank, sections in measured.items():
+        for name, per_step in sections.items():
+            if not name.startswith("inject:"):
+                continue
+            phase = name.split(":", 1)[1]
+            for step, ns in per_step.items():
+                iv = _interval(case, phase, int(step))
+                work.setdefault(iv, {}).setdefault(rank, {})
+                work[iv][rank][int(step)] = work[iv][rank].get(int(step), 0) + int(ns)
+    out: dict[int, dict[int, int]] = {}
+    for _, ranks in work.items():
+        totals = sorted(((sum(v.values()), r) for r, v in ranks.items()), reverse=True)
+        for i, (tot, r) in enumerate(totals):
+            below = totals[i + 1][0] if i + 1 < len(totals) else 0
+            charge = tot - below
+            if charge <= 0 or tot <= 0:
+                continue
+            for step, ns in ranks[r].items():          # split over the steps its work ran in, by their share
+                out.setdefault(r, {})[step] = out.get(r, {}).get(step, 0) + int(round(charge * ns / tot))
+    return out
+
+
+def ground_truth(records: dict[int, RankRecord], fault: Fault) -> dict[str, Any]:
+    """The case's truth from the ranks' own timers (module docstring), plus the healthy ranks' step-time excess
+    (the zoo's default measure) for comparison."""
+    from workbench_zoo.truth import excess, truth
+
+    case = Case.from_dict(json.loads(fault.notes)) if fault.notes else None
+    measured = {r: {k: v for k, v in rec.timed.items() if k.startswith("inject:")} for r, rec in records.items()}
+    by = layered_truth(case, measured) if case is not None else {}
+    per = {r: sum(v.values()) for r, v in by.items()}
+    healthy = [r for r in records if r not in fault.ranks]
+    step_excess = excess(records, healthy, list(fault.steps)) if fault.steps else {}
+    out = truth(fault, per, "layered counterfactual of the culprits' own timed planted work (per interval between "
+                            "collectives)", agg="max")
+    out.update({"control": case.control if case else None, "case": case.to_dict() if case else None,
+                "truth_by_rank_step_ns": {str(r): {str(s): v for s, v in d.items()} for r, d in by.items()},
+                "cost_by_rank_ns": {str(r): v for r, v in per.items()},
+                "healthy_step_excess_ns": {str(r): v for r, v in step_excess.items()}})
+    return out
+
+
+def truth_for(out: str | Path) -> dict[str, Any]:
+    """Recompute ``ground_truth.json`` of a recorded case from its ranks' saved measurements."""
+    from workbench_zoo.runner import write_ground_truth
+
+    return write_ground_truth(GENERATED, out)
+
+
+__all__ = ["Case", "KINDS", "PHASES", "Plant", "ground_truth", "layered_truth", "main", "plan", "run_case",
+           "truth_for", "culprit_kinds", "score"]
+
+
+# ---------------------------------------------------------------------------------------------- scoring
+def culprit_kinds() -> tuple[Any, ...]:
+    """Kinds that name a late rank: the straggler and the compile kinds a one-rank compile is reported as."""
+    from workbench.analyses.kinds import Kind
+
+    return (Kind.STRAGGLER, Kind.DIVERGENT_RECOMPILE, Kind.COMPILE_SKEW)
+#: A step whose truth is at least this many times the run's noise must be found (a finding lists the steps where
+#: the rank held the others back by more than the noise); a planted step below it may be.
+MUST_NOISE = 2.0
+
+
+@dataclass
+class CulpritScore:
+    """How the analyses' roots name one planted culprit."""
+
+    rank: int
+    truth_ns: int
+    truth_steps: dict[int, int]
+    must: list[int]
+    may: list[int]
+    found: bool = False
+    found_steps: list[int] = field(default_factory=list)
+    clear_steps: list[int] = field(default_factory=list)
+    cost_ns: int | None = None
+    kinds: list[str] = field(default_factory=list)
+    reason: str | None = None
+
+    @property
+    def detectable(self) -> bool:
+        return bool(self.must)
+
+    @property
+    def steps_ok(self) -> bool:
+        """Every step it clearly cost (truth ≥ twice the noise) is among the finding's steps (lateness above the
+        noise), and every step the finding clearly names (lateness ≥ twice the noise) was planted: a step within a
+        noise unit of the bar may go either way."""
+        return set(self.must) <= set(self.found_steps) and set(self.clear_steps) <= set(self.must) | set(self.may)
+
+    @property
+    def right(self) -> bool:
+        return self.found and self.steps_ok
+
+    @property
+    def cost_error(self) -> float | None:
+        if self.cost_ns is None or not self.truth_ns:
+            return None
+        return abs(self.cost_ns - self.truth_ns) / self.truth_ns
+
+
+@dataclass
+class CaseScore:
+    """One case scored: its culprits, the roots that name other ranks, and its medium/high roots (controls)."""
+
+    seed: int
+    control: bool
+    world: int
+    describe: str
+    noise_ns: int | None
+    culprits: list[CulpritScore]
+    false_culprits: list[dict[str, Any]]        # culprit-kind roots blaming a rank nothing was planted on
+    loud_roots: list[dict[str, Any]]            # medium/high roots of any kind (a control must have none)
+    seconds: float = 0.0
+    error: str | None = None
+
+    @property
+    def right(self) -> bool:
+        """Every detectable culprit named with its steps, and no other rank named at medium/high severity."""
+        loud_false = [f for f in self.false_culprits if f["severity"] in ("high", "medium")]
+        return self.error is None and all(c.right for c in self.culprits if c.detectable) and not loud_false
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["right"] = self.right
+        for c, cs in zip(d["culprits"], self.culprits):
+            c.update(right=cs.right, steps_ok=cs.steps_ok, cost_error=cs.cost_error, detectable=cs.detectable)
+        return d
+
+
+def case_steps(case: Case, rank: int) -> list[int]:
+    """Every step a plant of ``rank`` ran in."""
+    return sorted({s for p in case.plants if p.rank == rank for s in p.steps})
+
+
+def _per_step(f: Any) -> dict[int, int]:
+    """A root's time per step: a straggler's per-step lateness, else its cost on each of its steps."""
+    by = getattr(f.evidence, "lateness_by_step", None)
+    if by:
+        return {int(s): int(v) for s, v in by.items()}
+    return {int(s): f.cost_ns for s in f.steps}
+
+
+def score(case: Case, truth: dict[str, Any], roots: list[Any]) -> CaseScore:
+    """Score the analyses' ``roots`` of a recorded ``case`` against its ``truth`` (:func:`ground_truth`)."""
+    by = {int(r): {int(s): int(v) for s, v in d.items()} for r, d in (truth.get("truth_by_rank_step_ns") or {}).items()}
+    from workbench.analyses.kinds import Kind
+
+    noise = None
+    for f in roots:
+        n = getattr(f.evidence, "noise_ns", None)
+        if f.kind == Kind.STRAGGLER and n:
+            noise = int(n) if noise is None else min(noise, int(n))
+    culprit_roots = [f for f in roots if f.kind in culprit_kinds() and f.severity != "info"]   # not a zero-cost note
+    out = []
+    for r in case.culprits:
+        steps = by.get(r, {})
+        thr = MUST_NOISE * (noise or 0)
+        must = sorted(s for s, v in steps.items() if v > 0 and v >= thr)
+        may = sorted(set(case_steps(case, r)) - set(must))
+        cs = CulpritScore(r, sum(steps.values()), steps, must, may)
+        mine = [f for f in culprit_roots if r in f.blamed_ranks and len(f.blamed_ranks) == 1]
+        if mine:
+            cs.found = True
+            cs.found_steps = sorted({int(s) for f in mine for s in f.steps})    # above the run's noise
+            cs.clear_steps = sorted({int(s) for f in mine for s, v in _per_step(f).items() if v >= thr})
+            cs.cost_ns = sum(f.cost_ns for f in mine)
+            cs.kinds = sorted({f.kind.value for f in mine})
+            cs.reason = next((getattr(f.evidence, "reason", None) for f in mine if f.kind == Kind.STRAGGLER), None)
+        out.append(cs)
+    planted = set(case.culprits)
+    false = [{"kind": f.kind.value, "ranks": list(f.blamed_ranks), "steps": list(f.steps), "severity": f.severity,
+              "cost_ns": f.cost_ns} for f in culprit_roots if not set(f.blamed_ranks) <= planted]
+    loud = [{"kind": f.kind.value, "ranks": list(f.ranks), "severity": f.severity, "cost_ns": f.cost_ns}
+            for f in roots if f.severity in ("high", "medium")]
+    return CaseScore(case.seed, case.control, case.world, case.describe(), noise, out, false, loud)
