@@ -944,12 +944,21 @@ def _steps_after(steps: pl.DataFrame | None, rank: int, since: int) -> tuple[int
     return st.height, int(st["dur"].drop_nulls().sum() or 0)
 
 
+def _profiled_steps(steps: pl.DataFrame | None, rank: int) -> list[tuple[int, int]]:
+    """(start, end) of the rank's profiled steps (the profiler's ProfilerStep ranges), in order."""
+    if steps is None or steps.is_empty() or "source" not in steps.columns:
+        return []
+    st = steps.filter((pl.col("rank") == rank) & (pl.col("source").cast(pl.String) == "profiler"))
+    return sorted((int(a), int(b)) for a, b in st.select("start", "end").iter_rows() if a is not None and b is not None)
+
+
 def skipped_frame_findings(compiles: pl.DataFrame, *, device: Any = None,
                            steps: pl.DataFrame | None = None) -> list[Finding]:
     """One ``skipped_frame`` finding per frame dynamo gave up without raising (status ``skipped_frame``).
 
-    Its cost is what running the frame eagerly cost: the GPU idle (launch gaps) the profiler window shows after the
-    skip on the worst rank (measured, from ``device``: :class:`workbench.analyses.rootcause.DeviceTime`); without
+    Its cost is what running the frame eagerly cost: the GPU idle (launch gaps) of the profiled steps after the skip,
+    each less the median idle of the profiled steps before it, on the worst rank (measured, from ``device``:
+    :class:`workbench.analyses.rootcause.DeviceTime`, and the profiler's steps); without
     such a window, estimated as the collector steps run after the skip (an upper bound, labelled so); without
     steps, the time dynamo spent before giving up (labelled so). Its idle / launch-bound symptoms are attributed
     under it by time (the frame runs eagerly from the skip on).
@@ -974,21 +983,28 @@ def skipped_frame_findings(compiles: pl.DataFrame, *, device: Any = None,
                 since[int(r)] = min(since.get(int(r), t), t)
         attempt = max((d for d in g["duration_ns"] if d is not None), default=None)
         eager: dict[int, int] = {}
+        baseline: dict[int, int] = {}
         if device is not None:
             for r in ranks:
-                if device.host.get(r):
+                if device.host.get(r) or r not in since:
                     continue   # a CPU rank timed from the host: no device idle to measure
-                win = device.window.get(r, [])
-                if r in since and win and win[-1][1] > since[r]:
-                    after = intersect(win, [(since[r], win[-1][1])])
-                    eager[r] = length(intersect(device.idle.get(r, []), after))
+                idle = device.idle.get(r, [])
+                per_step = [(s0, length(intersect(idle, [(s0, e0)]))) for s0, e0 in _profiled_steps(steps, r)]
+                before = sorted(n for s0, n in per_step if s0 < since[r])
+                after = [n for s0, n in per_step if s0 >= since[r]]
+                if after:
+                    base = before[len(before) // 2] if before else 0
+                    baseline[r] = base
+                    eager[r] = sum(max(0, n - base) for n in after)
         where = f"{g['co_name']} ({g['co_filename']}:{g['co_firstlineno']})"
         line = g["fail_user_frame"]
         why = g["skip_reason"] or "no_reason_logged"
         if eager:
             worst = max(eager, key=lambda r: eager[r])
-            cost = Cost.measured(eager[worst], f"GPU idle (launch gaps) in the profiler window after the skip, rank "
-                                               f"{worst}: what running {g['co_name']} eagerly cost there")
+            than = (f"more than the median profiled step before it ({format_ns(baseline[worst])})" if baseline[worst]
+                    else "(no profiled step before the skip to compare with)")
+            cost = Cost.measured(eager[worst], f"GPU idle (launch gaps) of the profiled steps after the skip, rank "
+                                               f"{worst}, {than}: what running {g['co_name']} eagerly cost there")
         else:
             counted = {r: _steps_after(steps, r, since[r]) for r in ranks if r in since}
             counted = {r: v for r, v in counted.items() if v[0]}

@@ -80,3 +80,31 @@ def test_real_run_fix_is_at_the_branch(eager_run: Path) -> None:
     fixes = [r for r in ranked_fixes_run(run, run.findings()) if r.finding.kind == Kind.SKIPPED_FRAME]
     assert fixes and fixes[0].fix.fix_id == "branchless_in_loop"
     assert fixes[0].fix.location.endswith("eager_frame_worker.py:24") and not fixes[0].fix.config
+
+
+GPU_RUN = HERE.parents[1] / "sample_traces" / "gpu-eager-frame"
+
+
+def test_gpu_recording_leads_with_the_skipped_frame_in_analyze_and_report() -> None:
+    """The H200 recording (torch 2.11, the zoo's gpu_eager_frame: a branch inside ``forward``'s loop from step 12):
+    the skipped frame is the first root cause, at the planted line, costed from the profiled steps after the skip
+    against those before it, within a factor 2 of the script's CUDA-event truth (steps 17-19; step 20 also holds the
+    profiler's export), with the launch-bound idle under it; nothing says fullgraph."""
+    import json
+
+    import workbench
+    from workbench.analyses.summary import analyze
+    from workbench.report import build_report
+
+    truth = json.loads((GPU_RUN / "ground_truth.json").read_text())
+    run = workbench.open(GPU_RUN)
+    first = analyze(run)["findings"][0]
+    assert first["kind"] == Kind.SKIPPED_FRAME and first["cost"]["basis"] == "measured"
+    assert "_gpu_idle.py:76" in first["message"] and truth["line"].endswith("_gpu_idle.py:76")
+    want = sum(truth["cost_by_rank_step_ns"]["0"][s] for s in ("17", "18", "19"))
+    assert want / 2 <= first["cost_ns"] <= want * 2, (first["cost_ns"], want)
+    assert [s["kind"] for s in first["symptoms"]] == [Kind.LAUNCH_BOUND]
+    assert "fullgraph" not in json.dumps(analyze(run))
+    rep = build_report(run, timeline=False).to_json()
+    text = json.dumps(rep, default=str)
+    assert text.find(Kind.SKIPPED_FRAME.value) < text.find(Kind.COMPILING.value) or Kind.COMPILING.value not in text
