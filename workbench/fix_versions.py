@@ -1,6 +1,6 @@
 """Which compile-config setting changes what which torch does: the fix matrix's facts as one rule.
 
-The facts are docs/compile-logs.md's "Fixes" table (``tests/data/compile_logs/matrix/fix_matrix.json``: each
+The facts are docs/compile-logs.md's "Fixes" table (``tests/data/compile_logs/matrix/fix_matrix.json.gz``: each
 setting run on torch 2.5, 2.7, 2.9, 2.11, 2.13 and 2.15 in a fresh process and compared with the same bench without
 it; ``tests/compile/test_fix_versions.py`` checks this module against every cell). The recommender writes a setting
 only where it acts; the collector records a setting that cannot act on the running torch as not taking effect.

@@ -45,7 +45,8 @@ def reader_table() -> str:
         cells = []
         for v in versions:
             folder = MATRIX / v / cls
-            exp = json.loads((folder / "expected.json").read_text()) if (folder / "expected.json").exists() else {}
+            exp = (json.loads(gzip.decompress((folder / "expected.json.gz").read_bytes()))
+                   if (folder / "expected.json.gz").exists() else {})
             if not exp:
                 cells.append("–")
             elif not exp.get("supported", True):
@@ -214,13 +215,13 @@ def main() -> None:
         "Each cell is checked against the log by the tests; `survey.json.gz` has the full facts per log.", "",
         class_table(survey)])
     fixes = ""
-    if (MATRIX / "fix_matrix.json").exists():
+    if (MATRIX / "fix_matrix.json.gz").exists():
         fixes = "\n".join([
             "Cells: took effect? (baseline → with the fix: graphs compiled, `+limit` = the recompile limit was hit; "
             "breaks = graph breaks; for guard collectives the compiles per rank [rank 0, rank 1]). absent = the "
             "setting does not exist in that torch. Baselines: `dynamic=False` and 10 lengths (8 graphs + limit) or "
             "`dynamic=None` (2 graphs); `.item()` / `print` (1 break); 5 float values.", "",
-            fix_table(json.loads((MATRIX / "fix_matrix.json").read_text()))])
+            fix_table(json.loads(gzip.decompress((MATRIX / "fix_matrix.json.gz").read_bytes())))])
     if not DOC.exists():
         print(classes + "\n\n" + fixes)
         return

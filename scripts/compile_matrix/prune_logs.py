@@ -3,8 +3,9 @@
 Usage: ``python scripts/compile_matrix/prune_logs.py SRC_MATRIX_DIR DEST_MATRIX_DIR``. Every
 ``<version>/<class>/*.log`` under SRC becomes ``*.log.gz`` under DEST with:
 
-- every event line kept, in order, with its time, thread and ``has_payload`` md5 (so compile ids, artifacts, cache
-  and chromium events still count as in the recorded log);
+- every event line the workbench reads kept, in order, with its time, thread and ``has_payload`` md5 (compile
+  ids, metrics, artifacts, cache events); the lines of the events it skips (:data:`DROP_EVENTS`: graphs, guards,
+  generated code, tensor descriptions, chromium events) dropped;
 - the payload lines kept only for the artifacts whose text is read (:data:`KEEP_PAYLOAD`), and for the
   ``*_cache_hash`` artifacts (torch 2.5's only record of a cache hit or miss); other payloads (graphs, generated
   code, guards, chromium bodies) are dropped;
@@ -12,7 +13,8 @@ Usage: ``python scripts/compile_matrix/prune_logs.py SRC_MATRIX_DIR DEST_MATRIX_
   of that text, so compiles with different configs still differ.
 
 tlparse's counts (``tlparse.json``) were taken from the unpruned logs; tlparse warns about the md5 of a dropped
-payload when re-run on a pruned log. The other files (expected.json, tlparse.json, console.txt) are copied.
+payload when re-run on a pruned log. The JSON files (expected.json, tlparse.json, fix_matrix.json) are stored
+gzip -9 (``*.json.gz``); ``console.txt`` (the recording's stderr) is left out.
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ import shutil
 import sys
 from pathlib import Path
 
+DROP_EVENTS = frozenset({
+    "chromium_event", "describe_tensor", "describe_storage", "describe_source", "dynamo_output_graph",
+    "aot_forward_graph", "aot_backward_graph", "aot_inference_graph", "aot_joint_graph", "inductor_output_code",
+    "dynamo_cpp_guards_str", "create_symbol", "inductor_post_grad_graph", "inductor_pre_grad_graph", "dynamo_guards",
+})
 KEEP_PAYLOAD = frozenset({
     "recompile_reasons", "dynamo_graph_break_reason", "dynamo_error", "inductor_collective_schedule",
     "torch_version", "aotautograd_cache_bypass", "fx_graph_cache_bypass", "fx_graph_cache_hash",
@@ -51,6 +58,8 @@ def prune(text: str) -> str:
         except json.JSONDecodeError:
             out.append(line)
             continue
+        if next(iter(ev), None) in DROP_EVENTS:
+            continue
         if "artifact" in ev:
             keep = (ev["artifact"] or {}).get("name") in KEEP_PAYLOAD
         m = ev.get("compilation_metrics")
@@ -68,10 +77,14 @@ def main(src: Path, dest: Path) -> None:
             continue
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
+        if path.name == "console.txt":
+            continue   # stderr of the recording: not test data
         if path.suffix == ".log":
             data = prune(path.read_text(encoding="utf-8", errors="surrogateescape"))
             blob = gzip.compress(data.encode("utf-8", "surrogateescape"), 9, mtime=0)
             target.with_name(target.name + ".gz").write_bytes(blob)
+        elif path.suffix == ".json":   # expected.json, tlparse.json, fix_matrix.json: read gzip-compressed
+            target.with_name(target.name + ".gz").write_bytes(gzip.compress(path.read_bytes(), 9, mtime=0))
         else:
             shutil.copyfile(path, target)
 

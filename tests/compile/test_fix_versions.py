@@ -1,8 +1,9 @@
 """The recommender writes a setting only for the torch versions where the fix matrix says it acts
-(``tests/data/compile_logs/matrix/fix_matrix.json``: every fix run on torch 2.5 … 2.15 in a fresh process)."""
+(``tests/data/compile_logs/matrix/fix_matrix.json.gz``: every fix run on torch 2.5 … 2.15 in a fresh process)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from workbench.analyses.recommendations import Fix, Setting, for_torch, setting_
 from workbench.compile_config import load_compile_config  # noqa: F401  (the settings below are the config's)
 
 MATRIX = Path(__file__).resolve().parents[1] / "data" / "compile_logs" / "matrix"
-_FIXES = json.loads((MATRIX / "fix_matrix.json").read_text())["versions"]
+_FIXES = json.loads(gzip.decompress((MATRIX / "fix_matrix.json.gz").read_bytes()))["versions"]
 #: fix_matrix ``setting`` text → the Setting the recommender writes.
 SETTINGS = {
     "[compiler] dynamic_sources = \"L['x']\"": Setting("compiler", "dynamic_sources", "L['x']"),

@@ -20,7 +20,7 @@ SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces" / "cpu-gloo-4rank
 @pytest.fixture()
 def two_jobs(tmp_path: Path) -> Path:
     """The 2-rank divergent job of torch 2.13 and a single-process torch 2.5 job (another day's pid and hour)."""
-    for src in [*(DATA / "2.13.0" / "divergent_2rank").glob("*.log.gz"), *(DATA / "2.5.1" / "rc_shape").glob("*.gz")]:
+    for src in [*(DATA / "2.13.0" / "divergent_2rank").glob("*.log.gz"), *(DATA / "2.5.1" / "rc_shape").glob("*.log.gz")]:
         shutil.copy(src, tmp_path / src.name)
     return tmp_path
 

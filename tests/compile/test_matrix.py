@@ -4,10 +4,10 @@ Each cell is one recorded log folder under ``tests/data/compile_logs/matrix/<ver
 the logs go through :func:`workbench.compile_log.read_compile_logs` and
 :func:`workbench.analyses.recompiles.classify_compiles`, and the result is checked
 
-- against ``expected.json`` (what the scenario script knew): the per-rank counts (:func:`event_counts`), and per
+- against ``expected.json.gz`` (what the scenario script knew): the per-rank counts (:func:`event_counts`), and per
   declared event its class, step (where the log carries one: torch 2.9+), user line and cost (the compile time the
   product reports is part of the step's measured extra wall time, and most of it);
-- against ``tlparse.json`` (tlparse 0.4.3 on the unpruned log): the compile ids, which of them failed or restarted,
+- against ``tlparse.json.gz`` (tlparse 0.4.3 on the unpruned log): the compile ids, which of them failed or restarted,
   the graph-break and recompile-reason artifacts, and the cache hits / misses / bypasses.
 
 :data:`GAPS` lists the cells where a torch version's log does not hold a fact, with the value the product gives
@@ -17,6 +17,7 @@ docs/compile-logs.md's reader table is generated from this module (``scripts/com
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -33,7 +34,12 @@ MATRIX = Path(__file__).resolve().parents[1] / "data" / "compile_logs" / "matrix
 VERSIONS = sorted((p.name for p in MATRIX.iterdir() if p.is_dir() and p.name[0].isdigit()),
                   key=lambda v: tuple(int(x) for x in v.split(".")))
 CLASSES = sorted({p.name for v in VERSIONS for p in (MATRIX / v).iterdir() if p.is_dir()})
-CELLS = [(v, c) for v in VERSIONS for c in CLASSES if (MATRIX / v / c / "expected.json").exists()]
+CELLS = [(v, c) for v in VERSIONS for c in CLASSES if (MATRIX / v / c / "expected.json.gz").exists()]
+
+
+def _json(path: Path) -> dict:
+    """A stored ``*.json.gz``."""
+    return json.loads(gzip.decompress(path.read_bytes()))
 
 #: The product's recompile cause (and detail, when it matters) for each cause a scenario declares.
 RECOMPILE_CAUSE = {
@@ -82,7 +88,7 @@ def _gap(v: str, c: str, check: str) -> tuple[object, str] | None:
 
 def _read(v: str, c: str) -> tuple[dict, pl.DataFrame]:
     folder = MATRIX / v / c
-    exp = json.loads((folder / "expected.json").read_text())
+    exp = _json(folder / "expected.json.gz")
     compiles, skipped = read_compile_logs(sorted(folder.glob("*.log.gz")))
     assert not skipped.filter(pl.col("reason").str.contains("unknown event|malformed")).height, skipped
     return exp, classify_compiles(compiles)
@@ -213,7 +219,7 @@ def test_tlparse_agreement(version: str, cls: str) -> None:
     tlparse merges them), the same failed and restarted ids, graph-break and recompile-reason artifacts, and cache
     hits / misses / bypasses."""
     _, c = _read(version, cls)
-    tl = json.loads((MATRIX / version / cls / "tlparse.json").read_text())
+    tl = _json(MATRIX / version / cls / "tlparse.json.gz")
     for rank, t in tl["ranks"].items():
         if t.get("exit") != 0:
             continue
@@ -266,7 +272,7 @@ def test_tlparse_cache_hit_miss_reset_is_generations_not_recompiles() -> None:
     c = classify_compiles(read_compile_logs([TLPARSE_INPUTS / "logs" / "cache_hit_miss.log.gz"])[0])
     counts = event_counts(c)[0]
     assert (counts["compiles"], counts["first_compiles"], counts["recompiles"], counts["generations"]) == (6, 6, 0, 3)
-    tl = json.loads((TLPARSE_INPUTS / "cache_hit_miss.tlparse.json").read_text())["ranks"]["0"]
+    tl = _json(TLPARSE_INPUTS / "cache_hit_miss.tlparse.json.gz")["ranks"]["0"]
     assert {_base(x) for x in c["compile_id"].to_list()} == {_base(i) for i in tl["compile_ids"]}
     cache = tl["counts"]["cache"]
     assert int(c["cache_hits"].sum()) == cache.get("fx_graph_cache_hit", 0) + cache.get("aotautograd_cache_hit", 0)
@@ -281,7 +287,7 @@ def test_tlparse_multi_rank_runtime_repeated_blocks_are_not_compile_ids() -> Non
     logs = sorted((TLPARSE_INPUTS / "logs" / "multi_rank_runtime").glob("*.log.gz"))
     compiles, skipped = read_compile_logs(logs)
     c = classify_compiles(compiles)
-    tl = json.loads((TLPARSE_INPUTS / "multi_rank_runtime.tlparse.json").read_text())["ranks"]
+    tl = _json(TLPARSE_INPUTS / "multi_rank_runtime.tlparse.json.gz")["ranks"]
     for rank in range(7):
         mine = set(c.filter(pl.col("rank") == rank)["compile_id"].to_list())
         assert mine == {"0/0", "0/1"} and mine <= set(tl[str(rank)]["compile_ids"])
