@@ -6,8 +6,13 @@ the traceback):
 
 * bad input (:class:`~workbench.errors.InputError`): ``error: <file>: <what is wrong>``, exit status 1;
 * a usage error: the usage line, then ``error: <what is wrong>``, exit status 2;
+* an optional dependency that is not installed: ``error: workbench <command> needs <module> (the [<extra>]
+  extra), which is not installed: pip install -e '.[<extra>]' ...`` (:func:`missing_extra`), exit status 1;
 * anything else that escapes a command: ``error: <input>: <stage> failed: <what happened> (...)``, exit status 1
   (the input and stage come from :func:`workbench.errors.stage` in the command).
+
+Start-up stays short (``bench/cli_start.py``): the command modules import polars, rich, the readers and the
+analyses inside the commands, not at import, and ``--help`` is click's plain text (no rich).
 """
 
 from __future__ import annotations
@@ -27,7 +32,14 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    rich_markup_mode=None,     # click's plain help: no rich import at start-up, no markup shown as text
+    context_settings={"max_content_width": 120},
 )
+
+#: The extra (or package) that installs an optional module a command may need; ``pip install`` it from a checkout
+#: of the repository (:func:`missing_extra`).
+EXTRAS = {"torch": "[collectors]", "nvtx": "[collectors]", "dash": "[app]",
+          "distributed": "[scale]", "dask": "[scale]", "workbench_zoo": "./zoo"}
 
 #: Modules under ``workbench.commands`` whose ``register(app)`` adds commands; missing ones are skipped.
 COMMAND_MODULES = ("info", "analyze", "diff", "recommend", "report", "serve", "faults", "export")
@@ -35,9 +47,19 @@ COMMAND_MODULES = ("info", "analyze", "diff", "recommend", "report", "serve", "f
 _state = {"debug": False}
 
 
+def _version(value: bool) -> None:
+    if value:
+        from workbench import __version__
+
+        print(f"workbench {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _main(
     debug: bool = typer.Option(False, "--debug", help="Show full tracebacks on errors."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
 ) -> None:
     _state["debug"] = debug
 
@@ -64,6 +86,16 @@ def _click_errors() -> tuple[tuple[type, ...], tuple[type, ...]]:
         usage.append(mod.UsageError)
         other.append(mod.ClickException)
     return tuple(usage), tuple(other)
+
+
+def missing_extra(module: str, command: str = "") -> str:
+    """The one line for an optional dependency that is not installed, naming the extra that installs it
+    (:data:`EXTRAS`): ``workbench app needs dash (the [app] extra): pip install -e '.[app]' in the checkout``."""
+    extra = EXTRAS[module]
+    what = f"the {extra} extra" if extra.startswith("[") else f"the package in {extra}"
+    install = f"'.{extra}'" if extra.startswith("[") else extra
+    who = f"workbench {command}" if command else "workbench"
+    return f"{who} needs {module} ({what}), which is not installed: pip install -e {install} in the workbench checkout"
 
 
 def _error(line: str) -> None:
@@ -104,6 +136,14 @@ def main() -> None:
     except click_errors as exc:
         _error(exc.format_message())
         sys.exit(exc.exit_code)
+    except ModuleNotFoundError as exc:   # an optional dependency: what installs it, in one line
+        if _debug():
+            raise
+        top = (exc.name or "").split(".")[0]
+        command = next((a for a in sys.argv[1:] if not a.startswith("-")), "")
+        _error(missing_extra(top, command) if top in EXTRAS
+               else f"{describe_failure(exc)} (an internal error: run with --debug for the traceback)")
+        sys.exit(1)
     except BrokenPipeError:   # `workbench info RUN | head`: the reader left; nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)

@@ -92,7 +92,7 @@ CONFIG_MODULES: dict[str, str] = {
     "compiler": "torch.compiler.config",
 }
 
-ValidateMode = bool | Literal["auto"]
+ValidateMode = bool | Literal["auto", "allowlist"]
 
 
 @dataclass(frozen=True)
@@ -251,7 +251,9 @@ def load_compile_config(path: str | Path, *, validate: ValidateMode = "auto",
     """Read and check a compile-config TOML file (a regular file of at most 1 MiB).
 
     ``validate="auto"`` checks torch config keys against the installed torch when torch is importable;
-    ``True`` requires torch; ``False`` checks the structure and the allowlist only. Settings outside the
+    ``"allowlist"`` does so only for keys the allowlist does not know (an allowlisted key is checked by its rule,
+    without importing torch: what ``workbench recommend -o`` writes); ``True`` requires torch; ``False`` checks the
+    structure and the allowlist only. Settings outside the
     allowlist (:mod:`workbench.config_policy`) raise unless the caller passes ``allow_unsafe=True``. A ``[cache]
     load`` bundle already in the folder is checked now (:mod:`workbench.compile_cache`). Raises
     :class:`InputError` on any problem, naming the file and the key.
@@ -320,8 +322,29 @@ def _check_type(source: str, section: str, key: str, value: Any, expected: type 
         raise InputError(f"{source}: [{section}] {key} must be {names}, got {type(value).__name__} {value!r}")
 
 
-def _torch_available(validate: ValidateMode, source: str) -> bool:
-    if validate is False:
+def _unlisted_torch_keys(data: dict[str, Any]) -> bool:
+    """True when a torch-config section or ``[compile]`` of ``data`` holds a key the allowlist has no rule for."""
+    for section in (*CONFIG_MODULES, "compile"):
+        body = data.get(section)
+        if not isinstance(body, dict):
+            continue
+        flat: dict[str, Any] = {}
+        for k, v in body.items():
+            _flatten(k, v, {"options"} if section == "compile" else None, flat)
+        for key, value in flat.items():
+            if policy.rule(section, key) is None:
+                return True
+            if section == "compile" and key == "options" and isinstance(value, dict):
+                opts: dict[str, Any] = {}
+                for k, v in value.items():
+                    _flatten(k, v, None, opts)
+                if any(policy.rule("compile.options", k) is None for k in opts):
+                    return True
+    return False
+
+
+def _torch_available(validate: ValidateMode, source: str, data: dict[str, Any]) -> bool:
+    if validate is False or (validate == "allowlist" and not _unlisted_torch_keys(data)):
         return False
     if importlib.util.find_spec("torch") is None:
         if validate is True:
@@ -389,7 +412,7 @@ def _build(data: dict[str, Any], source: str, validate: ValidateMode, *, allow_u
         if problem:
             raise InputError(f"{source}: {problem}" + ("" if allow_unsafe else f"; {OPT_IN}"))
 
-    use_torch = _torch_available(validate, source)
+    use_torch = _torch_available(validate, source, data)
     cfg = CompileConfig(source=source, base_dir=str(base_dir) if base_dir is not None else None,
                         unsafe_allowed=bool(allow_unsafe))
 

@@ -76,6 +76,7 @@ def build_report(run: Any, *, title: str | None = None, timeline: bool = True) -
 
     # overview
     stats = {k: info.get(k) for k in ("ranks", "world_size", "steps", "span_ns", "events", "collectives", "compiles")}
+    stats.update({k: number(v) for k, v in stats.items() if k in ("events", "collectives") and isinstance(v, int)})
     over: list[Any] = [f"Path: {info.get('path')}", stats]
     f = tables.findings if tables is not None else None
     if f is not None:
@@ -102,7 +103,7 @@ def build_report(run: Any, *, title: str | None = None, timeline: bool = True) -
                                 cpv.wait_matrix_figure(cp)]
             late = cp.lateness()
             if not late.is_empty():
-                parts.append(late.rename({"culprit": "late rank", "ns": "held back (ns)"}))
+                parts.append(late.rename({"culprit": "late rank", "ns": "held_back_ns"}))   # a duration, formatted
             if cp.clock.height > 1:
                 parts.append(cp.clock)
             parts += cp.notes
@@ -180,9 +181,12 @@ def build_report(run: Any, *, title: str | None = None, timeline: bool = True) -
     got = attempt("recommendations", recs)
     if got is not None:
         rep.recommendations, rep.compile_config = got
+        shown = rep.recommendations.with_columns(
+            pl.col("finding_kind").map_elements(kind_title, return_dtype=pl.String),
+            pl.col("config").map_elements(config_text, return_dtype=pl.String))
         rep.sections.append(("Recommendations", [
-            rep.recommendations.select("rank", "title", "finding_kind", "expected_effect", "config", "code_advice",
-                                       "location", "apply"),
+            shown.select("rank", "title", "finding_kind", "expected_effect", "config", "code_advice", "location",
+                         "apply"),
             ("toml", rep.compile_config),
         ]))
     return rep
@@ -218,11 +222,33 @@ def build_diff_report(before: Any, after: Any, *, title: str | None = None) -> R
     m = d.metrics_frame().filter(pl.col("direction") != "n/a")
     shown = [pl.struct(c, "unit").map_elements(lambda r, c=c: _metric_value(r[c], r["unit"]), return_dtype=pl.String)
              .alias(c) for c in ("before", "after")]
-    rep.sections.append(("Per step", [m.with_columns(*shown)]))
+    rep.sections.append(("Per step", [m.with_columns(*shown).drop("unit")]))   # each value carries its unit
     ops = d.ops_frame()
-    if not ops.is_empty():
-        rep.sections.append(("Kernels and CPU ops per step (most changed)", [ops]))
+    if not ops.is_empty():   # its "kind" is kernel / cpu_op, not a finding's kind
+        rep.sections.append(("Kernels and CPU ops per step (most changed)",
+                             [ops.with_columns(pl.col("kind").str.replace_all("_", " ")).rename({"kind": "activity"})]))
     return rep
+
+
+def config_text(config: str | None) -> str | None:
+    """A fix's config (JSON of nested sections) as the settings it makes, one per line:
+    ``compiler.dynamic_sources = "L['x']:0"``."""
+    if not config:
+        return config
+    flat: list[str] = []
+
+    def walk(prefix: str, v: Any) -> None:
+        if isinstance(v, dict):
+            for k, x in v.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), x)
+        else:
+            flat.append(f"{prefix} = {json.dumps(v)}")
+
+    try:
+        walk("", json.loads(config))
+    except ValueError:
+        return config
+    return "\n".join(flat)
 
 
 def _metric_value(v: float | None, unit: str) -> str:
@@ -241,7 +267,7 @@ body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px;color
 section{background:#fff;border:1px solid #e3e6ea;border-radius:6px;padding:12px 16px;margin:14px 0}
 h1{font-size:22px} h2{font-size:17px;margin:4px 0 10px}
 table{border-collapse:collapse;font-size:12px;margin:8px 0;width:100%}
-th,td{border:1px solid #e3e6ea;padding:3px 6px;text-align:left;vertical-align:top} th{background:#f1f3f5}
+th,td{border:1px solid #e3e6ea;padding:3px 6px;text-align:left;vertical-align:top;white-space:pre-line} th{background:#f1f3f5}
 pre{background:#111827;color:#e5e7eb;padding:12px;border-radius:6px;font-size:12px;overflow:auto}
 .problems{background:#fdecea;border:1px solid #f5c2c0} .muted{color:#6b7280;font-size:13px}
 """

@@ -186,12 +186,12 @@ def _main(monkeypatch, capsys, *argv: str) -> tuple[int, str, str]:
                                   RecursionError("maximum recursion depth exceeded"), MemoryError(),
                                   ZeroDivisionError("division by zero\x1b[2J")])
 def test_an_internal_error_is_one_line_naming_the_input_and_stage(monkeypatch, capsys, repo_dir, boom):
-    import workbench.commands.analyze as analyze_cmd
+    import workbench.analyses.summary as summary_mod
 
     def broken(*a, **k):
         raise boom
 
-    monkeypatch.setattr(analyze_cmd, "analyze", broken)
+    monkeypatch.setattr(summary_mod, "analyze", broken)
     path = repo_dir / "sample_traces" / "cpu-recompile-before"
     code, out, err = _main(monkeypatch, capsys, "analyze", str(path))
     lines = [ln for ln in err.splitlines() if ln.strip()]
@@ -204,9 +204,9 @@ def test_an_internal_error_is_one_line_naming_the_input_and_stage(monkeypatch, c
 
 
 def test_debug_shows_the_traceback(monkeypatch, capsys, repo_dir):
-    import workbench.commands.analyze as analyze_cmd
+    import workbench.analyses.summary as summary_mod
 
-    monkeypatch.setattr(analyze_cmd, "analyze", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr(summary_mod, "analyze", lambda *a, **k: 1 / 0)
     from workbench import cli
 
     monkeypatch.setattr(sys, "argv", ["workbench", "--debug", "analyze", str(repo_dir / "sample_traces" /

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import orjson
 import typer
-from rich import box
-from rich.console import Console
-from rich.table import Table
 
-from workbench.analyses.summary import analyze
-from workbench.analyses.window import WINDOWS
+from workbench.commands.info import JOB_OPT, RANK_OPT
 from workbench.commands.output import console as safe_console
-from workbench.commands.output import echo, echo_json
+from workbench.commands.output import echo, echo_json, working
 from workbench.errors import printable, stage
-from workbench.format import duration, percent
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 WINDOW_OPT = typer.Option("steady", "--window", help="steady: complete ProfilerStep iterations (as HTA); all: everything.")
 
@@ -28,6 +25,8 @@ def _open(path: Path, rank: int | None, skip_bad: bool, quiet: bool, job: str | 
 
 
 def _cost(c: dict[str, Any]) -> str:
+    from workbench.format import duration
+
     if c.get("ns") is None:
         return f"unknown ({c['basis']}: {c['method']})"
     return f"{duration(c['ns'])} {c['basis']} ({c['method']})"
@@ -36,6 +35,12 @@ def _cost(c: dict[str, Any]) -> str:
 def print_summary(summary: dict[str, Any], path: Path) -> None:
     """Human-readable :func:`workbench.analyses.summary.analyze` output: the per-rank table, then the root causes,
     most costly first, each with its symptoms indented under it and every cost labelled measured/estimated."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    from workbench.format import duration, percent
+
     console = safe_console(width=max(Console().width, 110))
     t = Table(title=f"workbench analyze — {path} (window: {summary['window']})", title_justify="left",
               box=box.SIMPLE_HEAD, pad_edge=False)
@@ -93,25 +98,30 @@ def register(app: typer.Typer) -> None:
         path: Path = typer.Argument(..., help="Run directory, folder of Kineto traces, or one trace file."),
         json_out: bool = typer.Option(False, "--json", help="Print the summary (findings as a tree) as JSON."),
         window: str = WINDOW_OPT,
-        rank: int = typer.Option(None, "--rank", help="Rank of a lone trace file that names none."),
+        rank: int = RANK_OPT,
         skip_bad: bool = typer.Option(False, "--skip-bad", help="Analyse the good ranks, list the bad files."),
-        job: str = typer.Option(None, "--job", help="The job to open when the folder holds several (j1, j2, ...: "
-                                "the refusal lists them)."),
+        job: str = JOB_OPT,
         fail_on: str = typer.Option("none", "--fail-on", help="high|medium|low: exit 1 (the reason on one line) "
                                     "when a root cause is at least that severe (for CI)."),
     ) -> None:
         """Per-rank time breakdown, then root causes most costly first with their symptoms under them."""
+        from workbench.analyses.window import WINDOWS
+
         if window not in WINDOWS:
             raise typer.BadParameter(f"--window must be one of {', '.join(WINDOWS)}")
         if fail_on not in FAIL_ON:
             raise typer.BadParameter(f"--fail-on must be one of {', '.join(FAIL_ON)}")
         run = _open(path, rank, skip_bad, json_out, job)
-        with stage("analysing", path):
+        with working(f"analysing {path}", show=not json_out), stage("analysing", path):
+            from workbench.analyses.summary import analyze
+
             summary = analyze(run, window=window)  # type: ignore[arg-type]
         summary["path"] = str(path)
         if getattr(run, "problems", None):
             summary["problems"] = list(run.problems)
         if json_out:
+            import orjson
+
             echo_json(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
         else:
             print_summary(summary, path)

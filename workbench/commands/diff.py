@@ -4,35 +4,37 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import orjson
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from workbench.analyses.diff import RunData, RunDiff, diff_runs
-from workbench.analyses.window import WINDOWS
 from workbench.commands.output import console as safe_console
-from workbench.commands.output import echo, echo_json, markup
+from workbench.commands.output import echo, echo_json, markup, working
 from workbench.errors import printable, stage
-from workbench.format import duration, percent
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from workbench.analyses.diff import RunData, RunDiff
 
 FAIL_ON = ("regression", "none")
 
 
 def open_side(path: Path, window: str, quiet: bool) -> RunData:
     """Open a run and analyse it into the diff's input."""
+    from workbench.analyses.diff import RunData
     from workbench.analyses.summary import analysis_tables
     from workbench.commands.info import open_with_progress
 
-    run = open_with_progress(path, rank=None, skip_bad=True, show=not quiet and sys.stderr.isatty())
-    with stage("analysing", path):
+    run = open_with_progress(path, rank=None, skip_bad=True, show=not quiet)
+    with working(f"analysing {path}", show=not quiet), stage("analysing", path):
         return RunData.from_run(run, analysis_tables(run, window=window), name=str(path))  # type: ignore[arg-type]
 
 
 def fmt_value(v: float | None, unit: str) -> str:
     """A metric value as shown: durations (per step where the unit says so) with their unit, counts as numbers."""
+    from workbench.format import duration
+
     if unit == "count" and v is not None:
         return f"{v:g}"
     return duration(v)
@@ -41,6 +43,10 @@ def fmt_value(v: float | None, unit: str) -> str:
 def print_diff(d: RunDiff, console: Console | None = None) -> None:
     """The diff as a person reads it: comparability (with each side's read problems), finding verdicts, step time,
     per-step metrics, ops."""
+    from rich.table import Table
+
+    from workbench.format import duration, percent
+
     console = console or safe_console(width=None if sys.stdout.isatty() else 160)
     console.print(f"[bold]workbench diff[/bold] — {markup(d.before)} → {markup(d.after)}", markup=True)
     console.print(d.headline(), style="bold")
@@ -114,14 +120,20 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Did the change work? Comparability, a verdict per finding, step time with its uncertainty, per-step
         metrics, and the kernels and CPU ops that changed."""
+        from workbench.analyses.window import WINDOWS
+
         if window not in WINDOWS:
             raise typer.BadParameter(f"--window must be one of {', '.join(WINDOWS)}")
         if fail_on not in FAIL_ON:
             raise typer.BadParameter(f"--fail-on must be one of {', '.join(FAIL_ON)}")
         b, a = open_side(before, window, json_out), open_side(after, window, json_out)
-        with stage("comparing", f"{before} → {after}"):
+        with working(f"comparing {before} → {after}", show=not json_out), stage("comparing", f"{before} → {after}"):
+            from workbench.analyses.diff import diff_runs
+
             d = diff_runs(b, a)
         if json_out:
+            import orjson
+
             out: dict[str, Any] = d.to_dict()
             echo_json(orjson.dumps(out, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
         else:

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from workbench.commands.info import JOB_OPT, RANK_OPT
+
 
 def register(app: typer.Typer) -> None:
     """Add ``export`` to the ``workbench`` command."""
@@ -19,20 +21,17 @@ def register(app: typer.Typer) -> None:
         steps: str = typer.Option(None, "--steps", help="Steps to export, e.g. 5-9 (default: all)."),
         fmt: str = typer.Option(None, "--format", help="perfetto or json (default: from the file name)."),
         no_findings: bool = typer.Option(False, "--no-findings", help="Skip the analyses: recorded activity only."),
-        rank: int = typer.Option(None, "--rank", help="Rank of a lone trace file that names none."),
+        rank: int = RANK_OPT,
         skip_bad: bool = typer.Option(False, "--skip-bad", help="Export the good ranks, list the bad files."),
-        job: str = typer.Option(None, "--job", help="The job to open when the folder holds several (j1, j2, ...: "
-                                "the refusal lists them)."),
+        job: str = JOB_OPT,
         check: bool = typer.Option(False, "--check", help="Read the written trace back and check it against the "
                                    "run (times, nesting, flows); exit 1 on a problem."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
     ) -> None:
         """One trace of every rank on one aligned clock, with the findings drawn on it (docs/export.md)."""
-        from rich.console import Console
-        from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
-
         from workbench.commands.info import open_with_progress
-        from workbench.errors import InputError
+        from workbench.commands.output import echo, working
+        from workbench.errors import InputError, printable
         from workbench.export import export_run, format_of
         from workbench.export.model import Selection
 
@@ -47,14 +46,7 @@ def register(app: typer.Typer) -> None:
         except (ValueError, InputError) as exc:
             raise typer.BadParameter(str(exc)) from None
         run = open_with_progress(path, rank=rank, skip_bad=skip_bad, show=not quiet, job=job)
-        console = Console(stderr=True)
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TaskProgressColumn(),
-                      TimeElapsedColumn(), console=console, transient=True, disable=quiet) as bar:
-            task = bar.add_task("exporting", total=None)
-
-            def progress(stage: str, done: int, total: int) -> None:
-                bar.update(task, total=total, completed=done, description=stage)
-
+        with working(f"exporting {path}", show=not quiet) as progress:
             summary = export_run(run, output, fmt=kind, gzip_output=gz,  # type: ignore[arg-type]
                                  selection=selection, findings=not no_findings, progress=progress)
         clock = summary["clock"]
@@ -65,15 +57,16 @@ def register(app: typer.Typer) -> None:
         if summary["missing_ranks"]:
             typer.echo(f"not in the run: rank(s) {', '.join(map(str, summary['missing_ranks']))}", err=True)
         for p in run.problems:
-            typer.echo(f"problem: {p}", err=True)
+            echo(f"problem: {printable(p)}", err=True)
         if check:
             from workbench.export.readback import check as check_trace
             from workbench.export.readback import read
 
-            problems, counts = check_trace(run, read(output), selection, findings=not no_findings)
+            with working(f"checking {output}", show=not quiet):
+                problems, counts = check_trace(run, read(output), selection, findings=not no_findings)
             what = ", ".join(f"{n:,} {k}" for k, n in counts.items())
             if problems:
                 for p in problems:
-                    typer.echo(f"check: {p}", err=True)
+                    echo(f"check: {printable(p)}", err=True)
                 raise SystemExit(1)
             typer.echo(f"checked against the run: {what}: all at their times, nested, flows joined")

@@ -30,4 +30,12 @@ def register(app: typer.Typer) -> None:
             sys.exit(2)
         from workbench_zoo.__main__ import main
 
-        sys.exit(main(list(ctx.args), prog="workbench faults"))      # its exit status, as argparse's own exits
+        from workbench.commands.output import working
+
+        args = list(ctx.args)
+        # recording a fault takes seconds (its ranks run in processes of their own, logging to files): a progress
+        # line meanwhile; `list`, `--help` and usage errors answer at once
+        long = len(args) >= 2 and args[0] == "run" and not {"-h", "--help"} & set(args)
+        with working(f"recording fault {args[1]}" if long else "", show=long):
+            rc = main(args, prog="workbench faults")
+        sys.exit(rc)      # its exit status, as argparse's own exits

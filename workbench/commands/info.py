@@ -3,40 +3,44 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import orjson
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-import workbench
 from workbench.commands.output import console as safe_console
-from workbench.commands.output import echo, echo_json, markup
+from workbench.commands.output import echo, echo_json, markup, working
 from workbench.errors import InputError, printable, stage
-from workbench.format import duration
-from workbench.run import Run
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from workbench.run import Run
 
 PATH_ARG = typer.Argument(..., help="Run directory, folder of Kineto traces, one trace file, or TORCH_TRACE logs.")
-RANK_OPT = typer.Option(None, "--rank", help="Rank of a lone trace file that names none.")
+#: ``--job``: the job of a folder holding several (``workbench.jobs``).
+JOB_OPT = typer.Option(None, "--job", help="The job to open when the folder holds several (j1, j2, ...: the "
+                       "refusal lists them).")
+RANK_OPT = typer.Option(None, "--rank", metavar="N",
+                        help="The rank of a lone trace file whose events name none (a multi-rank run takes each "
+                             "rank from its files: --rank is refused there).")
 SKIP_OPT = typer.Option(False, "--skip-bad", help="Load the good ranks and list the bad files instead of stopping.")
+
+
+def read_run(path: Path, *, rank: int | None, on_error: str, show: bool = True, cluster: str | None = None,
+             job: str | None = None) -> Run:
+    """``workbench.open`` with a progress line on stderr (a terminal only) for long reads."""
+    import workbench
+
+    with working(f"reading {path}", show=show) as update, stage("reading", path):
+        return workbench.open(path, rank=rank, on_error=on_error,  # type: ignore[arg-type]
+                              progress=lambda what, done, total: update(f"reading {what}", done, total),
+                              cluster=cluster, job=job)
 
 
 def open_with_progress(path: Path, *, rank: int | None, skip_bad: bool, show: bool = True,
                        cluster: str | None = None, job: str | None = None) -> Run:
-    """``workbench.open`` with a progress bar on stderr for long reads."""
-    console = safe_console(stderr=True)
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TaskProgressColumn(),
-                  TimeElapsedColumn(), console=console, transient=True, disable=not show) as bar, \
-            stage("reading", path):
-        task = bar.add_task(f"reading {markup(path)}", total=None)
-
-        def progress(what: str, done: int, total: int) -> None:
-            bar.update(task, total=total, completed=done, description=f"reading {markup(what)}")
-
-        run = workbench.open(path, rank=rank, on_error="skip" if skip_bad else "raise", progress=progress,
-                             cluster=cluster, job=job)
+    """:func:`read_run`; with ``skip_bad``, a run where no rank could be read is one line."""
+    run = read_run(path, rank=rank, on_error="skip" if skip_bad else "raise", show=show, cluster=cluster, job=job)
     if skip_bad and run.ranks.height == 0 and run.compiles.height == 0:
         first = run.problems[0] if run.problems else f"{path}: nothing readable"
         more = f" (and {len(run.problems) - 1} more bad file(s))" if len(run.problems) > 1 else ""
@@ -46,6 +50,10 @@ def open_with_progress(path: Path, *, rank: int | None, skip_bad: bool, show: bo
 
 def print_info(info: dict[str, Any]) -> None:
     """The human-readable summary."""
+    from rich.table import Table
+
+    from workbench.format import duration
+
     console = safe_console()
     t = Table(title=f"workbench info — {info['path']}", show_header=False, title_justify="left")
     t.add_column(style="bold")
@@ -79,6 +87,8 @@ def print_ranks_last(console: Console, rows: list[dict[str, Any]]) -> None:
     """Each rank's end state, last step and last collective (from workbench.analyses.rank_end.rank_last_rows)."""
     if not rows or all(r["last_collective"] is None and r["state"] in ("finished", "unknown") for r in rows):
         return
+    from rich.table import Table
+
     t = Table(title="ranks: last step and last collective", title_justify="left")
     for col in ("rank", "state", "last step", "in step", "last collective", "last compile"):
         t.add_column(col)
@@ -106,7 +116,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Summarise any torch.profiler / torch.compile output: ranks, steps, events, kernels, collectives."""
         run = open_with_progress(path, rank=rank, skip_bad=skip_bad, show=not json)
-        with stage("summarising", path):
+        with working(f"summarising {path}", show=not json), stage("summarising", path):
             summary = run.info()
             summary.setdefault("notes", run.meta.get("notes", []))
             from workbench.analyses.rank_end import rank_last_rows
@@ -114,6 +124,8 @@ def register(app: typer.Typer) -> None:
             # each rank's last step and collective (docs/hangs.md)
             summary["ranks_last"] = rank_last_rows(run.hangs, run.steps, run.compiles, run.world_size)
         if json:
+            import orjson
+
             echo_json(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
         else:
             print_info(summary)
@@ -126,7 +138,7 @@ def register(app: typer.Typer) -> None:
                ) -> None:
         """Build the cached tables (parquet under PATH/.workbench/) so later opens are fast."""
         run = open_with_progress(path, rank=rank, skip_bad=skip_bad, cluster=cluster)
-        with stage("building the cached tables of", path):
+        with working(f"building the cached tables of {path}"), stage("building the cached tables of", path):
             echo(f"ingested {len(run.ranks)} rank(s), {run.count('events'):,} events, "
                  f"{run.count('kernels'):,} kernels, {run.collectives.height:,} collectives, "
                  f"{run.compiles.height:,} compiles")

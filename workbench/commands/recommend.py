@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import polars as pl
 import typer
 
+from workbench.commands.info import RANK_OPT
 from workbench.commands.output import console as safe_console
-from workbench.commands.output import echo_json, markup
+from workbench.commands.output import echo_json, markup, working
 from workbench.errors import stage
 
 PATH_ARG = typer.Argument(..., help="Run directory, Kineto traces and/or TORCH_TRACE logs.")
@@ -20,21 +20,22 @@ def register(app: typer.Typer) -> None:
     def recommend_cmd(
         path: Path = PATH_ARG,
         output: Path = typer.Option(None, "-o", "--output", help="Write the config fixes as compile-config TOML."),
-        rank: int = typer.Option(None, "--rank", help="Rank of a lone trace file that names none."),
+        rank: int = RANK_OPT,
         as_json: bool = typer.Option(False, "--json", help="Print the recommendations as JSON."),
         timeout_s: float = typer.Option(None, "--timeout-s", help="Collective timeout of the job (default 600 s)."),
         limit: int = typer.Option(20, "--limit", help="Rows to print."),
     ) -> None:
         """Rank the fixes for what the run shows; with -o, write the config fixes (one comment per setting)."""
-        import workbench
+        import polars as pl
+
         from workbench.analyses.recommendations import ranked_fixes_run, recommendations_frame, to_compile_config
         from workbench.analyses.summary import run_findings
+        from workbench.commands.info import open_with_progress
         from workbench.compile_config import load_compile_config
         from workbench.rundir import write_atomic
 
-        with stage("reading", path):
-            run = workbench.open(path, rank=rank)
-        with stage("analysing", path):
+        run = open_with_progress(path, rank=rank, skip_bad=False, show=not as_json)
+        with working(f"analysing {path}", show=not as_json), stage("analysing", path):
             findings = run_findings(run, timeout_s=timeout_s)
             fixes = ranked_fixes_run(run, findings)
             recs = recommendations_frame(fixes)
@@ -42,7 +43,8 @@ def register(app: typer.Typer) -> None:
             text = to_compile_config(fixes, header=f"Compile config for {path} written by `workbench recommend`: "
                                                    f"apply with Collector(..., compile_config=\"{output.name}\")")
             write_atomic(output, text.encode())  # a fresh temp file renamed over: never written through a link
-            load_compile_config(output)  # the file we write must load (validated against the installed torch)
+            # the file we write must load: by the allowlist's rules (torch is imported only for a key they lack)
+            load_compile_config(output, validate="allowlist")
         if as_json:
             echo_json(json.dumps({"findings": len(findings), "recommendations": recs.to_dicts(),
                                   "config": str(output) if output else None}, default=str))

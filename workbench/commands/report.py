@@ -7,7 +7,8 @@ from pathlib import Path
 
 import typer
 
-from workbench.commands.output import echo, echo_json
+from workbench.commands.info import JOB_OPT, RANK_OPT
+from workbench.commands.output import echo, echo_json, working
 from workbench.errors import printable, stage
 
 
@@ -18,29 +19,28 @@ def register(app: typer.Typer) -> None:
         after: Path = typer.Argument(None, help="A second run: report the diff PATH → AFTER (workbench diff)."),
         output: Path = typer.Option(None, "-o", "--output", help="Write the HTML (or, with --json, the JSON) here."),
         as_json: bool = typer.Option(False, "--json", help="JSON instead of HTML (stdout unless -o)."),
-        rank: int = typer.Option(None, "--rank", help="Rank of a lone trace file that names none."),
-        job: str = typer.Option(None, "--job", help="The job to open when the folder holds several (j1, j2, ...: "
-                                "the refusal lists them)."),
+        rank: int = RANK_OPT,
+        job: str = JOB_OPT,
         plotlyjs: str = typer.Option("inline", "--plotlyjs", help="inline: works offline; cdn: smaller file."),
         no_timeline: bool = typer.Option(False, "--no-timeline", help="Leave the timeline figure out."),
     ) -> None:
         """Every analysis of one run in one page: findings, timeline, breakdown, drift, recompiles, fixes.
-        With two runs (BEFORE AFTER): the diff ``workbench diff`` prints, as a page."""
-        import workbench
+        With two runs (BEFORE AFTER): the diff that workbench diff prints, as a page."""
+        from workbench.commands.info import read_run
         from workbench.rundir import write_atomic
         from workbench.report import build_diff_report, build_report, render_html
 
         if plotlyjs not in ("inline", "cdn"):
             raise typer.BadParameter("--plotlyjs must be inline or cdn")
-        with stage("reading", path):
-            run = workbench.open(path, rank=rank, on_error="skip", job=job)
+        quiet = as_json and output is None
+        run = read_run(path, rank=rank, on_error="skip", show=not quiet, job=job)
         if after is not None:
-            with stage("reading", after):
-                other = workbench.open(after, on_error="skip")
-            with stage("building the diff report of", f"{path} → {after}"):
+            other = read_run(after, rank=None, on_error="skip", show=not quiet)
+            with working(f"building the diff report of {path} → {after}", show=not quiet), \
+                    stage("building the diff report of", f"{path} → {after}"):
                 rep = build_diff_report(run, other)
         else:
-            with stage("building the report of", path):
+            with working(f"building the report of {path}", show=not quiet), stage("building the report of", path):
                 rep = build_report(run, timeline=not no_timeline)
         if as_json:
             text = json.dumps(rep.to_json(), default=str, indent=2)
@@ -51,7 +51,7 @@ def register(app: typer.Typer) -> None:
             output.chmod(0o644)
         else:
             out = output or Path("report.html")
-            with stage("writing the report of", path):
+            with working(f"writing {out}"), stage("writing the report of", path):
                 html = render_html(rep, plotlyjs=plotlyjs)
             write_atomic(out, html.encode())
             out.chmod(0o644)

@@ -23,10 +23,7 @@ def register(app: typer.Typer) -> None:
                                                   "requests naming any other Host are refused."),
     ) -> None:
         """Explore runs in the browser: timeline, breakdown, drift, recompiles, recommendations, compare."""
-        try:
-            from workbench.app.main import create_app, default_roots
-        except ModuleNotFoundError as exc:  # dash is the app extra
-            raise typer.BadParameter(f"the app needs dash: pip install 'workbench[app]' ({exc})") from exc
+        from workbench.app.main import create_app, default_roots   # dash (the app extra): cli.EXTRAS says so
         roots = list(paths) if paths else default_roots()
         with stage("listing the runs under", ", ".join(map(str, roots))):
             dash_app = create_app(roots, bind=host, allow_hosts=allow_host or ())
