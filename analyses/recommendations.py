@@ -306,6 +306,12 @@ def _divergent(f: Finding[DivergentRecompileEvidence]) -> list[Fix]:
             "a late new variant costs one slower eager step on that rank, not a compile that stalls every rank", 0.8,
             "removes most of the stall (an eager step instead of a compile) but that variant then runs uncompiled",
             config=(Setting("stance", "stance", "eager_on_recompile"), Setting("stance", "after_step", after))))
+    else:                  # no step context: the advice without a guessed after_step (nothing written)
+        fixes.append(Fix(
+            "eager_on_recompile", "After warm-up, run new input variants eagerly",
+            "a late new variant costs one slower eager step on that rank, not a compile that stalls every rank", 0.8,
+            "the recompile's step is unknown, so no after_step is written",
+            code="[stance] stance = \"eager_on_recompile\" with after_step = <your last warm-up step>"))
     fixes.append(Fix(
         "guard_collectives", "Make ranks agree before recompiling (guard collectives)",
         "all ranks recompile together (verified on gloo): no rank waits alone, no collective timeout", 0.1,
