@@ -986,9 +986,9 @@ def skipped_frame_findings(compiles: pl.DataFrame, *, device: Any = None,
         baseline: dict[int, int] = {}
         if device is not None:
             for r in ranks:
-                if device.host.get(r) or r not in since:
-                    continue   # a CPU rank timed from the host: no device idle to measure
                 idle = device.idle.get(r, [])
+                if device.host.get(r) or r not in since or not idle:
+                    continue   # a CPU rank timed from the host, or no device idle recorded: nothing to measure
                 per_step = [(s0, length(intersect(idle, [(s0, e0)]))) for s0, e0 in _profiled_steps(steps, r)]
                 before = sorted(n for s0, n in per_step if s0 < since[r])
                 after = [n for s0, n in per_step if s0 >= since[r]]
