@@ -72,6 +72,7 @@ class Kind(StrEnum):
     RECOMPILE_LIMIT = "recompile_limit"
     GRAPH_BREAK = "graph_break"
     COMPILE_FAILURE = "compile_failure"
+    SKIPPED_FRAME = "skipped_frame"
     EXPOSED_COMMUNICATION = "exposed_communication"
     HOST_BOUND = "host_bound"
     LAUNCH_BOUND = "launch_bound"
@@ -92,6 +93,7 @@ class Kind(StrEnum):
     HOST_SYNC = "host_sync"
     UNFUSED_OPTIMIZER = "unfused_optimizer"
     DATA_LOADING = "data_loading"
+    CONFIG_NO_EFFECT = "config_no_effect"
 
 
 #: Every kind's name as a plain string.
@@ -101,10 +103,10 @@ NAMES: frozenset[str] = frozenset(k.value for k in Kind)
 CAUSES: tuple[str, ...] = (
     "first", "shape", "stride", "dtype", "device", "requires_grad", "grad_mode", "global_state", "tensor_meta",
     "int_arg", "float_arg", "constant", "global", "module", "object_id", "type", "length", "backend", "limit",
-    "graph_break", "compile_error", "cache_miss", "other",
+    "graph_break", "compile_error", "cache_miss", "skipped_frame", "other",
 )
 #: Causes with a kind of their own (or none: ``first``) rather than a ``recompile_<cause>`` kind.
-_NOT_RECOMPILES = ("first", "limit", "graph_break", "compile_error")
+_NOT_RECOMPILES = ("first", "limit", "graph_break", "compile_error", "skipped_frame")
 #: The ``recompile_<cause>`` kinds: recompiles of one frame whose failed guard is that cause.
 RECOMPILE_KINDS: frozenset[Kind] = frozenset(Kind(f"recompile_{c}") for c in CAUSES if c not in _NOT_RECOMPILES)
 
@@ -207,6 +209,22 @@ class CompileGroupEvidence(Evidence):
     fail_user_frame: str | None = None
     nranks: int = 1
     statuses: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedFrameEvidence(Evidence):
+    """A frame dynamo gave up on without raising: it runs eagerly from ``since`` on (per rank)."""
+
+    co_name: str | None
+    co_filename: str | None
+    co_firstlineno: int | None
+    skip_reason: str                 # graph_break_in_loop, suppressed_error, no_reason_logged, recompile_limit
+    cause_line: str | None           # file:line of the break / error that made dynamo give up
+    break_reason: str | None         # what dynamo could not trace, in one line
+    compile_ids: tuple[str, ...]
+    since: dict[int, int]            # per rank: when dynamo gave up (end of that compile, ns)
+    attempt_ns: int | None           # dynamo's time before giving up (compile log)
+    eager_ns: dict[int, int] = field(default_factory=dict)   # per rank: idle the profiler window shows after it
 
 
 @dataclass(frozen=True, slots=True)
@@ -639,6 +657,14 @@ def _declare_all() -> None:
         definition="A compile raised (fullgraph=True at a graph break, or a compiler error).",
         cost_method="none", role="fact", hazard=True, aliases=("compile_failed",), page="recompiles"))
     declare(KindSpec(
+        kind=Kind.SKIPPED_FRAME, evidence=SkippedFrameEvidence,
+        definition="Dynamo gave a frame up without raising (a graph break inside a loop, an error under "
+                   "suppress_errors, torch.compiler.disable): the frame runs eagerly from then on.",
+        cost_method="what running the frame eagerly costs: the GPU idle (launch gaps) the profiler window shows "
+                    "after the skip on the worst rank (measured); without such a window, estimated and labelled so",
+        hazard=True, cost_scope="window", wait_reason="eager frame", page="recompiles",
+        also_found_as=(Kind.COMPILE_FAILURE, Kind.GRAPH_BREAK, Kind.LAUNCH_BOUND)))
+    declare(KindSpec(
         kind=Kind.EXPOSED_COMMUNICATION, evidence=ExposedCommEvidence,
         definition=f"Communication not overlapped with compute ≥ {EXPOSED_COMM_PCT:g} % of a rank's analysed device "
                    "window.",
@@ -744,6 +770,13 @@ def _declare_all() -> None:
         kind=Kind.CONFIG_NOT_APPLIED, evidence=ConfigNotAppliedEvidence,
         definition="A setting of the run's compile config did not take effect (the collector recorded why).",
         cost_method="none (the fix it carries did not run)", role="fact", hazard=True))
+    declare(KindSpec(
+        kind=Kind.CONFIG_NO_EFFECT, evidence=ConfigNotAppliedEvidence,
+        definition="A setting of the run's compile config was applied but did not act on this torch (the collector "
+                   "checked after the first compile: no symbol for the dim, or the fix matrix says this torch "
+                   "ignores it).",
+        cost_method="none (the fix it carries did not run)", role="fact", hazard=True,
+        also_found_as=(Kind.CONFIG_NOT_APPLIED,)))
     missing = [k.value for k in Kind if k not in KINDS]
     if missing:
         raise ValueError(f"kinds without a KindSpec: {missing}")

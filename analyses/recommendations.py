@@ -31,13 +31,14 @@ from typing import Any, TypeVar
 
 import polars as pl
 
-from workbench import schema
+from workbench import fix_versions, schema
 from workbench.analyses.findings import Finding, format_ns
 from workbench.analyses.kinds import (
     RECOMPILE_KINDS, CacheDivergenceEvidence, CollectiveWaitEvidence, CompiledDesyncEvidence, CompileGroupEvidence,
     CompileSkewEvidence, CompileTimeEvidence, ConfigDivergenceEvidence, ConfigNotAppliedEvidence,
     CollectiveScheduleEvidence, DivergentRecompileEvidence, Evidence, ExposedCommEvidence, ExposedMemcpyEvidence,
-    IdleCauseEvidence, IdleEvidence, JobFailureEvidence, Kind, PipelineBubbleEvidence, StragglerEvidence, TimeoutRiskEvidence, kind_spec,
+    IdleCauseEvidence, IdleEvidence, JobFailureEvidence, Kind, PipelineBubbleEvidence, SkippedFrameEvidence,
+    StragglerEvidence, TimeoutRiskEvidence, kind_spec,
     kinds_of,
 )
 from workbench.source_scan import SourceScan, SourceSite
@@ -300,11 +301,18 @@ def _divergent(f: Finding[DivergentRecompileEvidence]) -> list[Fix]:
         fixes += [dataclasses.replace(fx, gain=0.98, why="removes the guard failure itself",
                                       site=fx.site or CodeLine.parse(user_code(ev.location)))
                   for fx in _cause_fixes(ev.cause, ev.cause_source)]
-    fixes.append(Fix(
-        "eager_on_recompile", f"After warm-up (step {after}), run new input variants eagerly",
-        "a late new variant costs one slower eager step on that rank, not a compile that stalls every rank", 0.8,
-        "removes most of the stall (an eager step instead of a compile) but that variant then runs uncompiled",
-        config=(Setting("stance", "stance", "eager_on_recompile"), Setting("stance", "after_step", after))))
+    if step is not None:   # the warm-up's end comes from the step of the recompile: never guessed
+        fixes.append(Fix(
+            "eager_on_recompile", f"After warm-up (step {after}), run new input variants eagerly",
+            "a late new variant costs one slower eager step on that rank, not a compile that stalls every rank", 0.8,
+            "removes most of the stall (an eager step instead of a compile) but that variant then runs uncompiled",
+            config=(Setting("stance", "stance", "eager_on_recompile"), Setting("stance", "after_step", after))))
+    else:                  # no step context: the advice without a guessed after_step (nothing written)
+        fixes.append(Fix(
+            "eager_on_recompile", "After warm-up, run new input variants eagerly",
+            "a late new variant costs one slower eager step on that rank, not a compile that stalls every rank", 0.8,
+            "the recompile's step is unknown, so no after_step is written",
+            code="[stance] stance = \"eager_on_recompile\" with after_step = <your last warm-up step>"))
     fixes.append(Fix(
         "guard_collectives", "Make ranks agree before recompiling (guard collectives)",
         "all ranks recompile together (verified on gloo): no rank waits alone, no collective timeout", 0.1,
@@ -438,6 +446,26 @@ def _graph_break(f: Finding[CompileGroupEvidence]) -> list[Fix]:
                 "one graph for the compiled part", 1.0, "the break is in the code",
                 code="move it outside, wrap it with @torch.compiler.disable, or register it as a custom op",
                 site=loc)]
+
+
+@register_fixer(SkippedFrameEvidence)
+def _skipped_frame(f: Finding[SkippedFrameEvidence]) -> list[Fix]:
+    ev = f.evidence
+    site = CodeLine.parse(user_code(ev.cause_line) or ev.cause_line) if ev.cause_line else None
+    if ev.skip_reason == "graph_break_in_loop":
+        return [Fix("branchless_in_loop", "Replace the data-dependent branch in the loop with torch.where / "
+                    "torch.cond, or move it out of the loop", f"{ev.co_name} compiles again instead of running eagerly",
+                    1.0, "a graph break inside a loop makes dynamo skip the whole frame; no config traces a Python "
+                    "branch on a tensor's value",
+                    code="y = torch.where(cond, a(x), b(x)), or torch.cond(cond, true_fn, false_fn, (x,)); or test "
+                         "the condition once before the loop", site=site)]
+    if ev.skip_reason == "suppressed_error":
+        return [Fix("fix_compile_error", f"Fix the compile error suppress_errors hid ({ev.break_reason or 'see the log'})",
+                    f"{ev.co_name} compiles instead of running eagerly", 1.0,
+                    "suppress_errors turns a compile error into a silently eager frame",
+                    code="run once with torch._dynamo.config.suppress_errors = False to see the error", site=site)]
+    return [Fix("find_skip_reason", f"Find why dynamo skipped {ev.co_name}", "names the break", 0.0,
+                "torch 2.5 logs no reason", code="rerun with TORCH_LOGS=graph_breaks (or on torch 2.7+)")]
 
 
 @register_fixer(CompileGroupEvidence, kinds=(Kind.COMPILE_FAILURE,))
@@ -793,13 +821,59 @@ def _fixes(f: Finding[Any]) -> list[Fix]:
     return sorted(out, key=lambda x: -x.gain)  # stable: a fixer's own order breaks ties
 
 
-def ranked_fixes(findings: Sequence[Finding[Any]] | Any, *, sites: Any = None) -> list[Recommendation]:
+# ------------------------------------------------------------------------ which setting acts on which torch
+def setting_acts(st: Setting, torch_version: str | None) -> str | None:
+    """None when ``st`` changes what torch ``torch_version`` does (or the version is unknown), else why not
+    (:func:`workbench.fix_versions.setting_acts`: the fix matrix's facts)."""
+    return fix_versions.setting_acts(st.section, st.key, st.value, torch_version)
+
+
+def for_torch(fx: Fix, torch_version: str | None) -> Fix:
+    """``fx`` as it must be written for ``torch_version``: unchanged when every setting acts there; the next-best
+    form when one exists (``dynamic_sources`` without the dim before 2.13, ``cache_size_limit`` before 2.7);
+    else without its settings (a config that would change nothing is not written) and saying why."""
+    why = [w for st in fx.config if (w := setting_acts(st, torch_version))]
+    if not why:
+        return fx
+    swapped: list[Setting] = []
+    for st in fx.config:
+        if setting_acts(st, torch_version) is None:
+            swapped.append(st)
+        elif (f"{st.section}.{st.key}" == "compiler.dynamic_sources"
+              and (fix_versions.torch_release(torch_version) or (0, 0)) >= (2, 7)):
+            entries = [re.sub(r":\d+$", "", e.strip()) for e in str(st.value).split(",")]
+            swapped.append(Setting(st.section, st.key, ",".join(entries)))   # every dim of the source dynamic
+        elif f"{st.section}.{st.key}" == "dynamo.recompile_limit":
+            swapped.append(Setting("dynamo", "cache_size_limit", st.value))
+        else:
+            return dataclasses.replace(fx, config=(), gain=0.0, why=f"{fx.why}; not written for torch {torch_version}: "
+                                                                    f"{'; '.join(why)}")
+    return dataclasses.replace(fx, config=tuple(swapped), gain=fx.gain * 0.99,
+                               why=f"{fx.why}; written for torch {torch_version}: {'; '.join(why)}")
+
+
+def run_torch_version(run: Any) -> str | None:
+    """The torch version a run used: its fingerprints', else its compile logs' (None when unknown or mixed)."""
+    seen: set[str] = set()
+    for table, col in (("fingerprints", "torch"), ("compiles", "torch_version")):
+        df = getattr(run, table, None)
+        if isinstance(df, pl.DataFrame) and col in df.columns:
+            seen |= {str(x) for x in df[col].drop_nulls().unique().to_list()}
+        if seen:
+            break
+    releases = {fix_versions.torch_release(x) for x in seen} - {None}
+    return sorted(seen)[0] if len(releases) == 1 else None
+
+
+def ranked_fixes(findings: Sequence[Finding[Any]] | Any, *, sites: Any = None,
+                 torch_version: str | None = None) -> list[Recommendation]:
     """Ranked fixes for the typed root-cause ``findings`` (``analysis_tables(run).roots``): findings most costly
     first, and within one finding the fixes by expected gain. The best config fix of each finding is applied
     unless an earlier fix already set the same key. ``sites``: the run's ``source_sites``
     (``run.meta["source_sites"]`` or a ``SourceScan``) — code fixes then name the line they are about
     (:func:`locate`), or say in words that the script has no such line. A FINDINGS polars frame is refused: it has
-    lost the typed evidence the fixers read."""
+    lost the typed evidence the fixers read. ``torch_version``: write each setting only where it acts on that torch
+    (:func:`for_torch`), else the next-best fix is the one applied."""
     if isinstance(findings, pl.DataFrame):
         raise TypeError("recommend() takes the typed findings (analysis_tables(run).roots or run.findings()), "
                         "not the FINDINGS frame")
@@ -811,7 +885,8 @@ def ranked_fixes(findings: Sequence[Finding[Any]] | Any, *, sites: Any = None) -
     for i in order:
         f = roots[i]
         applied = False
-        for fx in _fixes(f):
+        fixes = sorted((for_torch(fx, torch_version) for fx in _fixes(f)), key=lambda x: -x.gain)
+        for fx in fixes:
             fx = locate(fx, scan)
             apply = False
             if fx.config and not applied and fx.gain > 0:
@@ -830,7 +905,7 @@ def ranked_fixes_run(run: Any, findings: Sequence[Finding[Any]] | Any, *, sites:
     the run's recorded ``source_sites`` (``run.json``), or of ``sites`` when given (a script scanned afresh)."""
     if sites is None:
         sites = (getattr(run, "meta", None) or {}).get("source_sites")
-    return ranked_fixes(findings, sites=sites)
+    return ranked_fixes(findings, sites=sites, torch_version=run_torch_version(run))
 
 
 def recommendations_frame(recs: Sequence[Recommendation]) -> pl.DataFrame:
@@ -910,6 +985,11 @@ def _one_line(s: str | None, n: int = 240) -> str:
 @register_fixer(ConfigNotAppliedEvidence)
 def _not_applied(f: Finding[ConfigNotAppliedEvidence]) -> list[Fix]:
     ev = f.evidence
+    if f.kind == Kind.CONFIG_NO_EFFECT:
+        return [Fix("setting_for_this_torch", f"Replace {ev.setting}: it does not act on this torch",
+                    "the fix the config carries runs", 1.0, "a setting torch ignores changes nothing in the rerun",
+                    code=f"{ev.reason}. Rerun `workbench recommend` on this run: it writes the form that acts on its "
+                         "torch version (docs/compile-logs.md, the fix table)")]
     return [Fix("make_setting_apply", f"Make {ev.setting} take effect", "the fix the config carries runs", 1.0,
                 "until it applies, the rerun cannot show whether the fix works",
                 code=f"{ev.reason}. For [compile]/[mark_dynamic], create the Collector before calling torch.compile; "

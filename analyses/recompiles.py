@@ -35,26 +35,28 @@ from workbench.analyses.kinds import CAUSES  # noqa: F401  (re-exported: schema.
 from workbench.analyses.kinds import (
     COMPILE_TIME_NS, TIMEOUT_RISK_PCT, CacheDivergenceEvidence, CollectiveScheduleEvidence,
     CompileGroupEvidence, CompileSkewEvidence, CompileTimeEvidence, ConfigDivergenceEvidence,
-    DifferentProgramsEvidence, DivergentRecompileEvidence, Kind, RECOMPILE_KINDS, TimeoutRiskEvidence,
-    recompile_kind,
+    DifferentProgramsEvidence, DivergentRecompileEvidence, Kind, RECOMPILE_KINDS, SkippedFrameEvidence,
+    TimeoutRiskEvidence, recompile_kind,
 )
 
 #: Graph-break types (``cause_detail`` when ``cause == "graph_break"``).
 GRAPH_BREAK_TYPES: tuple[str, ...] = (
-    "print", "logging", "data_dependent_branch", "item", "dynamic_output_shape", "explicit", "skipped_function",
-    "unsupported_call", "other",
+    "print", "logging", "data_dependent_branch", "item", "dynamic_output_shape", "explicit", "disabled_function",
+    "skipped_function", "unsupported_call", "other",
 )
 DEFAULT_TIMEOUT_S = 600.0  # NCCL's default process-group timeout (10 min) in torch 2.x
 
 _PREFIX = re.compile(r"^\s*(?:!\d+/)?\d+/\d+(?:_\d+)?:\s*")
+# the tensor's name: ``x`` (torch 2.7+) or its source ``L['x']`` (2.5), hence the lazy match up to "' "
+_T = r"tensor '(?P<name>.+?)' "
 _TENSOR = re.compile(
-    r"tensor '(?P<name>[^']+)' (?P<what>size|stride) mismatch at index (?P<dim>-?\d+)\. "
-    r"expected (?P<exp>[^,]+), actual (?P<act>\S+)")
-_DTYPE = re.compile(r"tensor '(?P<name>[^']+)' dtype mismatch\. expected (?P<exp>\w+), actual (?P<act>\w+)")
-_RG = re.compile(r"tensor '(?P<name>[^']+)' requires_grad mismatch\. expected requires_grad=(?P<exp>\d)")
-_NDIM = re.compile(r"tensor '(?P<name>[^']+)' (?:rank|ndim) mismatch\. expected (?P<exp>\d+), actual (?P<act>\d+)")
-_DEVICE = re.compile(r"tensor '(?P<name>[^']+)' device (?:index )?mismatch")
-_TMETA = re.compile(r"tensor '(?P<name>[^']+)' (?P<what>[\w ]+?) mismatch")
+    _T + r"(?P<what>size|stride) mismatch at index (?P<dim>-?\d+)\. expected (?P<exp>[^,]+), actual (?P<act>\S+)")
+_DTYPE = re.compile(_T + r"dtype mismatch\. expected (?P<exp>\w+), actual (?P<act>\w+)")
+_RG = re.compile(_T + r"requires_grad mismatch\. expected requires_grad=(?P<exp>\d)")
+_NDIM = re.compile(_T + r"(?:rank|ndim) mismatch\. expected (?P<exp>\d+), actual (?P<act>\d+)")
+_DEVICE = re.compile(_T + r"device (?:index )?mismatch")
+_TMETA = re.compile(_T + r"(?P<what>[\w ]+?) mismatch")
+_MODULE_ATTR = re.compile(r"^(?:L\['self'\]|self)(?:\._modules\[[^\]]+\]|\.\w+)*\.(?P<attr>\w+)$")
 _GLOBAL_STATE = re.compile(r"GLOBAL_STATE changed: (?P<what>[\w, ]+)")
 _USER_LOC = re.compile(r"#\s*(?P<file>[^\s#]+\.py):(?P<line>\d+) in (?P<fn>[\w<>]+)")
 _STACK_LOC = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
@@ -124,6 +126,8 @@ def classify_reason(reason: str) -> tuple[str, str | None, str]:
         if "G[" in src:
             return "global", None, f"{src} == {val}{at}"
         shown = _source(src) if re.fullmatch(r"[\w.\[\]']+", src) else src
+        if m := _MODULE_ATTR.match(src):
+            return "module", "attribute", f"{shown} == {val} (module attribute {m.group('attr')}){at}"
         if re.fullmatch(r"-?\d+", val):
             return "int_arg", None, f"{shown} == {val}{at}"
         if re.fullmatch(r"-?(\d+\.\d*|\.\d+|\d+e-?\d+|inf|nan)", val):
@@ -141,21 +145,25 @@ def classify_graph_break(text: str) -> tuple[str, str | None]:
     t = text or ""
     loc = user_location(t)
     low = t.lower()
-    if "`print`" in t or "builtin operator print" in low or "function print" in low:
+    if "`print`" in t or "builtin operator print" in low or "function print" in low or "builtin: print" in low:
         kind = "print"
     elif re.search(r"logging|logger|\.warning\(|warnings\.warn", t, re.I):
         kind = "logging"
-    elif "data-dependent branching" in low or "data dependent branching" in low:
+    elif ("data-dependent branching" in low or "data dependent branching" in low
+          or "dynamic control flow is not supported" in low):   # torch 2.5's wording
         kind = "data_dependent_branch"
-    elif ".item()" in t or "capture_scalar_outputs" in t or "tolist" in t:
+    elif ".item()" in t or "capture_scalar_outputs" in t or "tolist" in t or t.strip() == "Tensor.item":
         kind = "item"
+    elif re.search(r"disable\(\)(?:`d| wrapped) function|compiler\.disable|skip calling .*disable", t, re.I):
+        kind = "disabled_function"
     elif "capture_dynamic_output_shape_ops" in t or "dynamic shape operator" in low:
         kind = "dynamic_output_shape"
     elif "graph_break()" in t or "torch._dynamo.graph_break" in t:
         kind = "explicit"
     elif "marked as skipped" in low or "skipped" in low and "trace_rules" in low:
         kind = "skipped_function"
-    elif "unsupported" in low or "failed to trace" in low or "call_function" in low:
+    elif ("unsupported" in low or "failed to trace" in low or "call_function" in low
+          or re.fullmatch(r"Tensor\.\w+", t.strip())):
         kind = "unsupported_call"
     else:
         kind = "other"
@@ -166,6 +174,14 @@ def classify_compile(row: dict[str, Any]) -> tuple[str, str | None, str | None]:
     """(cause, detail, source) for one ``compiles`` row (as a dict)."""
     reasons = row.get("recompile_reasons") or []
     fail_reason = row.get("fail_reason") or ""
+    if row.get("status") == "skipped_frame":
+        why = row.get("skip_reason") or "no_reason_logged"
+        kind, loc = classify_graph_break(row.get("break_reason") or fail_reason)
+        loc = row.get("fail_user_frame") or loc
+        what = {"graph_break_in_loop": f"graph break in a loop ({kind})", "suppressed_error":
+                f"{row.get('fail_type') or 'compile error'} under suppress_errors",
+                "no_reason_logged": "dynamo gave the frame up (torch 2.5 logs no reason)"}.get(why, why)
+        return "skipped_frame", why, f"{what} at {loc}" if loc else what
     if row.get("status") == "eager_fallback":
         m = re.search(r"Limit type: (\w+)", fail_reason)
         lim = re.search(r"currently set to (\d+)", fail_reason)
@@ -185,6 +201,8 @@ def classify_compile(row: dict[str, Any]) -> tuple[str, str | None, str | None]:
             return "graph_break", kind, f"{kind} at {loc}" if loc else kind
         return "compile_error", str(row.get("fail_type")), (fail_reason.splitlines() or [""])[0][:300]
     breaks = list(row.get("graph_breaks") or []) + list(row.get("restart_reasons") or [])
+    if not breaks and row.get("status") == "graph_break" and row.get("break_reason"):
+        breaks = [row["break_reason"]]
     if breaks:
         kind, loc = classify_graph_break(breaks[0])
         return "graph_break", kind, f"{kind} at {loc}" if loc else kind
@@ -193,6 +211,70 @@ def classify_compile(row: dict[str, Any]) -> tuple[str, str | None, str | None]:
         detail = "cache_miss" if misses else ("cache_hit" if hits else None)
         return "first", detail, None
     return "other", None, "recompile with no recorded reason"
+
+
+_RESUME_AT = re.compile(r"^torch_dynamo_resume_in_(?P<fn>\w+?)_at_(?P<line>\d+)$")
+#: The per-rank counts :func:`event_counts` gives (what tlparse and the matrix scripts count).
+EVENT_COUNTS = ("compiles", "first_compiles", "recompiles", "graph_breaks", "skipped_frames", "limit_hits",
+                "failures", "suppressed", "generations", "resets")
+
+
+def break_location(row: dict[str, Any]) -> str | None:
+    """``file:line`` of the graph break a compile shows (its artifact, else its failure frame), ``fn:line`` from a
+    resume frame's name (``torch_dynamo_resume_in_<fn>_at_<line>``: the break's line), else None."""
+    for text in row.get("graph_breaks") or []:
+        m = _GB_LOC.search(text)
+        if m:
+            return f"{m.group('file').rsplit('/', 1)[-1]}:{m.group('line')}"
+    if row.get("fail_user_frame") and row.get("status") == "skipped_frame":
+        return str(row["fail_user_frame"]).rsplit("/", 1)[-1]
+    m = _RESUME_AT.match(row.get("co_name") or "")
+    if m:
+        return f"{m.group('fn')}:{m.group('line')}"
+    return None
+
+
+def event_counts(compiles: pl.DataFrame) -> dict[int, dict[str, int]]:
+    """Per rank, the compile events of its log(s), counted once each (see :data:`EVENT_COUNTS`).
+
+    ``compiles``: compilations dynamo finished (a ``compilation_metrics``); ``first_compiles``: of frame compile id
+    0, in any generation; ``recompiles``: frame compile id > 0 that compiled (not the one the limit refused);
+    ``graph_breaks``: distinct break lines (a break inside a nested call shows in two frames: one break);
+    ``skipped_frames``: frames given up (status ``skipped_frame``) plus limit hits (the frame runs eager for new
+    inputs); ``failures``: compiles that raised into user code; ``suppressed``: errors ``suppress_errors`` swallowed;
+    ``generations``: dynamo resets + 1.
+    """
+    out: dict[int, dict[str, int]] = {}
+    if compiles.is_empty():
+        return out
+    for rank in sorted(compiles["rank"].unique().drop_nulls().to_list()):
+        rows = compiles.filter(pl.col("rank") == rank).to_dicts()
+        done = [r for r in rows if r["status"] != "incomplete" and not (r["status"] == "eager_fallback"
+                                                                       and r["duration_ns"] is None
+                                                                       and r["start"] is None)]
+        autograd_outer = [r for r in done if r.get("compiled_autograd_id") is None]
+        breaks: set[str] = set()
+        if any(r["graph_breaks"] for r in rows):
+            for r in rows:
+                if r["status"] == "graph_break" or r.get("skip_reason") == "graph_break_in_loop":
+                    breaks.add(break_location(r) or f"{r['co_name']}:{r['compile_id']}")
+        else:   # torch 2.5 logs no break artifact: each resume frame is one break (at its line)
+            breaks = {m.group(0) for r in rows if (m := _RESUME_AT.match(r["co_name"] or ""))}
+            if not breaks:
+                breaks = {f"{r['co_name']}:{r['compile_id']}" for r in rows if r["status"] == "graph_break"}
+        gens = max((r.get("generation") or 0) for r in rows) + 1
+        out[int(rank)] = {
+            "compiles": len(done),
+            "first_compiles": sum(1 for r in autograd_outer if r["frame_compile_id"] == 0),
+            "recompiles": sum(1 for r in done if (r["frame_compile_id"] or 0) > 0 and r["status"] in ("ok", "graph_break")),
+            "graph_breaks": len(breaks),
+            "skipped_frames": sum(1 for r in rows if r["status"] in ("skipped_frame", "eager_fallback")),
+            "limit_hits": sum(1 for r in rows if r["status"] == "eager_fallback"),
+            "failures": sum(1 for r in rows if r["status"] == "failed"),
+            "suppressed": sum(1 for r in rows if r.get("skip_reason") == "suppressed_error"),
+            "generations": gens, "resets": gens - 1,
+        }
+    return out
 
 
 def classify_compiles(compiles: pl.DataFrame) -> pl.DataFrame:
@@ -736,7 +818,7 @@ def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None
                     Cost.none("none (a hang risk)"), ranks=list(vals), source="recompiles", key=col))
 
     # --- per-cause recompiles, limit, graph breaks, failures (grouped across ranks); divergent ones left out
-    rec = c.filter(~pl.col("cause").is_in(["first"]) & pl.col("cause").is_not_null())
+    rec = c.filter(~pl.col("cause").is_in(["first", "skipped_frame"]) & pl.col("cause").is_not_null())
     if divergent_rows:
         keep = [(r, cid) not in divergent_rows for r, cid in zip(rec["rank"].to_list(), rec["compile_id"].to_list())]
         rec = rec.filter(pl.Series(keep, dtype=pl.Boolean))
@@ -786,7 +868,8 @@ def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None
             elif cause == "graph_break" and set(g["statuses"]) == {"failed"}:
                 out.append(make_finding(
                     Kind.COMPILE_FAILURE,
-                    f"fullgraph=True compile of {where} failed on {ranks_txt} at a graph break: {src}.",
+                    f"The compile of {where} raised into user code at a graph break on {ranks_txt} (only a "
+                    f"fullgraph=True compile raises there): {src}.",
                     ev, Cost.none("none (the compile raised)"), ranks=g["ranks"], steps=g["steps"],
                     source="recompiles", key=key))
             elif cause == "graph_break":
@@ -836,3 +919,119 @@ def _detect(x: Inputs) -> list[Finding]:
                                   collectives=x.matched if not x.matched.is_empty() else x.collectives,
                                   fingerprints=x.fingerprints, timeout_s=x.timeout_s,
                                   arrivals=collective_arrivals(x.hangs.entries, x.steps))
+
+
+# ---------------------------------------------------------------------------------------------- skipped frames
+_SKIP_TEXT = {
+    "graph_break_in_loop": "a graph break inside a loop made dynamo skip the frame",
+    "suppressed_error": "its compile failed and suppress_errors swallowed the error",
+    "no_reason_logged": "dynamo gave the frame up (torch 2.5 logs no reason)",
+}
+_SKIP_FIX = {
+    "graph_break_in_loop": "express the branch with torch.cond / torch.where, or move it out of the loop",
+    "suppressed_error": "fix the compile error (run once without suppress_errors to see it)",
+    "no_reason_logged": "rerun with a newer torch (2.7+) or TORCH_LOGS=graph_breaks to see the break",
+}
+
+
+def _steps_after(steps: pl.DataFrame | None, rank: int, since: int) -> tuple[int, int]:
+    """(count, summed duration) of the rank's collector steps that started after ``since``."""
+    if steps is None or steps.is_empty() or "dur" not in steps.columns:
+        return 0, 0
+    st = steps.filter((pl.col("rank") == rank) & (pl.col("start") >= since))
+    if "source" in st.columns:
+        st = st.filter(pl.col("source").cast(pl.String) == "collector")
+    return st.height, int(st["dur"].drop_nulls().sum() or 0)
+
+
+def _profiled_steps(steps: pl.DataFrame | None, rank: int) -> list[tuple[int, int]]:
+    """(start, end) of the rank's profiled steps (the profiler's ProfilerStep ranges), in order."""
+    if steps is None or steps.is_empty() or "source" not in steps.columns:
+        return []
+    st = steps.filter((pl.col("rank") == rank) & (pl.col("source").cast(pl.String) == "profiler"))
+    return sorted((int(a), int(b)) for a, b in st.select("start", "end").iter_rows() if a is not None and b is not None)
+
+
+def skipped_frame_findings(compiles: pl.DataFrame, *, device: Any = None,
+                           steps: pl.DataFrame | None = None) -> list[Finding]:
+    """One ``skipped_frame`` finding per frame dynamo gave up without raising (status ``skipped_frame``).
+
+    Its cost is what running the frame eagerly cost: the GPU idle (launch gaps) of the profiled steps after the skip,
+    each less the median idle of the profiled steps before it, on the worst rank (measured, from ``device``:
+    :class:`workbench.analyses.rootcause.DeviceTime`, and the profiler's steps); without
+    such a window, estimated as the collector steps run after the skip (an upper bound, labelled so); without
+    steps, the time dynamo spent before giving up (labelled so). Its idle / launch-bound symptoms are attributed
+    under it by time (the frame runs eagerly from the skip on).
+    """
+    from workbench.analyses.intervals import intersect, length
+
+    if compiles.is_empty():
+        return []
+    c = _ensure_classified(compiles).filter(pl.col("status") == "skipped_frame")
+    out: list[Finding] = []
+    keys = ["co_name", "co_filename", "co_firstlineno", "skip_reason"]
+    for g in c.group_by(keys, maintain_order=True).agg(
+            pl.col("rank"), pl.col("compile_id"), pl.col("start"), pl.col("end"), pl.col("duration_ns"),
+            pl.col("fail_user_frame").drop_nulls().first(), pl.col("break_reason").drop_nulls().first(),
+            pl.col("fail_reason").drop_nulls().first(), pl.col("fail_type").drop_nulls().first(),
+            pl.col("step")).iter_rows(named=True):
+        ranks = sorted({int(r) for r in g["rank"]})
+        since: dict[int, int] = {}
+        for r, s, e in zip(g["rank"], g["start"], g["end"]):
+            t = e if e is not None else s
+            if t is not None:
+                since[int(r)] = min(since.get(int(r), t), t)
+        attempt = max((d for d in g["duration_ns"] if d is not None), default=None)
+        eager: dict[int, int] = {}
+        baseline: dict[int, int] = {}
+        if device is not None:
+            for r in ranks:
+                idle = device.idle.get(r, [])
+                if device.host.get(r) or r not in since or not idle:
+                    continue   # a CPU rank timed from the host, or no device idle recorded: nothing to measure
+                per_step = [(s0, length(intersect(idle, [(s0, e0)]))) for s0, e0 in _profiled_steps(steps, r)]
+                before = sorted(n for s0, n in per_step if s0 < since[r])
+                after = [n for s0, n in per_step if s0 >= since[r]]
+                if after:
+                    base = before[len(before) // 2] if before else 0
+                    baseline[r] = base
+                    eager[r] = sum(max(0, n - base) for n in after)
+        where = f"{g['co_name']} ({g['co_filename']}:{g['co_firstlineno']})"
+        line = g["fail_user_frame"]
+        why = g["skip_reason"] or "no_reason_logged"
+        if eager:
+            worst = max(eager, key=lambda r: eager[r])
+            than = (f"more than the median profiled step before it ({format_ns(baseline[worst])})" if baseline[worst]
+                    else "(no profiled step before the skip to compare with)")
+            cost = Cost.measured(eager[worst], f"GPU idle (launch gaps) of the profiled steps after the skip, rank "
+                                               f"{worst}, {than}: what running {g['co_name']} eagerly cost there")
+        else:
+            counted = {r: _steps_after(steps, r, since[r]) for r in ranks if r in since}
+            counted = {r: v for r, v in counted.items() if v[0]}
+            if counted:
+                worst = max(counted, key=lambda r: counted[r][1])
+                n, ns = counted[worst]
+                cost = Cost.estimated(ns, f"estimated upper bound: the {n} collector step(s) rank {worst} ran with "
+                                          f"{g['co_name']} eager (no profiler window after the skip shows its kernels)")
+            else:
+                cost = Cost.estimated(attempt, "estimated: only dynamo's time before giving up is known (no profiler "
+                                               "window or steps after the skip show what eager costs)")
+        ev = SkippedFrameEvidence(
+            co_name=g["co_name"], co_filename=g["co_filename"], co_firstlineno=g["co_firstlineno"], skip_reason=why,
+            cause_line=line, break_reason=g["break_reason"] or (g["fail_reason"] or "")[:300] or None,
+            compile_ids=tuple(sorted(set(g["compile_id"])))[:20], since=since, attempt_ns=attempt, eager_ns=eager)
+        at = f" at {line}" if line else ""
+        what = g["break_reason"] or g["fail_type"] or ""
+        out.append(make_finding(
+            Kind.SKIPPED_FRAME,
+            f"{g['co_name']} runs eagerly on {ranks_text(ranks)}: {_SKIP_TEXT.get(why, why)}{at}"
+            f"{f' ({what})' if what else ''}. Fix: {_SKIP_FIX.get(why, 'see the reason')}.",
+            ev, cost, ranks=ranks, steps=[s for s in g["step"] if s is not None], source="recompiles",
+            key=f"{g['co_name']}@{g['co_firstlineno']}:{why}"))
+    return out
+
+
+@register_detector(Kind.SKIPPED_FRAME, needs=("compiles", "device", "steps"), order=51)
+def _detect_skipped(x: Inputs) -> list[Finding]:
+    """:func:`skipped_frame_findings` with the analysed window's device time."""
+    return skipped_frame_findings(x.compiles, device=x.device, steps=x.steps)

@@ -32,7 +32,7 @@ from workbench.analyses.intervals import Spans, intersect, length, merge, subtra
 from workbench.analyses.kinds import (
     EXPOSED_COMM_PCT, RECOMPILE_KINDS, CollectiveWaitEvidence, CompileGroupEvidence, CompileSkewEvidence,
     CompilingEvidence, ConfigDivergenceEvidence, DivergentRecompileEvidence, ExposedCommEvidence, Kind,
-    PipelineBubbleEvidence, StragglerEvidence, odd_ranks,
+    PipelineBubbleEvidence, SkippedFrameEvidence, StragglerEvidence, odd_ranks,
 )
 from workbench.communication import is_collective_range, is_comm_host_op, is_p2p_kernel, is_p2p_range
 
@@ -252,6 +252,18 @@ def cause_spans(f: Finding[Any], tables: CauseTables, all_ranks: Sequence[int] =
             for r, sp in cause_spans(sub, tables, all_ranks).items():
                 acc.setdefault(r, []).extend(sp)
         return {r: merge(v) for r, v in acc.items()}
+    if isinstance(ev, SkippedFrameEvidence):   # the frame runs eagerly from the skip on: its profiled steps
+        out: dict[int, Spans] = {}
+        st = tables._steps
+        for r, t in ev.since.items():
+            if r not in f.ranks:
+                continue
+            prof = [] if st.is_empty() or "source" not in st.columns else [
+                (int(a), int(b)) for a, b in st.filter((pl.col("rank") == r) & (pl.col("start") >= t)
+                                                       & (pl.col("source").cast(pl.String) == "profiler"))
+                .select("start", "end").iter_rows() if a is not None and b is not None]
+            out[r] = merge(prof) if prof else [(t, 1 << 62)]
+        return out
     if isinstance(ev, PipelineBubbleEvidence) and device is not None:
         return {r: device.p2p[r] for r in f.ranks if r in device.p2p}  # a stage waits for its neighbour: bubble
     if isinstance(ev, StragglerEvidence):
@@ -560,7 +572,7 @@ def _explained_compiles(findings: Iterable[Finding[Evidence]]) -> set[tuple[int,
         ev = f.evidence
         if isinstance(ev, DivergentRecompileEvidence):
             out |= {(r, ev.compile_id) for r in ev.compiling_ranks}
-        elif isinstance(ev, CompileGroupEvidence):
+        elif isinstance(ev, (CompileGroupEvidence, SkippedFrameEvidence)):
             out |= {(r, cid) for r in f.ranks for cid in ev.compile_ids}
     return out
 

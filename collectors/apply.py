@@ -20,6 +20,13 @@ does, setting by setting (``docs/compile-config.md``, "How the collector applies
 
 :meth:`ConfigApplier.report` lists every setting with ``applied`` (bool), ``how`` and ``reason`` (why not);
 the collector writes it to ``run.json`` and each rank's ``fingerprint.json`` as ``compile_config_applied``.
+
+"Applied" says the value was set; ``took_effect`` (beside it) says whether it acted on this torch, checked after
+the first compile (:meth:`ConfigApplier.check_effect`): a setting that makes a dim dynamic (``[compiler]
+dynamic_sources``, ``[mark_dynamic]``) took effect when that compile created a symbol for the dim (torch's
+``create_symbol`` trace record); any other setting when it reads back in the thread that runs the steps (torch
+config is per thread from 2.12) and the fix matrix says it acts on this torch (:mod:`workbench.fix_versions`).
+``effect`` says how it was decided; ``took_effect`` is None where nothing could tell (no compile seen).
 A setting nothing could apply (``torch.compile`` never called while the collector existed, a step never reached)
 is recorded as not applied at close.
 """
@@ -29,6 +36,7 @@ from __future__ import annotations
 import builtins
 import functools
 import importlib
+import logging
 import os
 import sys
 import tempfile
@@ -60,9 +68,12 @@ class ConfigApplier:
         self._stance_done = False
         self._cache_loaded = False
         self._previous: dict[tuple[int, str, str], Any] = {}   # (thread, module, key) -> value before the config
+        self._symbols: list[str] = []      # sources torch made a symbol for (create_symbol), in order
+        self._compiles_seen = 0
+        self._watch: Any = None
         for key in self._keys():
             self._records[key] = {"setting": key, "value": self._value(key), "applied": False,
-                                  "how": None, "reason": "not reached yet"}
+                                  "how": None, "reason": "not reached yet", "took_effect": None, "effect": None}
 
     # ------------------------------------------------------------------ records
     def _keys(self) -> list[str]:
@@ -127,6 +138,7 @@ class ConfigApplier:
         if tid in self._threads:
             return {}
         self._threads.add(tid)
+        self.watch_compiles()
         before: dict[str, Any] = {}
         where = "main thread" if threading.current_thread() is threading.main_thread() else f"thread {tid}"
         for section, modname in CONFIG_MODULES.items():
@@ -252,11 +264,94 @@ class ConfigApplier:
         except Exception as exc:  # noqa: BLE001
             self.refused("stance.stance", f"set_stance failed: {type(exc).__name__}: {exc}")
 
+    # ------------------------------------------------------------------ took effect?
+    def watch_compiles(self) -> None:
+        """Listen to torch's trace records (symbols created, compiles finished) while the collector exists."""
+        if self._watch is not None:
+            return
+        try:
+            from torch._logging import _internal
+
+            self._watch = _EffectWatch(self)
+            _internal.trace_log.addHandler(self._watch)
+        except Exception as exc:  # noqa: BLE001
+            self._watch = None
+            self._fail("compile_config", exc)
+
+    def observe(self, metadata: dict[str, Any]) -> None:
+        """One trace record's metadata: a symbol's source is remembered; after the first compile that finished, the
+        dynamic-dim settings are decided."""
+        sym = metadata.get("create_symbol")
+        if isinstance(sym, dict) and isinstance(sym.get("source"), str):
+            self._symbols.append(sym["source"])
+        if "compilation_metrics" in metadata:
+            self._compiles_seen += 1
+            if self._compiles_seen == 1:
+                self._decide_dynamic()
+
+    def _dynamic_targets(self) -> dict[str, list[tuple[str | None, int | None]]]:
+        """Per dynamic-dim setting, the (source, dim) pairs it should make symbolic (source None: any)."""
+        out: dict[str, list[tuple[str | None, int | None]]] = {}
+        ds = self.cfg.compiler.get("dynamic_sources")
+        if ds:
+            pairs = []
+            for entry in str(ds).split(","):
+                src, sep, dim = entry.strip().rpartition(":")
+                pairs.append((src, int(dim)) if sep and dim.isdigit() else (entry.strip(), None))
+            out["compiler.dynamic_sources"] = pairs
+        for m in self.cfg.mark_dynamic:
+            src = f"L['{m.arg}']" if str(m.arg).isidentifier() else None
+            out[_mkey(m)] = [(src, int(m.dim))]
+        return out
+
+    def _decide_dynamic(self) -> None:
+        for key, pairs in self._dynamic_targets().items():
+            rec = self._records.get(key)
+            if rec is None or not rec.get("applied") or rec.get("took_effect") is not None:
+                continue
+            hit = [s for s in self._symbols for src, dim in pairs
+                   if (src is None or s.startswith(f"{src}.size()")) and (dim is None or s.endswith(f".size()[{dim}]"))]
+            want = ", ".join(f"{src or 'an input'}{'' if dim is None else f' dim {dim}'}" for src, dim in pairs)
+            rec["took_effect"] = bool(hit)
+            rec["effect"] = (f"the first compile made {hit[0]} symbolic" if hit else
+                             f"the first compile made no symbol for {want} (symbols: "
+                             f"{', '.join(self._symbols[:4]) or 'none'}): the setting did not act on torch "
+                             f"{_torch_version()}")
+
+    def check_effect(self) -> None:
+        """Decide ``took_effect`` of the applied settings that do not need a compile to tell, in this thread (the
+        one running steps): the value reads back, and the fix matrix says it acts on this torch."""
+        from workbench.fix_versions import setting_acts
+
+        version = _torch_version()
+        dynamic = self._dynamic_targets()
+        for key, rec in self._records.items():
+            if not rec.get("applied") or rec.get("took_effect") is not None or key in dynamic:
+                continue
+            section, _, name = key.partition(".")
+            why = setting_acts(section, name, rec.get("value"), version)
+            if why is None and section in CONFIG_MODULES:
+                try:
+                    module = importlib.import_module(CONFIG_MODULES[section])
+                    seen = _get_config(module, name)
+                    want = self._torch_value(module, name, rec.get("value"))
+                    if seen != want:
+                        why = f"reads back as {seen!r} in the thread that runs the steps, not {want!r}"
+                except Exception as exc:  # noqa: BLE001
+                    why = f"cannot be read back: {type(exc).__name__}: {exc}"
+            rec["took_effect"] = why is None
+            rec["effect"] = (f"acts on torch {version}" + (" (read back in the step thread)"
+                                                           if section in CONFIG_MODULES else "")) if why is None else why
+
     # ------------------------------------------------------------------ per step
     def on_step_end(self, step: int) -> list[str]:
         """At the end of each step (outside compiled code): the stance once ``step >= after_step``, the barrier
         of ``barrier_after_step``, the cache save of ``save_after_step``. Returns what was done, in words."""
         done: list[str] = []
+        try:
+            self.check_effect()
+        except Exception as exc:  # noqa: BLE001
+            self._fail("compile_config", exc)
         after = self.cfg.stance.get("after_step")
         if self.cfg.stance and after is not None and step >= after and not self._stance_done:
             self._set_stance(f"at the end of step {step}")
@@ -465,6 +560,18 @@ class ConfigApplier:
         """Uninstall the wrapper, restore the torch config values this thread had before, and give the settings
         nothing applied their reason."""
         self.uninstall()
+        try:
+            self.check_effect()
+            if self._watch is not None:
+                from torch._logging import _internal
+
+                _internal.trace_log.removeHandler(self._watch)
+                self._watch = None
+        except Exception:  # noqa: BLE001
+            pass
+        for key, rec in self._records.items():
+            if rec.get("applied") and rec.get("took_effect") is None and rec.get("effect") is None:
+                rec["effect"] = "not checked: no compile finished while the collector watched"
         tid = threading.get_ident()
         for (t, modname, key), old in list(self._previous.items()):
             if t == tid:
@@ -496,6 +603,27 @@ class ConfigApplier:
 
 
 # ---------------------------------------------------------------------- helpers
+class _EffectWatch(logging.Handler):
+    """Hands each torch trace record's metadata to :meth:`ConfigApplier.observe` (writes nothing)."""
+
+    def __init__(self, applier: ConfigApplier) -> None:
+        super().__init__(level=logging.DEBUG)
+        self._applier = applier
+
+    def emit(self, record: logging.LogRecord) -> None:
+        meta = getattr(record, "metadata", None)
+        if isinstance(meta, dict):
+            try:
+                self._applier.observe(meta)
+            except Exception:  # noqa: BLE001 - never into a compile
+                pass
+
+
+def _torch_version() -> str | None:
+    torch = sys.modules.get("torch")
+    return getattr(torch, "__version__", None) if torch is not None else None
+
+
 def _mkey(m: MarkDynamic) -> str:
     return f"mark_dynamic.{m.arg}:{m.dim}"
 

@@ -11,8 +11,18 @@ restart after a graph break makes attempt 1) and ``compile_id`` is written as tl
 (attempt 1), ``!2/0/0`` (compiled autograd 2). A compile that started (``dynamo_start``) but has no
 ``compilation_metrics`` (a crash or a cut log) gets status ``incomplete``.
 
-Status: ``ok``; ``graph_break`` (compiled, with graph breaks or restarts); ``eager_fallback`` (recompile limit
-hit: the frame then silently runs eager); ``failed`` (any other ``fail_type``); ``incomplete``.
+Status: ``ok``; ``graph_break`` (compiled, with graph breaks or restarts); ``skipped_frame`` (dynamo gave the frame
+up without raising into user code: it runs eagerly from then on — a graph break inside a loop, or an error under
+``suppress_errors``); ``eager_fallback`` (recompile limit hit: the frame then silently runs eager for each new input;
+tlparse lists it as a failure); ``failed`` (any other ``fail_type``: the error reached user code); ``incomplete``.
+A skipped frame is written three ways (docs/compile-logs.md): torch 2.11+ a ``fail_type`` whose reason says
+"Skipping the frame"; 2.7–2.9 no ``fail_type``, no graph and no guards, a graph-break artifact and no restart;
+2.5 the same with no artifact at all (``skip_reason`` then says torch logged no reason).
+
+``generation``: how many times dynamo was reset (``torch._dynamo.reset()``) before this compile in its log: a reset
+leaves no mark but frame ids starting again at ``0/0``, so a compile id seen again after it finished starts a new
+generation, not a recompile. A compilation repeated with identical content and times (a duplicated block) is
+collapsed into one and counted in SKIPPED.
 
 Example:
     >>> from pathlib import Path
@@ -52,8 +62,10 @@ KNOWN_EVENTS: frozenset[str] = frozenset({
 #: Artifacts whose payload is read.
 _PAYLOAD_ARTIFACTS = frozenset({
     "recompile_reasons", "dynamo_graph_break_reason", "dynamo_error", "inductor_collective_schedule",
-    "torch_version", "aotautograd_cache_bypass",
+    "torch_version", "aotautograd_cache_bypass", "fx_graph_cache_hash", "aotautograd_cache_hash",
 })
+#: torch 2.5 logs no cache hit/miss artifact: the ``*_cache_hash`` payload's ``cache_state`` says it.
+_CACHE_STATE = re.compile(r'"cache_state"\s*:\s*"(hit|miss)"')
 _CACHE_ARTIFACTS = {
     "fx_graph_cache_hit": "hit", "fx_graph_cache_miss": "miss",
     "aotautograd_cache_hit": "hit", "aotautograd_cache_miss": "miss",
@@ -65,7 +77,7 @@ _CACHE_MISS_KEYS = ("inductor_fx_local_cache_miss_count", "inductor_fx_remote_ca
 _RANK_IN_NAME = re.compile(r"_rank_(\d+)(?=[_.]|$)")
 _COMPILE_ID = re.compile(r"^(?:!(\d+)/)?(\d+)/(\d+)(?:_(\d+))?$")
 _STEP = re.compile(r"step\s*[=:]\s*(-?\d+)")
-_LIMIT = re.compile(r"recompile limit|cache_size_limit|Limit type: ", re.I)
+_LIMIT = re.compile(r"recompile[ _]limit|cache_size_limit|Limit type: |RecompileLimitExceeded", re.I)
 _GRAPH_BREAK = re.compile(r"graph break", re.I)
 _MAX_TEXT = 4000
 #: The largest compile log read (bytes, compressed or not); a bigger one is one line naming it.
@@ -155,7 +167,7 @@ def _new_row(key: tuple[int | None, int | None, int | None], sequence: int) -> d
         "compiled_autograd_id": key[0], "frame_id": key[1], "frame_compile_id": key[2], "attempt": 0,
         "sequence": sequence, "started": False,
         "recompile_reasons": [], "graph_breaks": [], "restart_reasons": [], "collective_schedule": None,
-        "art_hits": 0, "art_misses": 0, "bypasses": 0, "bypass_reason": None,
+        "art_hits": 0, "art_misses": 0, "hash_hits": 0, "hash_misses": 0, "bypasses": 0, "bypass_reason": None,
         "metrics": None, "bwd": None, "stack": None, "dynamo_error": None,
     }
 
@@ -250,11 +262,17 @@ class _LogReader:
             except orjson.JSONDecodeError:
                 pass
             return
-        row = self.row_for(ctx)
+        # a recompile's reasons come before its dynamo_start: after a finished compilation under the same id
+        # (a reset, or a repeated block) they open the next one
+        row = self.row_for(ctx, finishes="metrics" if name == "recompile_reasons" else None)
         if row is None:
             self.skipped[f"artifact {name} without a compile id"] += 1
             return
-        if name == "recompile_reasons":
+        if name in ("fx_graph_cache_hash", "aotautograd_cache_hash"):
+            state = _CACHE_STATE.search(payload[-400:]) or _CACHE_STATE.search(payload)
+            if state:
+                row["hash_hits" if state.group(1) == "hit" else "hash_misses"] += 1
+        elif name == "recompile_reasons":
             row["recompile_reasons"].extend(_decode_reasons(payload, art.get("encoding")))
         elif name == "dynamo_graph_break_reason":
             row["graph_breaks"].append(_text(payload.strip()))
@@ -355,7 +373,9 @@ _METRICS_KEYS = frozenset({
     "backend_compile_time_s", "aot_autograd_cumulative_compile_time_us", "inductor_compile_time_s",
     "inductor_cumulative_compile_time_us", *_CACHE_HIT_KEYS, *_CACHE_MISS_KEYS, "recompile_user_contexts",
     "fail_user_frame_filename", "fail_user_frame_lineno", "num_graph_breaks", "guard_count", "pytorch_version",
+    "graph_op_count", "has_guarded_code", "dynamo_time_before_restart_s",
 })
+_SUPPRESS = re.compile(r"""["']suppress_errors["']\s*:\s*true""")
 
 
 def _slim(m: dict[str, Any]) -> dict[str, Any]:
@@ -363,6 +383,7 @@ def _slim(m: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in m.items() if k in _METRICS_KEYS}
     blob = f"{m.get('dynamo_config') or ''}\x00{m.get('inductor_config') or ''}"
     out["_config_hash"] = hashlib.sha256(blob.encode()).hexdigest()[:16] if blob != "\x00" else None
+    out["_suppress_errors"] = bool(_SUPPRESS.search(str(m.get("dynamo_config") or "")))
     return out
 
 
@@ -461,8 +482,60 @@ def _read_one(path: Path, forced_rank: int | None) -> tuple[list[dict[str, Any]]
             rd.skipped[f"rank key in log ({rd.log_rank}) differs from file name ({name_rank}): file name used"] += 1
     else:
         rank = rd.log_rank
-    out = [_finish_row(r, rd.strings, rd.torch_version, rd.skipped) for r in rd.rows]
+    out = [_finish_row(r, rd.strings, rd.torch_version, rd.skipped) for r in _generations(rd.rows, rd.skipped)]
+    _breaks_from_resume_frames(out)
     return out, rd.skipped, rank, rd.torch_version
+
+
+def _generations(rows: list[dict[str, Any]], notes: Counter) -> list[dict[str, Any]]:
+    """The compilations with repeated identical blocks collapsed and ``generation`` set (see the module docstring).
+
+    A compilation of a frame whose metrics (start and duration included) and artifacts equal an earlier
+    compilation's of the same frame is that block written again, under the same id or a renumbered one (two real
+    compiles never share a start time): it is dropped, never a compile id of its own. Otherwise a key seen again
+    starts a new generation when its frame compile id is 0 (dynamo numbers frames from 0/0 again after a reset);
+    the generation only grows in log order.
+    """
+    per_key: Counter = Counter()
+    bodies: dict[tuple, list[tuple]] = {}
+    out: list[dict[str, Any]] = []
+    generation = 0
+    for r in rows:
+        key = (r["compiled_autograd_id"], r["frame_id"], r["frame_compile_id"])
+        m = r["metrics"]
+        body = (m, r["bwd"], r["recompile_reasons"], r["graph_breaks"], r["dynamo_error"])
+        frame = bodies.setdefault(key[:2], [])
+        timed = m is not None and (m.get("start_time_us") is not None or m.get("start_time") is not None)
+        if timed and body in frame:
+            notes["a compilation block repeated with identical content and times: collapsed into one"] += 1
+            continue
+        if per_key[key] and r["frame_compile_id"] == 0 and r["compiled_autograd_id"] is None:
+            generation = max(generation, per_key[key])
+        per_key[key] += 1
+        frame.append(body)
+        r["generation"] = generation
+        out.append(r)
+    return out
+
+
+_RESUME_AT = re.compile(r"^torch_dynamo_resume_in_(\w+?)_at_(\d+)$")
+
+
+def _breaks_from_resume_frames(rows: list[dict[str, Any]]) -> None:
+    """A frame whose resume frame (``torch_dynamo_resume_in_<fn>_at_<line>``) was compiled broke at that line, even
+    when its log says nothing else (torch 2.5 without a restart): such an ``ok`` row becomes ``graph_break``."""
+    for i, r in enumerate(rows):
+        m = _RESUME_AT.match(r["co_name"] or "")
+        if not m:
+            continue
+        for p in reversed(rows[:i]):
+            if p["co_name"] == m.group(1) and p["generation"] == r["generation"]:
+                if p["status"] == "ok" and not p["graph_breaks"] and not p["restart_reasons"]:
+                    p["status"] = "graph_break"
+                    p["graph_break_count"] = 1
+                    p["break_reason"] = (f"graph break at line {m.group(2)} (the log gives no reason: seen from the "
+                                         "resume frame)")
+                break
 
 
 def _first_known(*values: float | None) -> float | None:
@@ -473,7 +546,10 @@ def _scaled(value: float | None, factor: float) -> float | None:
     return None if value is None else value * factor
 
 
-_BREAK_NOISE = ("graph break in user code at", "encountered graph break when attempting")
+_GB_AT = re.compile(r"Graph break in user code at (\S+?):(\d+)")
+_GAVE_UP = re.compile(r"^Failed to handle graph break gracefully\..*?Graph break encountered::\s*", re.I)
+_BREAK_NOISE = ("graph break in user code at", "encountered graph break when attempting",
+                "failed to handle graph break gracefully", "*** while handling this graph break")
 
 
 def _break_summary(text: str | None) -> str | None:
@@ -481,7 +557,7 @@ def _break_summary(text: str | None) -> str | None:
     if not text:
         return None
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    lines = [ln.removeprefix("Graph Break Reason:").strip() for ln in lines]
+    lines = [_GAVE_UP.sub("", ln.removeprefix("Graph Break Reason:")).strip() for ln in lines]
     heads = [ln for ln in lines if ln and not ln.lower().startswith(_BREAK_NOISE)
              and not ln.lower().startswith(("explanation:", "hint:"))]
     head = heads[0] if heads else (lines[0] if lines else "")
@@ -490,12 +566,41 @@ def _break_summary(text: str | None) -> str | None:
     return out[:300] or None
 
 
+_SKIPPING = re.compile(r"Skipping the frame|frame skipped:", re.I)
+_RESUME = "torch_dynamo_resume_in_"
+
+
+def skip_reason(r: dict[str, Any], fail_type: Any, fail_reason: Any, restarts: list[str]) -> str | None:
+    """Why dynamo gave a frame up without raising (it then runs eagerly), or None: ``graph_break_in_loop``,
+    ``suppressed_error``, ``no_reason_logged`` (torch 2.5 writes neither the reason nor the line)."""
+    m = r["metrics"]
+    if m is None:
+        return None
+    if fail_type and _SKIPPING.search(str(fail_reason or "")):
+        return "graph_break_in_loop"
+    if fail_type and m.get("_suppress_errors") and not _LIMIT.search(str(fail_reason or "")):
+        return "suppressed_error"
+    no_graph = m.get("guard_count") is None and m.get("graph_op_count") is None
+    if fail_type or not no_graph or restarts or not m.get("dynamo_time_before_restart_s"):
+        return None
+    if r["graph_breaks"]:
+        return "graph_break_in_loop"   # 2.7-2.9: the break's artifact, and dynamo neither restarted nor compiled
+    name = str(m.get("co_name") or "")
+    if (m.get("has_guarded_code") is False and "entire_frame_compile_time_s" in m
+            and m.get("entire_frame_compile_time_s") is None and not name.startswith(_RESUME)):
+        return "no_reason_logged"      # 2.5: no artifacts exist; a resume frame with nothing to compile looks alike
+    return None
+
+
 def _status(r: dict[str, Any], fail_type: Any, fail_reason: Any, restarts: list[str]) -> str:
-    """ok, graph_break, eager_fallback, failed or incomplete (see the module docstring)."""
+    """ok, graph_break, skipped_frame, eager_fallback, failed or incomplete (see the module docstring)."""
     if r["metrics"] is None:
-        return "incomplete"
-    if fail_type and _LIMIT.search(str(fail_reason or "")):
+        # torch 2.5 writes a refused recompile (the limit) as a bare recompile_reasons artifact: no dynamo_start
+        return "eager_fallback" if r["recompile_reasons"] and not r["started"] else "incomplete"
+    if fail_type and (_LIMIT.search(str(fail_reason or "")) or _LIMIT.search(str(fail_type))):
         return "eager_fallback"
+    if skip_reason(r, fail_type, fail_reason, restarts):
+        return "skipped_frame"
     broke = bool(r["graph_breaks"] or restarts or _GRAPH_BREAK.search(str(fail_reason or "")))
     if fail_type and (r["dynamo_error"] is not None or not broke):
         return "failed"  # an error reached the user (dynamo_error), or nothing says dynamo carried on
@@ -565,16 +670,25 @@ def _finish_row(r: dict[str, Any], strings: dict[int, str], torch_version: str |
         reasons = _texts(m["recompile_reason"])
     restarts = _texts(m.get("restart_reasons"))
     fail_type, fail_reason = string(m, "fail_type"), string(m, "fail_reason")
+    fail_file = string(m, "fail_user_frame_filename")
+    fail_line = integer(m, "fail_user_frame_lineno")
     status = _status(r, fail_type, fail_reason, restarts)
-    failed = status in ("failed", "eager_fallback")
+    skipped = skip_reason(r, fail_type, fail_reason, restarts) if status == "skipped_frame" else None
+    failed = status in ("failed", "eager_fallback", "skipped_frame")
     break_reason = None
-    if status == "graph_break":
+    if status == "graph_break" or skipped == "graph_break_in_loop":
         break_reason = _break_summary(r["graph_breaks"][0] if r["graph_breaks"] else
                                       restarts[0] if restarts else fail_reason)
+    if fail_file is None and skipped and r["graph_breaks"]:   # 2.7-2.9: the line is only in the artifact
+        gb = _GB_AT.search(r["graph_breaks"][0])
+        if gb:
+            fail_file, fail_line = gb.group(1), int(gb.group(2))
     hits = sum(integer(d, k) or 0 for k in _CACHE_HIT_KEYS for d in (m, bwd) if k in d)
     misses = sum(integer(d, k) or 0 for k in _CACHE_MISS_KEYS for d in (m, bwd) if k in d)
     if not hits and not misses:
         hits, misses = r["art_hits"], r["art_misses"]
+    if not hits and not misses:
+        hits, misses = r["hash_hits"], r["hash_misses"]
     if hits >= _INT32 or misses >= _INT32:
         notes["compilation_metrics cache hit/miss counts out of range: ignored"] += 1
         hits = misses = None
@@ -586,8 +700,6 @@ def _finish_row(r: dict[str, Any], strings: dict[int, str], torch_version: str |
         sm = _STEP.search(ctx_text)
         step = int(sm.group(1)) if sm and abs(int(sm.group(1))) < 2**31 else None
     config_hash = m.get("_config_hash")
-    fail_file = string(m, "fail_user_frame_filename")
-    fail_line = integer(m, "fail_user_frame_lineno")
     bwd_s = num(bwd, "entire_frame_compile_time_s")
     if bwd_s is None and num(bwd, "duration_us") is not None:
         bwd_s = num(bwd, "duration_us") / 1e6  # type: ignore[operator]
@@ -610,6 +722,7 @@ def _finish_row(r: dict[str, Any], strings: dict[int, str], torch_version: str |
         "fail_type": fail_type if failed else None,
         "fail_reason": (fail_reason or r["dynamo_error"]) if failed else None,
         "fail_user_frame": f"{fail_file}:{fail_line}" if fail_file and failed else None,
+        "skip_reason": skipped, "generation": r.get("generation", 0),
         "break_reason": break_reason,
         "graph_break_count": max(len(r["graph_breaks"]), len(restarts), n_breaks or 0) if status == "graph_break" else 0,
         "recompile_reasons": reasons,

@@ -253,6 +253,7 @@ def open(  # noqa: A001 - the notebook entry point is deliberately ``workbench.o
     workers: int | None = None,
     cluster: str | None = None,
     run_type: type[Run] | None = None,
+    job: str | None = None,
 ) -> Run:
     """Open a run directory, a folder of Kineto traces, one trace file, or TORCH_TRACE logs.
 
@@ -262,7 +263,9 @@ def open(  # noqa: A001 - the notebook entry point is deliberately ``workbench.o
     ``cluster`` (or ``$WORKBENCH_DASK_SCHEDULER``) is the address of a Dask scheduler that parses the files
     on its workers (:mod:`workbench.parallel`); else they are parsed here on ``workers`` threads (all cores).
     Events and kernels stay in the per-rank cache until used (see :class:`Run`). ``run_type``: the :class:`Run`
-    subclass to return (``workbench.open`` returns the notebook's, which adds ``findings()``).
+    subclass to return (``workbench.open`` returns the notebook's, which adds ``findings()``). A folder holding the
+    files of several jobs is refused in one line, never merged; ``job`` (``j1``, ``j2``, … as that line lists them)
+    opens one of them (:mod:`workbench.jobs`).
     """
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
@@ -271,6 +274,8 @@ def open(  # noqa: A001 - the notebook entry point is deliberately ``workbench.o
         raise InputError(f"{root}: --rank {rank} is not a rank (an integer from 0 to 2**31 - 1)")
     from workbench.flight_recorder import discover_with_dumps  # a folder of Flight Recorder dumps is a run too
     sources = discover_with_dumps(root)
+    from workbench import jobs
+    sources = jobs.select(sources, job)   # one job per run: several are refused (or ``job`` picks one)
     if rank is not None and len(sources.traces) != 1:
         raise InputError(f"{root}: --rank applies to a single trace file, but {len(sources.traces)} were found")
     problems: list[str] = list(sources.notes)  # what the folder walk skipped, one line each

@@ -159,10 +159,12 @@ COMPILES: dict[str, pl.DataType] = {
     "backend_compile_s": pl.Float64,
     "inductor_compile_s": pl.Float64,
     "bwd_compile_s": pl.Float64,    # backward graph compile (bwd_compilation_metrics), run at the first backward
-    "status": pl.String,            # ok, graph_break, eager_fallback (recompile limit hit), failed, incomplete
-    "fail_type": pl.String,         # only for status failed / eager_fallback (null for a graph break)
-    "fail_reason": pl.String,       # only for status failed / eager_fallback
+    "status": pl.String,            # ok, graph_break, skipped_frame, eager_fallback (recompile limit hit), failed, incomplete
+    "fail_type": pl.String,         # only for status failed / eager_fallback / skipped_frame (null for a graph break)
+    "fail_reason": pl.String,       # only for status failed / eager_fallback / skipped_frame
     "fail_user_frame": pl.String,   # "file:line" of the user code that failed
+    "skip_reason": pl.String,       # status skipped_frame: graph_break_in_loop, suppressed_error, no_reason_logged
+    "generation": pl.Int32,         # dynamo resets before this compile in its log (0 = none)
     "break_reason": pl.String,      # status graph_break: first line of the first graph-break reason
     "graph_break_count": pl.Int32,  # graph breaks in this compile (0 unless status is graph_break)
     "recompile_reasons": pl.List(pl.String),

@@ -276,19 +276,27 @@ def test_gzip_compressed_logs_read_as_the_plain_ones(compile_logs, tmp_path):
 # --- fidelity (issue 11): repeated compile ids, graph breaks vs failures, unknown times, cache bypasses ------
 
 
-def test_repeated_compile_ids_stay_separate_compilations(compile_logs, tmp_path):
-    """A log whose compile ids come back (here the same process's log twice, as after ``torch._dynamo.reset()``)
-    keeps every compilation, numbered by ``sequence``."""
+def test_repeated_identical_block_collapses_and_a_reset_starts_a_generation(compile_logs, tmp_path):
+    """A log written twice (identical blocks, identical times: tlparse's ``multi_rank_runtime`` has one) is one set
+    of compilations, the repeat noted in SKIPPED; a log of a process that reset dynamo (torch 2.13, ``reset``
+    scenario: 2 frames × 3 generations) keeps all 6 first compiles, in generations 0, 1, 2, and none is a
+    recompile."""
+    from workbench.analyses.recompiles import classify_compiles, event_counts
+
     src = next((compile_logs / SP / "shape").glob("*.log.gz"))
     once, _ = read_compile_logs([src])
     twice_log = tmp_path / "twice.log"
     twice_log.write_text(_text(src) + _text(src))
     twice, skipped = read_compile_logs([twice_log])
-    assert twice.height == 2 * once.height and skipped.height == 0
-    for cid in once["compile_id"].to_list():
-        rows = twice.filter(pl.col("compile_id") == cid)
-        assert rows["sequence"].sort().to_list() == [0, 1]
-        assert rows["duration_ns"].n_unique() == 1 and rows["duration_ns"].null_count() == 0
+    assert twice.height == once.height and twice["compile_id"].to_list() == once["compile_id"].to_list()
+    assert skipped["reason"].str.contains("repeated with identical content").all() and skipped.height == 1
+    assert int(skipped["count"][0]) == once.height
+    reset = next((compile_logs / "matrix" / "2.13.0" / "reset").glob("*.log.gz"))
+    c, _ = read_compile_logs([reset])
+    assert c.height == 6 and sorted(c["generation"].to_list()) == [0, 0, 1, 1, 2, 2]
+    assert c.filter(pl.col("compile_id") == "0/0")["sequence"].sort().to_list() == [0, 1, 2]
+    counts = event_counts(classify_compiles(c))[0]
+    assert counts["recompiles"] == 0 and counts["first_compiles"] == 6 and counts["resets"] == 2
 
 
 def test_graph_break_is_never_a_failure(compile_logs):
@@ -340,7 +348,10 @@ def test_aotautograd_cache_bypass_counted(compile_logs, tmp_path):
 def test_tlparse_logs_of_older_torch_keep_unknown_times_null(compile_logs):
     c, _ = read_compile_logs([compile_logs / "tlparse" / "comp_failure.log.gz"])
     row = c.row(0, named=True)
-    assert row["status"] == "failed" and row["duration_ns"] is None  # the log records no compile time
+    assert row["duration_ns"] is None  # the log records no compile time
+    # its dynamo_config says suppress_errors: the backend error was swallowed and the frame runs eagerly
+    assert row["status"] == "skipped_frame" and row["skip_reason"] == "suppressed_error"
+    assert row["fail_type"] == "BackendCompilerFailed"
 
 
 _INDUCTOR_SCRIPT = """

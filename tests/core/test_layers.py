@@ -24,13 +24,13 @@ FOLDERS = {"workbench": "workbench", "analyses": "workbench.analyses", "app": "w
 LAYERS: dict[str, tuple[str, ...]] = {
     # what everything may use: schemas, errors, formats, what counts as communication, plain records
     "base": ("workbench.schema", "workbench.errors", "workbench.format", "workbench.communication",
-             "workbench.source_scan", "workbench.config_policy"),
+             "workbench.source_scan", "workbench.config_policy", "workbench.fix_versions"),
     # the compile-config format (data: load, validate, dump) and the cache bundle it may point to
     "config": ("workbench.compile_config", "workbench.compile_cache"),
     # reading: ingest, the run directory, the cache, the Run, Flight Recorder dumps
     "io": ("workbench.kineto", "workbench.compile_log", "workbench.run", "workbench.rundir", "workbench.discover",
            "workbench.cache", "workbench.lazy", "workbench.parallel", "workbench.flight_recorder",
-           "workbench.regular_file"),
+           "workbench.regular_file", "workbench.jobs"),
     # frames in, typed findings out
     "analyses": ("workbench.analyses", "workbench.analyses.*"),
     # inside training
@@ -54,7 +54,8 @@ MAY_IMPORT: dict[str, set[str]] = {
 #: The only workbench modules outside their own package the collectors may import: the run-directory writers and
 #: the compile config (with what those two stand on).
 COLLECTORS_MAY_IMPORT = {"workbench.rundir", "workbench.compile_config", "workbench.compile_cache",
-                         "workbench.config_policy", "workbench.errors", "workbench.source_scan"}
+                         "workbench.config_policy", "workbench.errors", "workbench.source_scan",
+                         "workbench.fix_versions"}
 
 #: Layer → third-party packages its modules never import (anywhere in the module).
 FORBIDDEN_PACKAGES: dict[str, set[str]] = {

@@ -127,18 +127,24 @@ def test_a_relative_out_is_the_callers_folder(zoo, tmp_path, monkeypatch):
     assert truth["line"].endswith("graph_break_item.py:24"), truth["line"]
 
 
-def test_the_verifier_reads_the_kind_specs_and_refuses_an_undeclared_kind(tmp_path):
+def test_the_verifier_reads_the_kind_specs_and_refuses_an_undeclared_kind(tmp_path, monkeypatch):
     from workbench.analyses.kinds import Kind
     from workbench_zoo.registry import get_fault
     from workbench_zoo.verify import loop, planted_kinds
 
     assert planted_kinds(get_fault("config_drift")) == (Kind.DIVERGENT_CONFIG, Kind.DIVERGENT_FINGERPRINT)
     assert planted_kinds(get_fault("recompile_limit")) == (Kind.RECOMPILE_LIMIT, Kind.RECOMPILE_SHAPE)
-    # a GPU fault recorded ahead of its kind's detector stays listed, and the verifier says in one line why it
-    # cannot check it, before anything runs
-    assert get_fault("gpu_eager_frame").finding == "skipped_frame"
+    assert planted_kinds(get_fault("gpu_eager_frame"))[0] == Kind.SKIPPED_FRAME
+    # a fault whose finding names no declared kind: the verifier says in one line why it cannot check it, before
+    # anything runs
+    import dataclasses
+
+    import workbench_zoo.verify as verify
+
+    odd = dataclasses.replace(get_fault("gpu_eager_frame"), finding="not_a_kind")
+    monkeypatch.setattr(verify, "get_fault", lambda name: odd)
     with pytest.raises(ValueError) as err:
         loop("gpu_eager_frame", tmp_path)
-    assert str(err.value) == ("fault gpu_eager_frame: its finding 'skipped_frame' is not a declared finding kind "
+    assert str(err.value) == ("fault gpu_eager_frame: its finding 'not_a_kind' is not a declared finding kind "
                               "(analyses/kinds.py), so the verifier cannot check it")
     assert not any(tmp_path.iterdir())

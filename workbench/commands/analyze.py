@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from workbench.commands.info import RANK_OPT
+from workbench.commands.info import JOB_OPT, RANK_OPT
 from workbench.commands.output import console as safe_console
 from workbench.commands.output import echo, echo_json, working
 from workbench.errors import printable, stage
@@ -18,10 +18,10 @@ if TYPE_CHECKING:
 WINDOW_OPT = typer.Option("steady", "--window", help="steady: complete ProfilerStep iterations (as HTA); all: everything.")
 
 
-def _open(path: Path, rank: int | None, skip_bad: bool, quiet: bool) -> Any:
+def _open(path: Path, rank: int | None, skip_bad: bool, quiet: bool, job: str | None = None) -> Any:
     from workbench.commands.info import open_with_progress
 
-    return open_with_progress(path, rank=rank, skip_bad=skip_bad, show=not quiet)
+    return open_with_progress(path, rank=rank, skip_bad=skip_bad, show=not quiet, job=job)
 
 
 def _cost(c: dict[str, Any]) -> str:
@@ -100,6 +100,7 @@ def register(app: typer.Typer) -> None:
         window: str = WINDOW_OPT,
         rank: int = RANK_OPT,
         skip_bad: bool = typer.Option(False, "--skip-bad", help="Analyse the good ranks, list the bad files."),
+        job: str = JOB_OPT,
         fail_on: str = typer.Option("none", "--fail-on", help="high|medium|low: exit 1 (the reason on one line) "
                                     "when a root cause is at least that severe (for CI)."),
     ) -> None:
@@ -110,7 +111,7 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"--window must be one of {', '.join(WINDOWS)}")
         if fail_on not in FAIL_ON:
             raise typer.BadParameter(f"--fail-on must be one of {', '.join(FAIL_ON)}")
-        run = _open(path, rank, skip_bad, json_out)
+        run = _open(path, rank, skip_bad, json_out, job)
         with working(f"analysing {path}", show=not json_out), stage("analysing", path):
             from workbench.analyses.summary import analyze
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.commands.info import RANK_OPT
+from workbench.commands.info import JOB_OPT, RANK_OPT
 
 
 def register(app: typer.Typer) -> None:
@@ -23,6 +23,7 @@ def register(app: typer.Typer) -> None:
         no_findings: bool = typer.Option(False, "--no-findings", help="Skip the analyses: recorded activity only."),
         rank: int = RANK_OPT,
         skip_bad: bool = typer.Option(False, "--skip-bad", help="Export the good ranks, list the bad files."),
+        job: str = JOB_OPT,
         check: bool = typer.Option(False, "--check", help="Read the written trace back and check it against the "
                                    "run (times, nesting, flows); exit 1 on a problem."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
@@ -44,7 +45,7 @@ def register(app: typer.Typer) -> None:
             selection = Selection.parse(ranks, steps)
         except (ValueError, InputError) as exc:
             raise typer.BadParameter(str(exc)) from None
-        run = open_with_progress(path, rank=rank, skip_bad=skip_bad, show=not quiet)
+        run = open_with_progress(path, rank=rank, skip_bad=skip_bad, show=not quiet, job=job)
         with working(f"exporting {path}", show=not quiet) as progress:
             summary = export_run(run, output, fmt=kind, gzip_output=gz,  # type: ignore[arg-type]
                                  selection=selection, findings=not no_findings, progress=progress)

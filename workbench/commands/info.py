@@ -17,26 +17,30 @@ if TYPE_CHECKING:
     from workbench.run import Run
 
 PATH_ARG = typer.Argument(..., help="Run directory, folder of Kineto traces, one trace file, or TORCH_TRACE logs.")
+#: ``--job``: the job of a folder holding several (``workbench.jobs``).
+JOB_OPT = typer.Option(None, "--job", help="The job to open when the folder holds several (j1, j2, ...: the "
+                       "refusal lists them).")
 RANK_OPT = typer.Option(None, "--rank", metavar="N",
                         help="The rank of a lone trace file whose events name none (a multi-rank run takes each "
                              "rank from its files: --rank is refused there).")
 SKIP_OPT = typer.Option(False, "--skip-bad", help="Load the good ranks and list the bad files instead of stopping.")
 
 
-def read_run(path: Path, *, rank: int | None, on_error: str, show: bool = True, cluster: str | None = None) -> Run:
+def read_run(path: Path, *, rank: int | None, on_error: str, show: bool = True, cluster: str | None = None,
+             job: str | None = None) -> Run:
     """``workbench.open`` with a progress line on stderr (a terminal only) for long reads."""
     import workbench
 
     with working(f"reading {path}", show=show) as update, stage("reading", path):
         return workbench.open(path, rank=rank, on_error=on_error,  # type: ignore[arg-type]
                               progress=lambda what, done, total: update(f"reading {what}", done, total),
-                              cluster=cluster)
+                              cluster=cluster, job=job)
 
 
 def open_with_progress(path: Path, *, rank: int | None, skip_bad: bool, show: bool = True,
-                       cluster: str | None = None) -> Run:
+                       cluster: str | None = None, job: str | None = None) -> Run:
     """:func:`read_run`; with ``skip_bad``, a run where no rank could be read is one line."""
-    run = read_run(path, rank=rank, on_error="skip" if skip_bad else "raise", show=show, cluster=cluster)
+    run = read_run(path, rank=rank, on_error="skip" if skip_bad else "raise", show=show, cluster=cluster, job=job)
     if skip_bad and run.ranks.height == 0 and run.compiles.height == 0:
         first = run.problems[0] if run.problems else f"{path}: nothing readable"
         more = f" (and {len(run.problems) - 1} more bad file(s))" if len(run.problems) > 1 else ""

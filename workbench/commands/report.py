@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.commands.info import RANK_OPT
+from workbench.commands.info import JOB_OPT, RANK_OPT
 from workbench.commands.output import echo, echo_json, working
 from workbench.errors import printable, stage
 
@@ -20,6 +20,7 @@ def register(app: typer.Typer) -> None:
         output: Path = typer.Option(None, "-o", "--output", help="Write the HTML (or, with --json, the JSON) here."),
         as_json: bool = typer.Option(False, "--json", help="JSON instead of HTML (stdout unless -o)."),
         rank: int = RANK_OPT,
+        job: str = JOB_OPT,
         plotlyjs: str = typer.Option("inline", "--plotlyjs", help="inline: works offline; cdn: smaller file."),
         no_timeline: bool = typer.Option(False, "--no-timeline", help="Leave the timeline figure out."),
         perfetto: bool = typer.Option(False, "--perfetto", help="Also write the run as a Perfetto trace beside the "
@@ -35,7 +36,7 @@ def register(app: typer.Typer) -> None:
         if plotlyjs not in ("inline", "cdn"):
             raise typer.BadParameter("--plotlyjs must be inline or cdn")
         quiet = as_json and output is None
-        run = read_run(path, rank=rank, on_error="skip", show=not quiet)
+        run = read_run(path, rank=rank, on_error="skip", show=not quiet, job=job)
         if after is not None:
             other = read_run(after, rank=None, on_error="skip", show=not quiet)
             with working(f"building the diff report of {path} → {after}", show=not quiet), \

@@ -1,0 +1,28 @@
+"""Graph break, plain: a data-dependent branch at the top level of the compiled function (not in a loop)."""
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from common import Recorder, torch  # noqa: E402
+
+torch.manual_seed(0)
+rec = Recorder("gb_plain", backend="aot_eager")
+
+
+def f(x):
+    y = torch.tanh(x)
+    if y.sum() > 0:  # CAUSE:branch
+        y = y * 2
+    return y + 1
+
+
+cf = torch.compile(f, backend="aot_eager")
+x = torch.randn(8, 16).abs()
+for step in rec.steps(6):
+    with rec.timed():
+        cf(x)
+    if step == 0:
+        rec.expect("graph_break", "branch", cause="data_dependent_branch", frame="f",
+                   frame_line=f.__code__.co_firstlineno)
+rec.finish(counts={"compiles": len(rec.compiles), "graph_breaks": 1, "recompiles": 0, "skipped_frames": 0,
+                   "failures": 0})
