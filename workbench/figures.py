@@ -309,7 +309,10 @@ def timeline_figure(
         x1 = (min(row["end"], hi) - origin) / 1e6
         fig.add_shape(type="rect", x0=x0, x1=x1, y0=y0 - 0.45, y1=y0 + 0.45, line=dict(color="#B91C1C", width=1.5),
                       fillcolor="rgba(220, 38, 38, 0.12)", layer="above")
-        fig.add_annotation(x=x0, y=y0 - 0.45, text=row["text"], showarrow=False, xanchor="left", yanchor="bottom",
+        # the label runs into the plot from the box's nearer edge, so one near the window's right end is not cut
+        right = (x0 + x1) / 2 > ((lo + hi) / 2 - origin) / 1e6
+        fig.add_annotation(x=x1 if right else x0, y=y0 - 0.45, text=row["text"], showarrow=False,
+                           xanchor="right" if right else "left", yanchor="bottom",
                            font=dict(size=11, color="#991B1B"), bgcolor="rgba(255,255,255,0.85)",
                            bordercolor="#B91C1C", borderwidth=1, borderpad=2)
 
