@@ -52,7 +52,8 @@ def test_a_run_report_has_human_columns_and_formatted_values(planted_page):
     cells = {c for _, rows in tables(planted_page) for row in rows for c in row}
     assert "2.63 s" in cells                      # the divergent recompile's cost, as analyze prints it
     assert "Divergent recompile" in cells
-    assert 'compiler.dynamic_sources = "L[\'args\'][0]:0"' in cells   # the config fix as the setting it makes
+    # the config fix as the setting it makes (a torch 2.11 run: the whole source, as the fix matrix says ':0' does not act there)
+    assert 'compiler.dynamic_sources = "L[\'args\'][0]"' in cells
 
 
 def test_a_diff_report_has_human_columns_and_formatted_values():
