@@ -119,7 +119,7 @@ def deep_json(depth: int, leaf: Any = 1) -> str:
 
 # --------------------------------------------------------------------------------------------- compile logs
 def _glog(rng: random.Random, pid: int, where: str, obj: dict[str, Any], payload: str | None = None) -> str:
-    hh, mm, ss = rng.randrange(24), rng.randrange(60), rng.randrange(60)
+    hh, mm, ss = 10, rng.randrange(3), rng.randrange(60)   # one job: every rank's lines within minutes
     head = f"V1129 {hh:02d}:{mm:02d}:{ss:02d}.{rng.randrange(10**6):06d} {pid} {where}] "
     if payload is None:
         return head + json.dumps(obj) + "\n"

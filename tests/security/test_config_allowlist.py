@@ -147,7 +147,8 @@ def test_the_fix_configs_above_are_every_config_site_of_the_recommenders():
 
 def _runs(data_dir: Path) -> list[Path]:
     logs = data_dir / "compile_logs/torch2.13-cpu"
-    return [p for p in sorted(logs.iterdir()) if p.is_dir()] + \
+    single = sorted(p for p in (logs / "single-process").iterdir() if p.is_dir())   # one job each
+    return [p for p in sorted(logs.iterdir()) if p.is_dir() and p.name != "single-process"] + single + \
         [p for p in sorted((REPO / "sample_traces").iterdir()) if p.is_dir()]
 
 
