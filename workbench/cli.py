@@ -5,7 +5,8 @@ escaped (:func:`workbench.errors.printable`), never a traceback or an exception'
 the traceback):
 
 * bad input (:class:`~workbench.errors.InputError`): ``error: <file>: <what is wrong>``, exit status 1;
-* a usage error: the usage line, then ``error: <what is wrong>``, exit status 2;
+* a usage error (click's, or an :class:`~workbench.errors.OptionError`: an option that does not fit the input):
+  the usage line, then ``error: <what is wrong>``, exit status 2;
 * an optional dependency that is not installed: ``error: workbench <command> needs <module> (the [<extra>]
   extra), which is not installed: pip install -e '.[<extra>]' ...`` (:func:`missing_extra`), exit status 1;
 * anything else that escapes a command: ``error: <input>: <stage> failed: <what happened> (...)``, exit status 1
@@ -24,7 +25,7 @@ import warnings
 
 import typer
 
-from workbench.errors import InputError, describe_failure, printable
+from workbench.errors import InputError, OptionError, describe_failure, printable
 
 app = typer.Typer(
     name="workbench",
@@ -102,6 +103,17 @@ def _error(line: str) -> None:
     print(f"error: {printable(line)}", file=sys.stderr)
 
 
+def _print_usage_of(command: str) -> None:
+    """The usage line of ``workbench <command>`` (of ``workbench`` where there is no such command) on stderr."""
+    group = typer.main.get_command(app)
+    ctx = group.context_class(group, info_name="workbench")
+    sub = group.get_command(ctx, command) if command else None   # type: ignore[attr-defined]
+    if sub is not None:
+        ctx = sub.context_class(sub, info_name=command, parent=ctx)
+    print(printable(ctx.get_usage(), newlines=True), file=sys.stderr)
+    print(f"Try '{printable(ctx.command_path)} --help' for help.", file=sys.stderr)
+
+
 def _debug() -> bool:
     return _state["debug"] or "--debug" in sys.argv[1:]
 
@@ -113,6 +125,12 @@ def main() -> None:
     warnings.formatwarning = lambda *a, **k: printable(plain(*a, **k), newlines=True)  # type: ignore[assignment]
     try:
         rc = app(standalone_mode=False)
+    except OptionError as exc:
+        if _debug():
+            raise
+        _print_usage_of(next((a for a in sys.argv[1:] if not a.startswith("-")), ""))
+        _error(str(exc))
+        sys.exit(2)
     except InputError as exc:
         if _debug():
             raise

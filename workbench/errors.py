@@ -54,6 +54,11 @@ class InputError(Exception):
         return one_line(super().__str__(), 2000)
 
 
+class OptionError(InputError):
+    """An option that does not fit the input it was given (``--rank`` on a run of several ranks): a usage error,
+    which the command line answers with the command's usage line and exit status 2."""
+
+
 class TraceError(InputError):
     """One file is unreadable or malformed."""
 

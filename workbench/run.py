@@ -21,7 +21,7 @@ import polars as pl
 from workbench import cache as table_cache
 from workbench import rundir, schema
 from workbench.discover import Sources, TraceSource, discover
-from workbench.errors import InputError, TraceError, one_line
+from workbench.errors import InputError, OptionError, TraceError, one_line
 from workbench.kineto import ASSUMED_RANK, MAX_WORLD_SIZE, read_trace, same_rank_windows
 from workbench.lazy import BATCH_EVENTS, BIG, BigTables, RankPart, compact_meta
 from workbench.schema import HangTables
@@ -277,7 +277,7 @@ def open(  # noqa: A001 - the notebook entry point is deliberately ``workbench.o
     from workbench import jobs
     sources = jobs.select(sources, job)   # one job per run: several are refused (or ``job`` picks one)
     if rank is not None and len(sources.traces) != 1:
-        raise InputError(f"{root}: --rank applies to a single trace file, but {len(sources.traces)} were found")
+        raise OptionError(f"{root}: --rank applies to a single trace file, but {len(sources.traces)} were found")
     problems: list[str] = list(sources.notes)  # what the folder walk skipped, one line each
     cache_dir = None
     if cache and sources.traces:

@@ -83,8 +83,8 @@ def test_help_is_plain_text():
 
 
 @pytest.mark.parametrize("args, says", [
-    (("diff", "a"), "Missing argument 'after'"),
-    (("analyze",), "Missing argument 'path'"),
+    (("diff", "a"), "Missing argument 'AFTER'"),
+    (("analyze",), "Missing argument 'PATH'"),
     (("info", str(SAMPLE), "--no-such-option"), "No such option: --no-such-option"),
     (("analyze", str(SAMPLE), "--window", "sometimes"), "--window must be one of"),
     (("recommend", str(SAMPLE), "--rank", "one"), "Invalid value for '--rank'"),
@@ -126,10 +126,12 @@ def test_rank_is_documented_for_what_it_does_and_refused_on_a_run_of_several_ran
     for command in ("info", "analyze", "recommend", "report", "export"):
         res = wb(command, "--help")
         assert "--rank N" in res.stdout and "lone trace file" in res.stdout, (command, res.stdout)
-    res = wb("info", str(TWO_RANKS), "--rank", "1")
-    lines = res.stderr.strip().splitlines()
-    assert res.returncode == 1 and len(lines) == 1, res.stderr
-    assert "--rank applies to a single trace file, but 2 were found" in lines[0]
+    for command in ("info", "analyze"):   # a usage error: the command's usage line, then the one error line, exit 2
+        res = wb(command, str(TWO_RANKS), "--rank", "1")
+        lines = res.stderr.strip().splitlines()
+        assert res.returncode == 2 and len(lines) == 3, res.stderr
+        assert lines[0].startswith(f"Usage: workbench {command} [OPTIONS] ") and "PATH" in lines[0], lines[0]
+        assert lines[2].startswith("error: ") and "--rank applies to a single trace file, but 2 were found" in lines[2]
 
 
 @pytest.mark.parametrize("torch_installed", [True, False])

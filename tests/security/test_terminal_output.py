@@ -224,7 +224,7 @@ def test_bad_input_exits_1_and_usage_errors_exit_2(monkeypatch, capsys, tmp_path
     lines = err.strip().splitlines()
     assert code == 2 and lines[0].startswith("Usage: ") and "analyze [OPTIONS]" in lines[0]
     assert lines[-1].startswith("error: ")
-    assert "'path'" in lines[-1]
+    assert "'PATH'" in lines[-1]
     code, out, err = _main(monkeypatch, capsys, "analyze", str(tmp_path), "--window", "bogus\x1b]0;t\x07")
     assert code == 2 and "--window must be one of" in err and "\x1b" not in err and "\x07" not in err
     code, out, err = _main(monkeypatch, capsys, "no-such-command")

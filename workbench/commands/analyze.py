@@ -95,7 +95,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("analyze")
     def analyze_cmd(
-        path: Path = typer.Argument(..., help="Run directory, folder of Kineto traces, or one trace file."),
+        path: Path = typer.Argument(..., metavar="PATH", help="Run directory, folder of Kineto traces, or one trace file."),
         json_out: bool = typer.Option(False, "--json", help="Print the summary (findings as a tree) as JSON."),
         window: str = WINDOW_OPT,
         rank: int = RANK_OPT,

@@ -110,8 +110,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command("diff")
     def diff_cmd(
-        before: Path = typer.Argument(..., help="The run before the change."),
-        after: Path = typer.Argument(..., help="The run after the change."),
+        before: Path = typer.Argument(..., metavar="BEFORE", help="The run before the change."),
+        after: Path = typer.Argument(..., metavar="AFTER", help="The run after the change."),
         json_out: bool = typer.Option(False, "--json", help="Print the diff as JSON."),
         fail_on: str = typer.Option("none", "--fail-on", help="regression: exit 1 (reason on one line) when "
                                     "step time is slower, a finding is worse, a new high finding appears or the "

@@ -14,7 +14,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("export")
     def export_cmd(
-        path: Path = typer.Argument(..., help="Run directory, folder of Kineto traces, or one trace file."),
+        path: Path = typer.Argument(..., metavar="PATH", help="Run directory, folder of Kineto traces, or one trace file."),
         output: Path = typer.Option(..., "-o", "--output", help="Trace to write: .pftrace (Perfetto protobuf) or "
                                     ".json / .json.gz (Chrome JSON)."),
         ranks: str = typer.Option(None, "--ranks", help="Ranks to export, e.g. 0-7 or 0,2,5-9 (default: all)."),

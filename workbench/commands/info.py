@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from workbench.run import Run
 
-PATH_ARG = typer.Argument(..., help="Run directory, folder of Kineto traces, one trace file, or TORCH_TRACE logs.")
+PATH_ARG = typer.Argument(..., metavar="PATH", help="Run directory, folder of Kineto traces, one trace file, or TORCH_TRACE logs.")
 #: ``--job``: the job of a folder holding several (``workbench.jobs``).
 JOB_OPT = typer.Option(None, "--job", help="The job to open when the folder holds several (j1, j2, ...: the "
                        "refusal lists them).")

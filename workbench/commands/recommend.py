@@ -12,7 +12,7 @@ from workbench.commands.output import console as safe_console
 from workbench.commands.output import echo_json, markup, working
 from workbench.errors import stage
 
-PATH_ARG = typer.Argument(..., help="Run directory, Kineto traces and/or TORCH_TRACE logs.")
+PATH_ARG = typer.Argument(..., metavar="PATH", help="Run directory, Kineto traces and/or TORCH_TRACE logs.")
 
 
 def register(app: typer.Typer) -> None:

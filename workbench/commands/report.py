@@ -15,8 +15,8 @@ from workbench.errors import printable, stage
 def register(app: typer.Typer) -> None:
     @app.command("report")
     def report_cmd(
-        path: Path = typer.Argument(..., help="Run directory, Kineto traces and/or TORCH_TRACE logs."),
-        after: Path = typer.Argument(None, help="A second run: report the diff PATH → AFTER (workbench diff)."),
+        path: Path = typer.Argument(..., metavar="PATH", help="Run directory, Kineto traces and/or TORCH_TRACE logs."),
+        after: Path = typer.Argument(None, metavar="AFTER", help="A second run: report the diff PATH → AFTER (workbench diff)."),
         output: Path = typer.Option(None, "-o", "--output", help="Write the HTML (or, with --json, the JSON) here."),
         as_json: bool = typer.Option(False, "--json", help="JSON instead of HTML (stdout unless -o)."),
         rank: int = RANK_OPT,

@@ -13,7 +13,7 @@ from workbench.errors import printable, stage
 def register(app: typer.Typer) -> None:
     @app.command("app")
     def serve(
-        paths: list[Path] = typer.Argument(None, help="Run directories, trace folders or files, or folders of runs "
+        paths: list[Path] = typer.Argument(None, metavar="PATH", help="Run directories, trace folders or files, or folders of runs "
                                                       "(default: the bundled sample_traces/)."),
         host: str = typer.Option("127.0.0.1", "--host", help="Interface to bind; localhost unless told otherwise."),
         port: int = typer.Option(8050, "--port", help="TCP port."),
