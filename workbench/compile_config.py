@@ -52,7 +52,6 @@ import importlib.util
 import json
 import os
 import re
-import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +59,7 @@ from typing import Any, Literal
 
 from workbench import config_policy as policy
 from workbench.errors import InputError
+from workbench.regular_file import read_regular
 
 SECTIONS: tuple[str, ...] = (
     "dynamo", "inductor", "compiler", "compile", "stance", "env", "mark_dynamic", "distributed", "cache",
@@ -201,38 +201,6 @@ class CompileConfig:
 
 
 # ---------------------------------------------------------------------- loading
-def read_regular_file(path: str | Path, limit: int, what: str) -> bytes:
-    """The bytes of ``path`` if it is a regular file of at most ``limit`` bytes; InputError naming it otherwise.
-    Opened without blocking (a FIFO cannot hang the read) and read no further than the limit."""
-    p = Path(path)
-    try:
-        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise InputError(f"{p}: {what} not found") from None
-    except OSError as exc:
-        raise InputError(f"{p}: cannot read the {what} ({exc.strerror or exc})") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"{p}: not a regular file; a {what} must be one")
-        if st.st_size > limit:
-            raise InputError(f"{p}: {st.st_size} bytes; a {what} is at most {limit} bytes")
-        chunks, size = [], 0
-        while size <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > limit:
-            raise InputError(f"{p}: over {limit} bytes; a {what} is at most {limit} bytes")
-        return b"".join(chunks)
-    except OSError as exc:
-        raise InputError(f"{p}: cannot read the {what} ({exc.strerror or exc})") from None
-    finally:
-        os.close(fd)
-
-
 def config_hash(config: dict[str, Any] | None) -> str:
     """sha256 (hex) of a compile config as data (:meth:`CompileConfig.to_dict`, ``run.json``'s ``compile_config``):
     configs that set anything differently hash differently, key order aside; no config, an empty one and one of
@@ -259,7 +227,7 @@ def load_compile_config(path: str | Path, *, validate: ValidateMode = "auto",
     :class:`InputError` on any problem, naming the file and the key.
     """
     p = Path(path)
-    raw = read_regular_file(p, MAX_CONFIG_BYTES, "compile config")
+    raw = read_regular(p, MAX_CONFIG_BYTES, what="compile config").data
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
@@ -285,7 +253,7 @@ def read_cache_bundle(cfg: CompileConfig) -> bytes | None:
         return None
     where = f"{cfg.source}: [cache] load {cfg.cache['load']}"
     try:
-        blob = read_regular_file(path, compile_cache.MAX_BUNDLE_BYTES, "compile-cache bundle")
+        blob = read_regular(path, compile_cache.MAX_BUNDLE_BYTES, what="compile-cache bundle").data
     except InputError as exc:
         raise InputError(f"{where}: {exc}") from None
     return compile_cache.check(blob, where, allow_unsafe=cfg.unsafe_allowed)

@@ -45,6 +45,7 @@ import polars as pl
 
 from workbench import rundir, schema
 from workbench.errors import TraceError, one_line
+from workbench.regular_file import read_regular
 
 #: Event types torch (2.x up to 2.13) writes; read or deliberately ignored. Anything else is counted as unknown.
 KNOWN_EVENTS: frozenset[str] = frozenset({
@@ -404,7 +405,7 @@ def read_log_bytes(path: Path, max_bytes: int = MAX_LOG_BYTES) -> bytes:
     the file when it cannot be read, is over ``max_bytes`` (compressed or not), or is named ``.gz`` but is not."""
     from workbench.kineto import gunzip
 
-    data, _ = rundir.read_regular(path, max_bytes, "compile log")
+    data = read_regular(path, max_bytes, what="compile log").data
     if data[:2] == b"\x1f\x8b":
         return gunzip(path, data, max_bytes, "a compile log")
     if path.name.endswith(".gz"):

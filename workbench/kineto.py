@@ -28,6 +28,7 @@ import polars as pl
 from workbench import rundir, schema
 from workbench.communication import COMM_CALL, COMM_KERNEL_RE, GLOO_OP_RE
 from workbench.errors import InputError, TraceError, one_line
+from workbench.regular_file import read_regular
 
 #: Bump when parsing or classification changes what a trace file yields (the cache key includes it).
 PARSER_VERSION = 5
@@ -163,7 +164,7 @@ def read_bytes(path: Path, max_bytes: int | None = None) -> bytes:
     JSON may pass ``max_bytes`` (default :data:`MAX_TRACE_BYTES`).
     """
     max_bytes = MAX_TRACE_BYTES if max_bytes is None else max_bytes
-    raw, _ = rundir.read_regular(path, max_bytes, "trace file")
+    raw = read_regular(path, max_bytes, what="trace file").data
     if raw[:2] == b"\x1f\x8b":
         return gunzip(path, raw, max_bytes)
     if path.suffix == ".gz":

@@ -1,4 +1,6 @@
-"""Reading one input file safely: regular files only, never blocking, never more than a size cap.
+"""Reading one input file safely: regular files only, never blocking, never more than a size cap. Every reader of
+an input file (traces, compile logs, run files, Flight Recorder dumps, compile configs) goes through
+:func:`read_regular`, so every refusal reads the same.
 
 :func:`read_regular` opens with ``O_NONBLOCK`` (a FIFO with no writer cannot block the open) and checks the opened
 file with ``fstat`` (no race between the check and the read): a FIFO, socket, device (``/dev/zero``) or folder is
@@ -51,8 +53,10 @@ def read_regular(path: str | Path, limit: int, *, what: str = "file",
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError as exc:
+        raise TraceError(path, f"cannot read the file ({exc.strerror or exc}): the {what} is not found") from None
     except OSError as exc:
-        raise TraceError(path, f"cannot read ({exc.strerror or exc})") from None
+        raise TraceError(path, f"cannot read the file ({exc.strerror or exc})") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -78,7 +82,7 @@ def read_regular(path: str | Path, limit: int, *, what: str = "file",
             got += len(chunk)
         data = b"".join(chunks)
     except OSError as exc:
-        raise TraceError(path, f"cannot read ({exc.strerror or exc})") from None
+        raise TraceError(path, f"cannot read the file ({exc.strerror or exc})") from None
     finally:
         os.close(fd)
     truncated = size > limit

@@ -22,6 +22,7 @@ from workbench import cache as table_cache
 from workbench import rundir, schema
 from workbench.discover import Sources, TraceSource, discover
 from workbench.errors import InputError, OptionError, TraceError, one_line
+from workbench.regular_file import read_regular
 from workbench.kineto import ASSUMED_RANK, MAX_WORLD_SIZE, read_trace, same_rank_windows
 from workbench.lazy import BATCH_EVENTS, BIG, BigTables, RankPart, compact_meta
 from workbench.schema import HangTables
@@ -513,7 +514,8 @@ def _read_steps_files(files: dict[int, Path], on_error: OnError = "raise",
     skipped: list[dict[str, Any]] = []
     for rank, path in files.items():
         try:
-            data, cut = rundir.read_regular(path, rundir.MAX_JSON_BYTES, "JSON-lines file", cut=True)
+            got = read_regular(path, rundir.MAX_JSON_BYTES, what="JSON-lines file", keep="head")
+            data, cut = got.data, got.truncated
         except TraceError as exc:
             if on_error == "raise" or problems is None:
                 raise

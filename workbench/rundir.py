@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+from workbench.regular_file import read_regular
 
 RUN_JSON = "run.json"
 RANK_DIR = "rank{rank}"
@@ -116,57 +117,12 @@ def unforeseen(exc: BaseException) -> str:
     return f"could not be read: an input this reader did not foresee ({text})"
 
 
-def read_regular(path: Path, max_bytes: int, what: str = "file", *, cut: bool = False) -> tuple[bytes, bool]:
-    """The bytes of ``path`` if it is a regular file: ``(data, False)``; :class:`~workbench.errors.TraceError`
-    naming it otherwise.
-
-    The file is opened without blocking (a FIFO put where a file belongs cannot hang the reader) and checked to
-    be a regular file before anything is read. A file over ``max_bytes`` is refused in one line, or, with
-    ``cut``, its first ``max_bytes`` are returned as ``(data, True)``.
-    """
-    from workbench.errors import TraceError
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except IsADirectoryError:
-        raise TraceError(path, f"is a directory, not a {what}") from None
-    except OSError as exc:
-        raise TraceError(path, f"cannot read the file ({exc.strerror or exc})") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode)
-                    else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device")
-            raise TraceError(path, f"is {kind}, not a {what}: not read")
-        if st.st_size > max_bytes and not cut:
-            raise TraceError(path, f"is {st.st_size:,} bytes, over the {max_bytes:,}-byte limit for a {what}: "
-                                   "not read")
-        chunks: list[bytes] = []
-        left = max_bytes + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 16 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-    except OSError as exc:
-        raise TraceError(path, f"cannot read the file ({exc.strerror or exc})") from None
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
-    if len(data) > max_bytes:
-        if not cut:  # it grew while being read
-            raise TraceError(path, f"is over the {max_bytes:,}-byte limit for a {what}: not read")
-        return data[:max_bytes], True
-    return data, False
-
-
 def read_json(path: Path, max_bytes: int | None = None) -> dict[str, Any]:
     """Read a JSON object; raises :class:`~workbench.errors.TraceError` naming the file if it is not one
     (or not a regular file, or over ``max_bytes``, default :data:`MAX_JSON_BYTES`)."""
     from workbench.errors import TraceError
 
-    data, _ = read_regular(path, MAX_JSON_BYTES if max_bytes is None else max_bytes, "JSON file")
+    data = read_regular(path, MAX_JSON_BYTES if max_bytes is None else max_bytes, what="JSON file").data
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -183,7 +139,8 @@ def read_jsonl(path: Path, max_bytes: int | None = None) -> tuple[list[dict[str,
     (default :data:`MAX_JSON_BYTES`); the part past them counts as one unreadable line.
     """
     limit = MAX_JSON_BYTES if max_bytes is None else max_bytes
-    data, was_cut = read_regular(path, limit, "JSON-lines file", cut=True)
+    got = read_regular(path, limit, what="JSON-lines file", keep="head")
+    data, was_cut = got.data, got.truncated
     if was_cut:
         data = data[: data.rfind(b"\n") + 1]
     rows, bad = parse_jsonl(data)

@@ -273,5 +273,5 @@ def test_a_bundle_that_is_not_a_regular_file_is_refused(isolated):
     os.mkfifo(isolated / "compile_cache.bin")        # a FIFO would block a plain open()
     cfg = isolated / "fixes.toml"
     cfg.write_text('[cache]\nload = "compile_cache.bin"\n')
-    with pytest.raises(InputError, match="not a regular file"):
+    with pytest.raises(InputError, match="a FIFO, not a file"):
         load_compile_config(cfg)
