@@ -173,10 +173,11 @@ def rank_status(entries: pl.DataFrame, status: pl.DataFrame, rank_state: pl.Data
         for r in compiles.sort("start", nulls_last=False).iter_rows(named=True):
             if r.get("rank") is not None:
                 last_compile[int(r["rank"])] = r
-    ranks = set(last) | set(states) | set(last_entry) | set(range(world_size or 0))
+    heard = set(last) | set(states) | set(last_entry)
     index = _step_index(steps)
     rows = []
-    for rank in sorted(ranks):
+    heard |= {r for r in last_compile if r < (world_size or 0)}   # a compile alone: a rank of the world
+    for rank in sorted(heard):
         rs = states.get(rank)
         state = _state(rs, rank in last)
         last_step, last_end = last.get(rank, (None, None))
@@ -218,7 +219,20 @@ def rank_status(entries: pl.DataFrame, status: pl.DataFrame, rank_state: pl.Data
             row.update(compile_id=c.get("compile_id"), co_name=c.get("co_name"), compile_status=c.get("status"),
                        compile_start=c.get("start"), compile_end=c.get("end"), compile_step=cstep)
         rows.append(row)
-    return pl.DataFrame(rows, schema=RANK_STATUS) if rows else pl.DataFrame(schema=RANK_STATUS)
+    table = pl.DataFrame(rows, schema=RANK_STATUS) if rows else pl.DataFrame(schema=RANK_STATUS)
+    return pl.concat([table, _silent_ranks(world_size or 0, heard)]).sort("rank")
+
+
+def _silent_ranks(world_size: int, heard: set[int]) -> pl.DataFrame:
+    """One row per rank of the world nothing was heard from (no steps, state, dump or compile): state "unknown".
+    Built as columns, so a world of a million ranks (or an input claiming one) costs megabytes, not a loop."""
+    known = pl.Series("rank", sorted(heard), dtype=RANK_STATUS["rank"])
+    silent = pl.int_range(0, world_size, eager=True, dtype=RANK_STATUS["rank"]).alias("rank")
+    silent = silent.filter(~silent.is_in(known.implode())) if len(known) else silent
+    return pl.DataFrame({"rank": silent}).with_columns(
+        pl.lit("unknown").alias("state"), pl.lit(False).alias("has_dump")).select(
+        [pl.col(c) if c in ("rank", "state", "has_dump") else pl.lit(None).alias(c) for c in RANK_STATUS]).cast(
+        dict(RANK_STATUS))
 
 
 # ---------------------------------------------------------------------------------------------- matching
