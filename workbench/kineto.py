@@ -662,7 +662,7 @@ def _is_timed() -> pl.Expr:
     return (((ph == "X") & ok_dur) | ph.is_in(["i", "I"])).fill_null(False) & _valid_ts().fill_null(False)
 
 
-_DEVICE_OR_ANNOTATION = [*schema.DEVICE_KINDS, "gpu_annotation"]
+_DEVICE_OR_ANNOTATION = list(schema.DEVICE_TIMELINE_KINDS)
 
 
 @dataclass(slots=True)

@@ -15,25 +15,24 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 import polars as pl
 
 SCHEMA_VERSION = 6
 
 KernelClass = Literal["compute", "communication", "memcpy", "memset", "sync"]
-KERNEL_CLASSES: tuple[str, ...] = ("compute", "communication", "memcpy", "memset", "sync")
+KERNEL_CLASSES: tuple[str, ...] = get_args(KernelClass)
 
 EventKind = Literal[
     "kernel", "memcpy", "memset", "gpu_annotation", "cpu_op", "annotation", "runtime",
     "driver", "python", "instant", "trace", "other",
 ]
-EVENT_KINDS: tuple[str, ...] = (
-    "kernel", "memcpy", "memset", "gpu_annotation", "cpu_op", "annotation", "runtime",
-    "driver", "python", "instant", "trace", "other",
-)
+EVENT_KINDS: tuple[str, ...] = get_args(EventKind)
 #: Event kinds that run on a device (GPU) and so belong to the ``kernels`` table.
 DEVICE_KINDS: tuple[str, ...] = ("kernel", "memcpy", "memset")
+#: Event kinds on a device's timeline: its work and the user's ranges drawn there (``gpu_user_annotation``).
+DEVICE_TIMELINE_KINDS: tuple[str, ...] = (*DEVICE_KINDS, "gpu_annotation")
 
 KernelClassType = pl.Enum(list(KERNEL_CLASSES))
 EventKindType = pl.Enum(list(EVENT_KINDS))

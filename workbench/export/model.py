@@ -24,6 +24,7 @@ from typing import Any
 
 import polars as pl
 
+from workbench import schema
 from workbench.errors import InputError
 
 #: pid of rank R is R + PID_BASE (Perfetto takes pid 0 for the idle process).
@@ -43,7 +44,7 @@ DERIVED = {
 }
 _ORDER = {k: i for i, k in enumerate(DERIVED)}
 _HOST, _DEVICE = 100, 200
-_DEVICE_KINDS = ("kernel", "memcpy", "memset", "gpu_annotation")
+_DEVICE_KINDS = schema.DEVICE_TIMELINE_KINDS
 
 #: Slice kinds: a range with begin and end, a range of zero length, and a Kineto instant event.
 SLICE, ZERO, INSTANT = 0, 1, 2
