@@ -5,7 +5,7 @@
 #   pageable_h2d/before. Unpack into sample_traces/gpu-launch-bound-{before,after} (+ fixes.toml in -before) and
 #   sample_traces/gpu-pageable-h2d; tests/faults/test_gpu_samples.py checks them.
 # The machine's python3 has torch but neither orjson nor polars: orjson comes as a wheel in .whl/, and a minimal
-# `workbench` package (rundir, errors, compile_config, config_policy, source_scan, collectors) and the zoo's package
+# `workbench` package (the collectors and what they import: bench/device_shim.sh) and the zoo's package
 # (zoo/workbench_zoo) go first on PYTHONPATH, so the collectors and the fault runner import without the analysis stack.
 # Analyse the runs where polars is.
 set -u
@@ -13,14 +13,7 @@ REPO=$PWD
 CFG=${1:?usage: bench/faults_gpu.sh LAUNCH_BOUND_FIXES.toml}
 OUT=${OUT:-/tmp/wb-out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-python3 -c "import orjson" 2>/dev/null || \
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/orjson*.whl || exit 1
-mkdir -p /tmp/shim/workbench
-printf '"""minimal workbench for the device machine"""\n__version__ = "0.1.0"\n' > /tmp/shim/workbench/__init__.py
-for f in rundir.py errors.py compile_config.py config_policy.py source_scan.py; do ln -sf "$REPO/workbench/$f" /tmp/shim/workbench/$f; done
-ln -sfn "$REPO/collectors" /tmp/shim/workbench/collectors
-ln -sfn "$REPO/zoo/workbench_zoo" /tmp/shim/workbench_zoo
-export PYTHONPATH=/tmp/site:/tmp/shim PYTHONSAFEPATH=1  # children too: never the repo root first
+. "$REPO/bench/device_shim.sh"   # the minimal workbench package, orjson and the zoo on PYTHONPATH
 export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-cache TORCH_LOGS=perf_hints  # perf_hints: why CUDA graphs were skipped
 nvidia-smi -L; python3 -P -c "import torch, workbench.collectors, workbench_zoo.runner; print(torch.__version__, torch.cuda.get_device_name(0))" || exit 1
 S=/tmp/gpu-faults; rm -rf $S; mkdir -p $S

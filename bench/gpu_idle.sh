@@ -7,14 +7,7 @@ set -u
 REPO=$PWD
 OUT=${OUT:-/tmp/wb-out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-python3 -c "import orjson" 2>/dev/null || \
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/orjson*.whl || exit 1
-mkdir -p /tmp/shim/workbench
-printf '"""minimal workbench for the device machine"""\n__version__ = "0.1.0"\n' > /tmp/shim/workbench/__init__.py
-for f in rundir.py errors.py compile_config.py config_policy.py source_scan.py; do ln -sf "$REPO/workbench/$f" /tmp/shim/workbench/$f; done
-ln -sfn "$REPO/collectors" /tmp/shim/workbench/collectors
-ln -sfn "$REPO/zoo/workbench_zoo" /tmp/shim/workbench_zoo
-export PYTHONPATH=/tmp/site:/tmp/shim PYTHONSAFEPATH=1
+. "$REPO/bench/device_shim.sh"   # the minimal workbench package, orjson and the zoo on PYTHONPATH
 export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-cache
 nvidia-smi -L; python3 -P -c "import torch, workbench.collectors, workbench_zoo.runner; print(torch.__version__, torch.cuda.get_device_name(0))" || exit 1
 NAMES=${*:-gpu_clean gpu_item_sync gpu_dtoh_sync gpu_unfused_optimizer gpu_cpu_dataload gpu_eager_frame}

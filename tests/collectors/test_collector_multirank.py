@@ -114,7 +114,7 @@ def test_sigterm_from_torchrun_saves_window_and_run_json(tmp_path):
         assert proc.poll() is None, proc.stdout.read()[-3000:]
         time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)          # the agent forwards SIGTERM to every worker
-    log = proc.communicate(timeout=120)[0]
+    log = proc.communicate(timeout=600)[0]
     assert proc.returncode != 0, log[-2000:]
     run_json = json.loads((out / "run.json").read_text())
     assert run_json["stop_reason"] == "SIGTERM" and "finished" in run_json, run_json

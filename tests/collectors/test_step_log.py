@@ -25,7 +25,9 @@ def lines_of(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def wait_for(predicate, timeout_s: float = 5.0) -> bool:
+def wait_for(predicate, timeout_s: float = 120.0) -> bool:
+    """True once ``predicate()`` is; False only after ``timeout_s`` (a bound for a hung writer, far above the
+    time a busy machine takes, never a measurement)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
@@ -91,9 +93,9 @@ KILLED = textwrap.dedent("""
 
 def test_a_killed_process_leaves_every_record_it_made(tmp_path):
     path = tmp_path / "steps.jsonl"
-    proc = subprocess.run([sys.executable, "-c", KILLED, str(path), str(ROOT)], timeout=60)
+    proc = subprocess.run([sys.executable, "-c", KILLED, str(path), str(ROOT)], timeout=600)
     assert proc.returncode == -signal.SIGKILL
-    assert wait_for(lambda: len(steps_in(path)) == 1000, timeout_s=10)
+    assert wait_for(lambda: len(steps_in(path)) == 1000)
     assert steps_in(path) == list(range(1000))
     assert wait_for(lambda: not list(Path("/dev/shm").glob("wb-steps-*")))   # nothing left in shared memory
 
@@ -334,7 +336,7 @@ def test_a_step_that_hangs_leaves_the_steps_before_it_on_disk(tmp_path, fast_pol
             with c.step():
                 torch.ones(2).sum()
         with c.step():                                 # "hung": the file is read while this step runs
-            assert wait_for(lambda: len(steps_in(tmp_path / "rank0/steps.jsonl")) == 4, timeout_s=5)
+            assert wait_for(lambda: len(steps_in(tmp_path / "rank0/steps.jsonl")) == 4)
             rows, bad = read_steps(tmp_path / "rank0")
             assert sorted(rows) == [0, 1, 2, 3] and bad == 0
     rows, _ = read_steps(tmp_path / "rank0")

@@ -73,7 +73,7 @@ def test_unwritable_cache_dirs_run_uncached_with_one_line(tmp_path: Path, data_d
         run = workbench.open(d)
         res = subprocess.run([sys.executable, "-m", "workbench.cli", "info", str(d)], capture_output=True,
                              text=True, env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "not-a-dir")},
-                             timeout=120)
+                             timeout=600)
     finally:
         d.chmod(0o755)
     assert [p for p in run.problems if p.startswith("cache:")] == [
@@ -121,7 +121,7 @@ def test_full_disk_loads_uncached_with_one_line(full_fs: Path, data_dir: Path) -
     _no_tmp_left(d / ".workbench")
     assert not list((d / ".workbench" / "kineto").iterdir())
     res = subprocess.run([sys.executable, "-m", "workbench.cli", "ingest", str(d), "--skip-bad"],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     assert "ingested 2 rank(s)" in res.stdout and "No space left on device" in res.stderr
     _no_tmp_left(d / ".workbench")

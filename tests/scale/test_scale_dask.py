@@ -57,7 +57,7 @@ def test_cli_ingest_cluster(cluster, tmp_path: Path) -> None:
     root = _copy(tmp_path / "cli")
     env = {**os.environ, "WORKBENCH_DASK_SCHEDULER": cluster.scheduler_address}
     res = subprocess.run([sys.executable, "-m", "workbench.cli", "ingest", str(root)], capture_output=True,
-                         text=True, env=env, timeout=120)
+                         text=True, env=env, timeout=600)
     assert res.returncode == 0, res.stderr
     expected = workbench.open(root)                      # read back from the cache the workers wrote
     assert f"ingested 4 rank(s), {expected.count('events'):,} events" in res.stdout
