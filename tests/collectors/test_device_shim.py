@@ -22,6 +22,9 @@ class NoAnalysisStack:
             raise ImportError(f"{name} is not on the device machine")
         return None
 
+# the device has no workbench installed: drop this checkout's editable-install finders (they would serve any
+# module missing from the shim out of the checkout)
+sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable__")]
 sys.meta_path.insert(0, NoAnalysisStack())
 import torch
 from workbench.collectors import Collector
