@@ -53,34 +53,10 @@ FINDING_COLUMNS = [
 #: What the "Every finding" table says of a cost of zero (a note's, a hazard's): not a measured "0 ns".
 NO_TIME = "no time cost"
 
-#: The role of a root that costs no time (:func:`workbench.analyses.findings.costs_no_time`).
-NOTE_ROLE = "note, costing no time"
-
 EVERY_FINDING_COLUMNS = [
     c if c["field"] != "cost_ns" else {**c, "format": lambda v: NO_TIME if v == 0 else duration(v)}
     for c in FINDING_COLUMNS
 ]
-
-
-def every_finding_table(f: pl.DataFrame) -> pl.DataFrame:
-    """Every finding as the cards tell it: the root causes that cost time numbered as on the cards (``1``), each
-    followed by its symptoms (``1.1``, …) at their time within the root's cost
-    (:func:`~workbench.analyses.findings.cost_within_root`: what the cards show), then the notes that cost no time,
-    unnumbered (:func:`~workbench.analyses.findings.costs_no_time`). Columns of
-    :func:`workbench.analyses.summary.findings_table`; ``cost_ns`` raw (null when unknown)."""
-    table = findings_table(f).with_columns(pl.col("n").cast(pl.String), id=f["id"], cause_id=f["cause_id"],
-                                           is_root=f["is_root"], raw_severity=f["severity"])
-    rows = list(table.iter_rows(named=True))
-    roots = {r["id"]: r for r in rows if r["is_root"]}
-    costly = [r for r in roots.values() if compute.is_costly({"cost_ns": r["cost_ns"], "severity": r["raw_severity"]})]
-    number = {r["id"]: str(i) for i, r in enumerate(costly, 1)}
-    out: list[dict[str, Any]] = []
-    for root in [*costly, *(r for r in roots.values() if r["id"] not in number)]:
-        n = number.get(root["id"])
-        out.append({**root, "n": n or "", "role": "root cause" if n else NOTE_ROLE})
-        for j, s in enumerate((x for x in rows if x["cause_id"] == root["id"]), 1):
-            out.append({**s, "n": f"{n}.{j}" if n else "", "cost_ns": cost_within_root(s["cost_ns"], root["cost_ns"])})
-    return pl.DataFrame(out, schema=table.schema).select(findings_table(f).columns)
 
 
 def step_stats(steps: pl.DataFrame) -> pl.DataFrame:
@@ -385,7 +361,7 @@ def _findings_grid(store: RunStore, rid: str) -> Any:
     f = compute.findings(store, rid)
     if f.is_empty():
         return html.Div("None.", className="muted")
-    return grid(every_finding_table(f), id="findings-grid", columns=EVERY_FINDING_COLUMNS)
+    return grid(findings_table(f), id="findings-grid", columns=EVERY_FINDING_COLUMNS)
 
 
 def _analyse_new(store: RunStore, ids: list[str]) -> None:

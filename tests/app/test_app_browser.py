@@ -24,7 +24,7 @@ from app_synthetic import synthetic_run
 from browser_util import draw_lazy, shot, OVERFLOW_JS, goto_ready, graph_layout_meta, grid_rows, navigate_ready, pick, stat
 from workbench import rundir
 from workbench.app import page_drift, page_recompiles
-from workbench.app.page_overview import every_finding_table
+from workbench.analyses.summary import findings_table
 from workbench.app.main import PAGES, create_app
 from workbench.app.store import RunStore
 from workbench.format import duration as fmt_time
@@ -122,7 +122,7 @@ def test_overview_leads_with_the_root_cause(page, served, runs_root, sample_app)
     cost = page.text_content("#root-1 .root-cost")
     assert re.match(r"^\d[\d,.]* (s|ms|µs) (measured|estimated)", cost), cost
     # every grid row, as the cards tell it (root causes numbered, symptoms within them, notes last)
-    expected = every_finding_table(f)
+    expected = findings_table(f)
     shown = grid_rows(page, "findings-grid")
     assert [(r["n"], r["kind"], r["role"], r["cost_ns"]) for r in shown] == [
         (e["n"], e["kind"], e["role"], "no time cost" if e["cost_ns"] == 0 else fmt_time(e["cost_ns"]))

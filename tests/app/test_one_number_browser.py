@@ -23,7 +23,7 @@ from workbench import rundir
 from workbench.analyses import metrics
 from workbench.analyses.findings import cost_within_root, ranks_text
 from workbench.app.main import create_app
-from workbench.app.page_overview import NOTE_ROLE
+from workbench.analyses.summary import NOTE_ROLE
 from workbench.format import duration, kind_title, percent
 
 pytestmark = pytest.mark.browser
