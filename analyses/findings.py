@@ -8,6 +8,8 @@
 * Kinds are declared once in :mod:`workbench.analyses.kinds` (:class:`Kind`, :func:`kind_spec`); detectors register
   in :mod:`workbench.analyses.detectors`, fixers in :mod:`workbench.analyses.recommendations`.
 * :func:`severity_of` — one rule for every kind, from the cost's share of the analysed wall time.
+* :func:`cost_within_root` — a symptom's time shown as part of its root cause's (never more);
+  :func:`costs_no_time` — a zero-cost ``info`` finding, a note rather than a root cause.
 * :func:`findings_frame` — the polars view (schema ``workbench.schema.FINDINGS``; one row per finding, symptoms
   included, ``cause_id`` pointing at their root); :func:`findings_to_dicts` — the JSON tree.
 
@@ -227,13 +229,14 @@ def _json(v: Any) -> str:
 
 def findings_frame(findings: Iterable[Finding[Any]]) -> pl.DataFrame:
     """The polars view (``workbench.schema.FINDINGS``): roots in the given order, each followed by its symptoms
-    (``cause_id`` = the root's id, ``is_root`` false). ``evidence`` is JSON text for display only."""
+    (``cause_id`` = the root's id, ``is_root`` false). ``cost_ns`` is the finding's cost, null where it is unknown
+    (as ``analyze --json`` prints it; never a measured-looking 0). ``evidence`` is JSON text for display only."""
     rows = []
     for root in findings:
         for f, cause in root.walk():
             rows.append({
                 "id": f.id, "kind": f.kind.value, "severity": f.severity, "ranks": list(f.ranks),
-                "steps": list(f.steps), "cost_ns": f.cost.ns if f.cost.ns is not None else 0, "cost_basis": f.cost.basis,
+                "steps": list(f.steps), "cost_ns": f.cost.ns, "cost_basis": f.cost.basis,
                 "cost_method": f.cost.method, "evidence": _json(f.evidence.to_dict()), "message": f.message,
                 "source": f.source, "cause_id": cause.id if cause is not None else None, "is_root": cause is None,
             })
@@ -241,6 +244,21 @@ def findings_frame(findings: Iterable[Finding[Any]]) -> pl.DataFrame:
         return empty(FINDINGS)
     return conform(pl.DataFrame(rows, schema_overrides={"ranks": pl.List(pl.Int32), "steps": pl.List(pl.Int32)},
                                 infer_schema_length=None), FINDINGS)
+
+
+def cost_within_root(cost_ns: int | None, root_cost_ns: int | None) -> int | None:
+    """A symptom's time as the part of its root cause's cost it lies in: its own cost, never more than the root's
+    (a symptom measured over a slightly wider window, such as host-bound time around a recompile, is all of the
+    root's time and no more); None when either is unknown and the symptom's own is unknown."""
+    if cost_ns is None or root_cost_ns is None:
+        return cost_ns
+    return min(int(cost_ns), int(root_cost_ns))
+
+
+def costs_no_time(cost_ns: int | None, severity: str | None) -> bool:
+    """A finding rated only ``info`` that costs no measured time (zero or unknown: a trend, a fact): a note, never
+    ranked as a root cause with a cost."""
+    return not cost_ns and severity in ("info", None)
 
 
 def finding_to_dict(f: Finding[Any]) -> dict[str, Any]:
@@ -265,6 +283,6 @@ def flatten(findings: Iterable[Finding[Any]]) -> list[Finding[Any]]:
 
 
 __all__ = ["Basis", "Cost", "Evidence", "Finding", "HIGH_SHARE_PCT", "KINDS", "Kind", "KindSpec", "MEDIUM_SHARE_PCT",
-           "SEVERITIES", "Severity", "count_text", "declare_kind", "finding_id", "finding_to_dict", "findings_frame",
+           "SEVERITIES", "Severity", "cost_within_root", "costs_no_time", "count_text", "declare_kind", "finding_id", "finding_to_dict", "findings_frame",
            "findings_to_dicts", "flatten", "format_ns", "kind_spec", "make_finding", "ranks_text", "rank_tier",
            "rescore", "severity_of", "sort_findings"]

@@ -848,7 +848,9 @@ def for_torch(fx: Fix, torch_version: str | None) -> Fix:
         else:
             return dataclasses.replace(fx, config=(), gain=0.0, why=f"{fx.why}; not written for torch {torch_version}: "
                                                                     f"{'; '.join(why)}")
-    return dataclasses.replace(fx, config=tuple(swapped), gain=fx.gain * 0.99,
+    # the next-best form removes the same time (its gain, the share of the cost it removes, is unchanged): the
+    # saving shown is the finding's cost × that gain, so no ranking nudge may change it
+    return dataclasses.replace(fx, config=tuple(swapped),
                                why=f"{fx.why}; written for torch {torch_version}: {'; '.join(why)}")
 
 
@@ -873,7 +875,8 @@ def ranked_fixes(findings: Sequence[Finding[Any]] | Any, *, sites: Any = None,
     (``run.meta["source_sites"]`` or a ``SourceScan``) — code fixes then name the line they are about
     (:func:`locate`), or say in words that the script has no such line. A FINDINGS polars frame is refused: it has
     lost the typed evidence the fixers read. ``torch_version``: write each setting only where it acts on that torch
-    (:func:`for_torch`), else the next-best fix is the one applied."""
+    (:func:`for_torch`), else the next-best fix is the one applied. A fix's ``gain`` is the same whichever torch
+    it is written for (the saving is the finding's cost × ``gain``)."""
     if isinstance(findings, pl.DataFrame):
         raise TypeError("recommend() takes the typed findings (analysis_tables(run).roots or run.findings()), "
                         "not the FINDINGS frame")

@@ -26,7 +26,9 @@ from workbench.analyses.critical_path import (
     CriticalPath, critical_path, crowded_ranks, explain, export_costs, victim_waits, window_events,
 )
 from workbench.analyses.detectors import Inputs, register_detector, run_detectors
-from workbench.analyses.findings import Cost, Finding, findings_frame, findings_to_dicts, make_finding
+from workbench.analyses.findings import (
+    Cost, Finding, cost_within_root, costs_no_time, findings_frame, findings_to_dicts, make_finding,
+)
 from workbench.analyses.hangs import job_failure_first
 from workbench.analyses.kinds import Kind, ProfilerOverheadEvidence
 from workbench.analyses.overlap import comm_compute_overlap
@@ -279,14 +281,22 @@ def findings_costs(findings: pl.DataFrame, *, top: int = 15) -> pl.DataFrame:
     }, schema=schema)
 
 
+#: The role of a root finding that costs no time (:func:`~workbench.analyses.findings.costs_no_time`).
+NOTE_ROLE = "note, costing no time"
+
+
 def findings_table(findings: pl.DataFrame) -> pl.DataFrame:
-    """Every finding (``FINDINGS`` rows) as a table reads it, in the analyses' order (each root cause, then its
-    symptoms): ``n``, ``kind`` (its title), ``role`` ("root cause" / "symptom of <its cause>"), ``severity``,
-    ``cost_ns``, ``cost_basis``, ``ranks``, ``steps`` (text) and ``message``: the Overview's grid and the report's."""
+    """Every finding (``FINDINGS`` rows) as a table tells it, the one view of the Overview's grid and the report's:
+    the root causes that cost time numbered most costly first (``n`` "1", as the Overview's cards), each followed
+    by its symptoms ("1.1", …) at their time within the root's cost
+    (:func:`~workbench.analyses.findings.cost_within_root`), then the findings that cost no time as notes
+    (unnumbered, ``role`` :data:`NOTE_ROLE`; :func:`~workbench.analyses.findings.costs_no_time`). Columns: ``n``,
+    ``kind`` (its title), ``role`` ("root cause" / "symptom of <its cause>" / the note's), ``severity``,
+    ``cost_ns`` (raw, null when unknown), ``cost_basis``, ``ranks``, ``steps`` (text) and ``message``."""
     f = findings
     kinds = dict(zip(f["id"].to_list(), f["kind"].to_list()))
-    return f.select(
-        pl.int_range(1, f.height + 1).alias("n"),
+    table = f.select(
+        pl.lit("").alias("n"),
         pl.col("kind").map_elements(kind_title, return_dtype=pl.String).alias("kind"),
         pl.when(pl.col("is_root")).then(pl.lit("root cause")).otherwise(
             pl.concat_str([pl.lit("symptom of "), pl.col("cause_id").replace_strict(
@@ -299,6 +309,18 @@ def findings_table(findings: pl.DataFrame) -> pl.DataFrame:
         pl.col("steps").list.eval(pl.element().cast(pl.String)).list.join(", ").alias("steps"),
         pl.col("message"),
     )
+    rows = [(t, x["id"], x["cause_id"]) for t, x in zip(table.iter_rows(named=True),
+                                                        f.select("id", "cause_id").iter_rows(named=True))]
+    roots = [(t, i) for t, i, c in rows if c is None]
+    costly = [(t, i) for t, i in roots if not costs_no_time(t["cost_ns"], t["severity"])]
+    number = {i: str(k) for k, (_, i) in enumerate(costly, 1)}
+    out: list[dict[str, Any]] = []
+    for root, rid in [*costly, *((t, i) for t, i in roots if i not in number)]:
+        n = number.get(rid)
+        out.append({**root, "n": n or "", "role": "root cause" if n else NOTE_ROLE})
+        for j, (s, _, _) in enumerate((r for r in rows if r[2] == rid), 1):
+            out.append({**s, "n": f"{n}.{j}" if n else "", "cost_ns": cost_within_root(s["cost_ns"], root["cost_ns"])})
+    return pl.DataFrame(out, schema=table.schema) if out else table
 
 
 def _num(v: Any, nd: int = 2) -> Any:

@@ -18,6 +18,7 @@ from workbench.analyses import metrics
 from workbench.analyses import recommendations as recs_analysis
 from workbench.analyses import recompiles as recompiles_analysis
 from workbench.analyses import summary as summary_analysis
+from workbench.analyses.findings import costs_no_time
 from workbench.analyses.kinds import Kind
 from workbench.app.store import RunStore
 
@@ -72,18 +73,9 @@ def overlap(store: RunStore, rid: str) -> pl.DataFrame:
 
 def findings(store: RunStore, rid: str) -> pl.DataFrame:
     """Every finding of the run (the typed findings' frame view, ``workbench.schema.FINDINGS``), in the analyses'
-    order: root causes most costly first, each followed by the symptoms it explains (``cause_id`` = its ``id``).
-
-    ``cost_ns`` is the typed finding's cost, null where it was not measured (as ``analyze --json`` prints it; the
-    frame view writes 0 there, which the pages would show as a measured "0 ns")."""
-    def go():
-        f = table(store, rid, "findings")
-        typed = {x.id: x.cost.ns for r in tables(store, rid).roots for x in (r, *r.symptoms)}
-        unmeasured = [i for i, c in typed.items() if c is None]
-        if not unmeasured:
-            return f
-        return f.with_columns(cost_ns=pl.when(pl.col("id").is_in(unmeasured)).then(None).otherwise(pl.col("cost_ns")))
-    return _cached(store, rid, "findings:typed_cost", go)
+    order: root causes most costly first, each followed by the symptoms it explains (``cause_id`` = its ``id``);
+    ``cost_ns`` null where it was not measured (as ``analyze --json`` prints it)."""
+    return table(store, rid, "findings")
 
 
 def root_causes(store: RunStore, rid: str) -> pl.DataFrame:
@@ -129,8 +121,9 @@ def run_span_ns(store: RunStore, rid: str) -> int | None:
 
 def is_costly(row: dict[str, Any]) -> bool:
     """A finding that costs time (a measured or estimated cost above zero) or is rated above ``info``: what the
-    Overview numbers as a root cause. A zero-cost ``info`` finding (a drift trend, not time lost) is a note."""
-    return bool(row.get("cost_ns")) or row.get("severity") not in ("info", None)
+    Overview numbers as a root cause. A zero-cost ``info`` finding (a drift trend, not time lost) is a note
+    (:func:`workbench.analyses.findings.costs_no_time`)."""
+    return not costs_no_time(row.get("cost_ns"), row.get("severity"))
 
 
 def is_gpu_run(run: Any) -> bool:

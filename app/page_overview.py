@@ -11,7 +11,7 @@ from dash import Input, Output, dcc, html
 
 from workbench import figures
 from workbench.analyses import metrics
-from workbench.analyses.findings import kind_spec, ranks_text
+from workbench.analyses.findings import cost_within_root, kind_spec, ranks_text
 from workbench.analyses.summary import findings_costs, findings_table
 from workbench.app import compute, page_breakdown, page_drift, page_hangs, page_pipeline, page_recompiles
 from workbench.app.components import (
@@ -48,6 +48,14 @@ FINDING_COLUMNS = [
     col("severity", "Severity"), duration_column("cost_ns", "Cost"),
     col("cost_basis", "Cost basis"), col("ranks", "Ranks"), col("steps", "Steps"),
     col("message", "What was seen", wrapText=True),
+]
+
+#: What the "Every finding" table says of a cost of zero (a note's, a hazard's): not a measured "0 ns".
+NO_TIME = "no time cost"
+
+EVERY_FINDING_COLUMNS = [
+    c if c["field"] != "cost_ns" else {**c, "format": lambda v: NO_TIME if v == 0 else duration(v)}
+    for c in FINDING_COLUMNS
 ]
 
 
@@ -286,13 +294,13 @@ def _why_link(store: RunStore, rid: str, kind: str) -> Any:
 
 
 def symptom_cost(s_cost: Any, root_cost: Any) -> str:
-    """A symptom's time as the part of its root cause's cost it lies in: never more than that cost (a symptom
-    measured over a slightly wider window says so)."""
-    if s_cost is None or root_cost is None or s_cost <= root_cost:
-        return duration(s_cost)
-    if duration(s_cost) == duration(root_cost):
-        return duration(root_cost)
-    return f"{duration(root_cost)}: all of it (measured alone over its own window: {duration(s_cost)})"
+    """A symptom's time as the part of its root cause's cost it lies in
+    (:func:`~workbench.analyses.findings.cost_within_root`: never more than that cost; a symptom measured over a
+    slightly wider window says so)."""
+    shown = cost_within_root(s_cost, root_cost)
+    if shown == s_cost or duration(s_cost) == duration(shown):
+        return duration(shown)
+    return f"{duration(shown)}: all of it (measured alone over its own window: {duration(s_cost)})"
 
 
 def _root_item(store: RunStore, rid: str, i: int | None, row: dict[str, Any], symptoms: pl.DataFrame) -> html.Div:
@@ -319,8 +327,8 @@ def _root_item(store: RunStore, rid: str, i: int | None, row: dict[str, Any], sy
                          "not counted again)"),
             html.Ul([html.Li([html.Strong(kind_title(s["kind"])), " · ",
                               html.Span(symptom_cost(s["cost_ns"], row["cost_ns"]), className="symptom-cost",
-                                        **{"data-cost-ns": str(min(s["cost_ns"], row["cost_ns"]))
-                                           if s["cost_ns"] is not None and row["cost_ns"] is not None else ""}),
+                                        **{"data-cost-ns": str(cost_within_root(s["cost_ns"], row["cost_ns"]))
+                                           if s["cost_ns"] is not None else ""}),
                               " · ", html.Span(s["message"])], className="symptom")
                      for s in symptoms.iter_rows(named=True)]),
         ], className="symptoms"))
@@ -353,7 +361,7 @@ def _findings_grid(store: RunStore, rid: str) -> Any:
     f = compute.findings(store, rid)
     if f.is_empty():
         return html.Div("None.", className="muted")
-    return grid(findings_table(f), id="findings-grid", columns=FINDING_COLUMNS)
+    return grid(findings_table(f), id="findings-grid", columns=EVERY_FINDING_COLUMNS)
 
 
 def _analyse_new(store: RunStore, ids: list[str]) -> None:

@@ -26,7 +26,7 @@ from workbench.app import compute
 from workbench.app.components import error_panel, info_panel, safe, section
 from workbench.app.store import RunStore, RunUnavailable
 from workbench.errors import InputError, TraceError, one_line
-from workbench.analyses.findings import ranks_text
+from workbench.analyses.findings import costs_no_time, ranks_text
 from workbench.format import duration, percent
 from workbench.regular_file import read_regular
 
@@ -222,7 +222,7 @@ def fix_groups(recs: pl.DataFrame, typed: list[Any]) -> tuple[list[FixGroup], li
         cost = b.get("cost_ns")
         saving = int(round(cost * b["gain"])) if cost and b.get("gain") is not None else None
         g = FixGroup(b, others[key], ranks, saving, cost, 1)
-        if not cost and b.get("severity") == "info":
+        if costs_no_time(cost, b.get("severity")):   # the Overview's notes: the same rule
             notes.append(g)
             continue
         gk = (b.get("finding_kind"), b.get("fix_id"), b.get("title"))

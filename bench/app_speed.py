@@ -6,6 +6,9 @@ Then, on a synthetic run of 1M kernels (8 ranks × 2 streams): the first Timelin
 (relayout in the browser → server reduction → new figure drawn), for windows from the whole run down to a few
 hundred kernels.
 
+Before the browser: the server's answer to each page's Dash callback over HTTP (what the browser waits for before
+it draws), first and warm, and its size (``--server-only`` stops there).
+
 First, the app's first load: a freshly started app (its background thread analysing the runs, as ``workbench app``
 does) opened in a new browser — the landing page with the run list.
 
@@ -130,6 +133,53 @@ def page_timings(browser, roots: list[Path] | None, repeats: int = 3, store: Run
     return rows
 
 
+def _route_request(app, path: str, rid: str, other: str | None) -> bytes:
+    """The Dash request a browser sends to draw page ``path`` of run ``rid`` (the router callback, by HTTP)."""
+    key = next(k for k in app.callback_map if ".page.children" in k or k.startswith("page.children"))
+    outputs = [{"id": o.split(".")[0], "property": o.split(".")[1]} for o in key.strip(".").split("...")]
+    search = f"?run={rid}" + (f"&other={other}" if other else "")
+    return json.dumps({
+        "output": key, "outputs": outputs, "changedPropIds": ["url.pathname"], "state": [],
+        "inputs": [{"id": "url", "property": "pathname", "value": path},
+                   {"id": "url", "property": "search", "value": search},
+                   {"id": "run-select", "property": "value", "value": rid}],
+    }).encode()
+
+
+def server_timings(roots: list[Path], repeats: int = 3, only: list[str] | None = None) -> list[dict]:
+    """Per run and page: the server's answer to the page's Dash callback, by HTTP (no browser): the first (the run
+    opened and analysed there) and the median of ``repeats`` warm ones, wall seconds and the bytes sent."""
+    import urllib.request
+
+    app = create_app(roots, background=False)
+    served = Served(app)
+    rows = []
+    try:
+        ids = [r for r in app.workbench_store.ids() if not only or r in only]
+
+        def post(body: bytes) -> tuple[float, int]:
+            req = urllib.request.Request(served.url("/_dash-update-component"), data=body,
+                                         headers={"Content-Type": "application/json"})
+            t = time.perf_counter()
+            with urllib.request.urlopen(req, timeout=600) as res:
+                n = len(res.read())
+            return time.perf_counter() - t, n
+
+        for i, rid in enumerate(ids):
+            for p in PAGES:
+                other = ids[(i + 1) % len(ids)] if p.KEY == "compare" and len(ids) > 1 else None
+                body = _route_request(app, p.PATH, rid, other)
+                first, size = post(body)
+                warm = statistics.median(post(body)[0] for _ in range(repeats))
+                rows.append({"run": rid, "page": p.NAME, "first_s": round(first, 3), "warm_s": round(warm, 3),
+                             "bytes": size})
+                print(f"  {rid:<24} {p.NAME:<22} first {first:6.2f} s   warm {warm:6.3f} s   {size / 1e3:7.0f} kB",
+                      flush=True)
+    finally:
+        served.close()
+    return rows
+
+
 def zoom_timings(browser, n: int) -> dict:
     t = time.perf_counter()
     run = synthetic_run(n)
@@ -199,6 +249,8 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--copy", action="store_true", help="add a copy of the first run (for Compare)")
     ap.add_argument("--runs", default="", help="comma-separated run ids to time (default: every run found)")
+    ap.add_argument("--server-only", action="store_true",
+                    help="only the server's answers to each page's Dash callback, by HTTP (no browser)")
     args = ap.parse_args()
 
     import logging
@@ -210,6 +262,17 @@ def main() -> None:
 
     result: dict = {"loadavg_before": os.getloadavg(), "cpus": os.cpu_count()}
     print(f"load average {result['loadavg_before'][0]:.1f} on {result['cpus']} CPUs (timings scale with it)")
+    only = [r for r in args.runs.split(",") if r]
+    print("the server's answer to each page's Dash callback, by HTTP (fresh app: first = run opened and analysed):")
+    result["server"] = server_timings(list(args.roots), args.repeats, only=only)
+    if args.server_only:
+        result["loadavg_after"] = os.getloadavg()
+        worst = max((r["warm_s"] for r in result["server"]), default=0)
+        print(f"\nworst warm server answer {worst:.3f} s (target ≤ 1 s); load average "
+              f"{result['loadavg_after'][0]:.1f} after")
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=2))
+        return
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         roots = list(args.roots)
@@ -223,7 +286,7 @@ def main() -> None:
                     shutil.copytree(first.path, dst, ignore=shutil.ignore_patterns(".workbench"))
                     roots.append(dst)
             print(f"pages ({', '.join(map(str, roots))}):")
-            result["pages"] = page_timings(browser, roots, args.repeats, only=[r for r in args.runs.split(",") if r])
+            result["pages"] = page_timings(browser, roots, args.repeats, only=only)
         result["timeline"] = {"zooms": []}
         if args.kernels > 0:  # --kernels 0 skips the synthetic run
             print(f"timeline on {args.kernels:,} synthetic kernels:")

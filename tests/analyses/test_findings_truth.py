@@ -211,3 +211,18 @@ def test_per_rank_root_costs_fit_in_the_analysed_wall_time_on_every_sample() -> 
             assert total <= wall, (path.name, rank, total, wall, [(f.id, f.cost_ns) for f in roots])
         for f in F.flatten(roots):
             assert f.cost.basis in ("measured", "estimated") and f.cost.method, (path.name, f.id)
+
+
+def test_the_findings_frame_keeps_an_unknown_cost_unknown() -> None:
+    """An unmeasured cost is null in the frame (as in ``analyze --json``), never a measured-looking 0 ns; a
+    symptom's time is shown within its root cause's; a zero-cost info finding is a note."""
+    ev = CompileGroupEvidence("shape", None, (), None, None, None, (), 1, None)
+    unknown = F.make_finding("recompile_shape", "m", ev, F.Cost.estimated(None, "not measured"), key="u")
+    none = F.make_finding("recompile_shape", "m", ev, F.Cost.none(), key="n")
+    frame = F.findings_frame([unknown, none])
+    assert frame["cost_ns"].to_list() == [None, 0]
+    assert [d["cost_ns"] for d in F.findings_to_dicts([unknown, none])] == frame["cost_ns"].to_list()
+    assert F.cost_within_root(2_640_634_313, 2_627_177_414) == 2_627_177_414
+    assert F.cost_within_root(5, 10) == 5 and F.cost_within_root(None, 10) is None and F.cost_within_root(7, None) == 7
+    assert F.costs_no_time(0, "info") and F.costs_no_time(None, "info")
+    assert not F.costs_no_time(0, "high") and not F.costs_no_time(1, "info")

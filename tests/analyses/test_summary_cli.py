@@ -81,3 +81,22 @@ def test_cpu_gloo_sample_names_the_straggler():
     assert [f["ranks"] for f in stragglers] == [[2]]
     assert stragglers[0]["cost_ns"] > 0 and "data loading" in stragglers[0]["message"]
     assert out["collectives"]["instances"] >= 3 and out["collectives"]["mismatched"] == 0
+
+
+def test_analyze_text_tells_symptoms_within_their_root_and_notes_apart(capsys):
+    """The printed story agrees with the app's: a symptom measured over a wider window than its root cause reads
+    the root's time (its own said beside it), and a zero-cost info finding is a note, not a numbered root cause."""
+    from workbench.analyses.findings import findings_to_dicts
+    from workbench.commands.analyze import print_summary
+
+    ev = ClockOffsetEvidence(())
+    sym = make_finding("clock_offset", "symptom", ev, Cost.measured(2_640_000_000, "own window"), key="s")
+    root = make_finding("clock_offset", "root", ev, Cost.measured(2_630_000_000, "root"), key="r", symptoms=[sym],
+                        wall_ns=10_000_000_000)
+    note = make_finding("clock_offset", "note", ev, Cost.none("a trend"), key="n")
+    print_summary({"window": "steady", "ranks": {}, "findings": findings_to_dicts([root, note])}, Path("run"))
+    out = capsys.readouterr().out
+    assert "1. [" in out and "2. [" not in out
+    assert "└ [" in out and "2.63 s measured: all of its root cause's time" in out and "2.64 s" in out
+    notes = out.split("Also noticed, costing no time:")[1]
+    assert "no time cost (a trend)" in notes and "0 ns" not in out

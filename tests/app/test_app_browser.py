@@ -121,12 +121,13 @@ def test_overview_leads_with_the_root_cause(page, served, runs_root, sample_app)
         assert kind_title(k) in symptoms
     cost = page.text_content("#root-1 .root-cost")
     assert re.match(r"^\d[\d,.]* (s|ms|µs) (measured|estimated)", cost), cost
-    # every grid row, as the analyses order them
+    # every grid row, as the cards tell it (root causes numbered, symptoms within them, notes last)
     expected = findings_table(f)
     shown = grid_rows(page, "findings-grid")
-    assert [(r["kind"], r["role"], r["cost_ns"]) for r in shown] == [
-        (e["kind"], e["role"], fmt_time(e["cost_ns"])) for e in expected.iter_rows(named=True)]
-    assert all(re.fullmatch(r"-?\d+(\.\d{1,2})? (s|ms|µs|ns)", r["cost_ns"]) for r in shown), shown
+    assert [(r["n"], r["kind"], r["role"], r["cost_ns"]) for r in shown] == [
+        (e["n"], e["kind"], e["role"], "no time cost" if e["cost_ns"] == 0 else fmt_time(e["cost_ns"]))
+        for e in expected.iter_rows(named=True)]
+    assert all(re.fullmatch(r"\d+(\.\d{1,2})? (s|ms|µs|ns)|no time cost", r["cost_ns"]) for r in shown), shown
 
 
 def test_run_list_names_each_runs_top_root_cause(page, served, sample_app, runs_root):

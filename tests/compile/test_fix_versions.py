@@ -56,6 +56,7 @@ def test_the_next_best_fix_is_written_instead() -> None:
     assert for_torch(ds, "2.13.0+cpu") == ds
     on_211 = for_torch(ds, "2.11.0+cu130")
     assert on_211.config == (Setting("compiler", "dynamic_sources", "L['x']"),) and "2.11" in on_211.why
+    assert on_211.gain == ds.gain                        # the same stall removed: the saving shown is unchanged
     assert for_torch(ds, "2.5.1").config == ()          # no such setting: not written
     lim = Fix("raise", "t", "e", 0.1, "w", config=(Setting("dynamo", "recompile_limit", 16),))
     assert for_torch(lim, "2.5.1").config == (Setting("dynamo", "cache_size_limit", 16),)

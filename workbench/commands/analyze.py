@@ -24,12 +24,18 @@ def _open(path: Path, rank: int | None, skip_bad: bool, quiet: bool, job: str | 
     return open_with_progress(path, rank=rank, skip_bad=skip_bad, show=not quiet, job=job)
 
 
-def _cost(c: dict[str, Any]) -> str:
+def _cost(c: dict[str, Any], root_ns: int | None = None) -> str:
+    """A finding's cost as printed; a symptom's (``root_ns``: its root cause's cost) within its root's, as the app
+    shows it (:func:`workbench.analyses.findings.cost_within_root`), its own measurement said when larger."""
+    from workbench.analyses.findings import cost_within_root
     from workbench.format import duration
 
     if c.get("ns") is None:
         return f"unknown ({c['basis']}: {c['method']})"
-    return f"{duration(c['ns'])} {c['basis']} ({c['method']})"
+    shown = cost_within_root(c["ns"], root_ns)
+    alone = (f": all of its root cause's time (measured alone over its own window: {duration(c['ns'])})"
+             if shown != c["ns"] and duration(shown) != duration(c["ns"]) else "")
+    return f"{duration(shown)} {c['basis']}{alone} ({c['method']})"
 
 
 def print_summary(summary: dict[str, Any], path: Path) -> None:
@@ -58,23 +64,33 @@ def print_summary(summary: dict[str, Any], path: Path) -> None:
     if not findings:
         console.print("No findings.")
         return
+    from workbench.analyses.findings import costs_no_time
+
+    notes = [x for x in findings if costs_no_time(x["cost_ns"], x["severity"])]
+    roots = [x for x in findings if not costs_no_time(x["cost_ns"], x["severity"])]
     console.print("")
-    console.print("Root causes (most costly first), symptoms under them:", style="bold")
-    for n, x in enumerate(findings, 1):
+    if roots:
+        console.print("Root causes (most costly first), symptoms under them:", style="bold")
+    for n, x in enumerate(roots, 1):
         _print_finding(console, x, f"{n}. ", "   ")
+    if notes:   # as the app: a zero-cost info finding is a note, not a numbered root cause
+        console.print("Also noticed, costing no time:", style="bold")
+    for x in notes:
+        _print_finding(console, x, "-  ", "   ")
 
 
-def _print_finding(console: Console, x: dict[str, Any], head: str, indent: str) -> None:
+def _print_finding(console: Console, x: dict[str, Any], head: str, indent: str, root_ns: int | None = None) -> None:
     where = []
     if x["ranks"]:
         where.append(f"rank {','.join(map(str, x['ranks']))}")
     if x["steps"]:
         where.append(f"step {','.join(map(str, x['steps']))}")
-    console.print(f"{head}[{x['severity']}] {x['kind']} ({'; '.join(where) or 'run'}) — {_cost(x['cost'])}",
+    cost = f"no time cost ({x['cost']['method']})" if x["cost"].get("ns") == 0 else _cost(x["cost"], root_ns)
+    console.print(f"{head}[{x['severity']}] {x['kind']} ({'; '.join(where) or 'run'}) — {cost}",
                   highlight=False, style="bold" if not head.startswith(" ") else None)
     console.print(f"{indent}{x['message']}", highlight=False)
     for s in x.get("symptoms", []):
-        _print_finding(console, s, f"{indent}└ ", indent + "  ")
+        _print_finding(console, s, f"{indent}└ ", indent + "  ", x["cost"].get("ns") if root_ns is None else root_ns)
 
 
 FAIL_ON = ("none", "high", "medium", "low")
