@@ -12,7 +12,9 @@ copies) are both sets of intervals per rank (absolute ns):
 Each symptom's intervals are intersected with the causes' (most costly cause first; time one cause claimed is not
 claimed again). The overlap becomes a symptom under that cause (cost measured: the overlapping time); what no
 cause explains stays a finding of its own if it still passes its detector's threshold on the rest of the window.
-Per rank, the causes' costs then never add up to more than the analysed wall time (each is capped there).
+Per rank, the causes' costs then never add up to more than the analysed wall time (each is capped there); a
+symptom's cost is shown within its cause's (``findings.within_root``); every severity is the cost's share of the
+wall time of the steps it was measured over (:func:`measured_wall_ns`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from workbench.analyses import metrics
 from workbench.analyses.detectors import Inputs, register_detector
 from workbench.analyses.findings import (
     Cost, Evidence, Finding, count_text, format_ns, kind_spec, make_finding, ranks_text, rescore, sort_findings,
+    within_root,
 )
 from workbench.analyses.intervals import Spans, intersect, length, merge, subtract
 from workbench.analyses.kinds import (
@@ -447,6 +450,7 @@ def attribute(findings: Sequence[Finding[Any]], *, device: DeviceTime, compiles:
                         f"{format_ns(rest)} is not.)"))
     out = []
     waited = _waits_under(causes, spans, device)
+    step_ns = step_wall_ns(steps)
     for f in roots:
         kids = [*f.symptoms, *children.get(f.id, [])]
         wait = _wait_child(f)
@@ -455,7 +459,9 @@ def attribute(findings: Sequence[Finding[Any]], *, device: DeviceTime, compiles:
         elif f.id in waited and not any(k.kind == Kind.COLLECTIVE_WAIT for k in kids):
             kids = [*kids, *waited[f.id]]
         f = _cap(f, wall_ns)
-        out.append(rescore(f.replace(symptoms=tuple(rescore(k, _wall(k, wall_ns)) for k in kids)), _wall(f, wall_ns)))
+        kids = [within_root(k, f) for k in kids]          # a symptom is shown within its cause's cost
+        out.append(rescore(f.replace(symptoms=tuple(rescore(k, measured_wall_ns(k, wall_ns, step_ns)) for k in kids)),
+                           measured_wall_ns(f, wall_ns, step_ns)))
     return sort_findings(out)
 
 
@@ -497,6 +503,25 @@ def _transfer_only(s: Finding[Any], transfer: Spans, window: Spans) -> Finding[A
 def _wall(f: Finding[Any], wall_ns: dict[int, int]) -> int | None:
     vals = [wall_ns[r] for r in f.ranks if r in wall_ns] or list(wall_ns.values())
     return max(vals) if vals else None
+
+
+def step_wall_ns(steps: pl.DataFrame | None) -> dict[tuple[int, int], int]:
+    """Per (rank, step): the step's wall time (``metrics.step_table``'s step time: its duration and data wait)."""
+    t = metrics.step_table(steps)
+    return {(int(r), int(s)): int(ns) for r, s, ns in t.select("rank", "step", "step_ns").iter_rows()
+            if ns is not None and ns > 0}
+
+
+def measured_wall_ns(f: Finding[Any], wall_ns: dict[int, int], step_ns: dict[tuple[int, int], int]) -> int | None:
+    """The wall time ``f``'s cost was measured over, what its severity is a share of (the one definition): the
+    wall time of its steps on its ranks (the longest rank's; every rank's when it names none); a finding that names
+    no step, or whose steps were not recorded, its ranks' analysed wall time."""
+    if f.steps:
+        ranks = f.ranks or sorted({r for r, _ in step_ns})
+        best = max((sum(step_ns.get((r, s), 0) for s in f.steps) for r in ranks), default=0)
+        if best > 0:
+            return best
+    return _wall(f, wall_ns)
 
 
 def _cap(f: Finding[Any], wall_ns: dict[int, int]) -> Finding[Any]:
