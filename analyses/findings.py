@@ -211,6 +211,13 @@ def within_root(symptom: Finding[EV], root: Finding[Evidence]) -> Finding[EV]:
                                      f"own window: {format_ns(symptom.cost.ns)})"))
 
 
+def no_more_severe(symptom: Finding[EV], root: Finding[Evidence]) -> Finding[EV]:
+    """``symptom`` rated no more severe than ``root``: its time is part of the root's cost."""
+    if SEVERITIES.index(symptom.severity) < SEVERITIES.index(root.severity):
+        return symptom.replace(severity=root.severity)
+    return symptom
+
+
 def rank_tier(f: Finding[Evidence]) -> int:
     """Where ``f`` goes in the ranking, before its cost is looked at (the one ranking rule):
 
@@ -289,4 +296,5 @@ def flatten(findings: Iterable[Finding[Any]]) -> list[Finding[Any]]:
 __all__ = ["Basis", "Cost", "Evidence", "Finding", "HIGH_SHARE_PCT", "KINDS", "Kind", "KindSpec", "MEDIUM_SHARE_PCT",
            "SEVERITIES", "Severity", "count_text", "declare_kind", "finding_id", "finding_to_dict", "findings_frame",
            "findings_to_dicts", "flatten", "format_ns", "kind_spec", "make_finding", "ranks_text", "rank_tier",
-           "rescore", "severity_of", "sort_findings", "symptom_cost_ns", "within_root"]
+           "rescore", "severity_of", "no_more_severe", "sort_findings", "symptom_cost_ns",
+           "within_root"]
