@@ -38,7 +38,7 @@ import polars as pl
 
 from workbench.analyses import activities as act
 from workbench.analyses.intervals import previous_end
-from workbench.analyses.window import Window, window_kernels
+from workbench.analyses.window import Window, window_kernels, window_steps
 
 #: What a GPU idle gap is attributed to (module docstring).
 CAUSES: tuple[str, ...] = ("sync", "optimizer", "data", "eager", "launch", "compile", "collective", "profiler",
@@ -215,14 +215,22 @@ def idle_attribution(kernels: pl.DataFrame, events: pl.DataFrame, steps: pl.Data
     if main.is_empty():
         return _empty()
     rows: list[dict[str, Any]] = []
+    kept = _window_steps(st, window)
     for rank, stream in main.iter_rows():
-        k = kw.filter((pl.col("rank") == rank) & (pl.col("stream") == stream)).sort("start").with_columns(
+        host = stream == HOST_STREAM
+        # the host's stream: every op, so that the window's last analysed step's tail ends at the next step's first
+        # op; its gaps and pieces are then kept in the analysed steps only (below)
+        src = kernels if host and kept is not None else kw
+        k = src.filter((pl.col("rank") == rank) & (pl.col("stream") == stream)).sort("start").with_columns(
             _prev=previous_end(("rank", "stream")), _prev_step=pl.col("step").shift(1))
         # a gap between two recorded steps only (not across the unrecorded steps between two profiler windows)
         gaps = k.filter(pl.col("_prev").is_not_null() & (pl.col("start") > pl.col("_prev"))
                         & ((pl.col("step") - pl.col("_prev_step")).is_between(0, 1) | pl.col("step").is_null()
                            | pl.col("_prev_step").is_null())
                         & pl.col("launch_start").is_not_null() & (pl.col("launch_start") > pl.col("_prev")))
+        mine = kept.get(int(rank)) if host and kept is not None else None
+        if mine is not None:
+            gaps = gaps.filter(pl.col("_prev_step").is_in(list(mine)))
         if gaps.is_empty():
             continue
         ev = events.filter(pl.col("rank") == rank).with_columns(pl.col("kind").cast(pl.String))
@@ -242,7 +250,9 @@ def idle_attribution(kernels: pl.DataFrame, events: pl.DataFrame, steps: pl.Data
                     + elsewhere
             for (cause, label, site, pstep), ns in parts.items():
                 # the host's own stream: each piece in the step the host did it in (the gap may cross a step's end)
-                step = pstep if stream == HOST_STREAM and pstep is not None else kstep
+                step = pstep if host and pstep is not None else kstep
+                if mine is not None and step not in mine:
+                    continue
                 key = (step, cause, label, site)
                 a = acc.setdefault(key, [0, 0])
                 a[0] += ns
@@ -292,6 +302,19 @@ def host_op_stream(events: pl.DataFrame, exclude: set[int] | frozenset[int] = fr
         if got[0] == "cpu_op":
             rows.append((rank, nm, "compute", start, end, end - start, HOST_STREAM, step, start, tid))
     return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+def _window_steps(steps: pl.DataFrame, window: Window) -> dict[int, set[int]] | None:
+    """Per rank, the profiler steps the window analyses (None: no profiler steps recorded)."""
+    if steps is None or steps.is_empty():
+        return None
+    ws = window_steps(steps, window)
+    if ws.is_empty():
+        return None
+    out: dict[int, set[int]] = {}
+    for r, s in ws.filter(pl.col("in_window")).select("rank", "step").iter_rows():
+        out.setdefault(int(r), set()).add(int(s))
+    return out
 
 
 class _Busy:
