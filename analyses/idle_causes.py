@@ -23,6 +23,10 @@ data wait before a step), ``eager``, ``launch``, ``compile``, ``collective``, ``
 loop's own code outside ``collector.step()``), ``untraced``; and ``other_stream``: the part of a gap during which
 the device ran something on another stream (a collective, a copy: the stream waited on that, not on the host).
 
+A rank without device activity (a CPU job) has its host's own op stream analysed the same way
+(:func:`host_op_stream`, stream :data:`HOST_STREAM`): its training thread's top-level compute ops stand in for the
+kernels, so a gap is host time between compute ops, split over what the thread did.
+
 :func:`idle_attribution` returns one row per rank, stream, step, cause and label (schema :data:`IDLE_ATTRIBUTION`);
 the findings are built in :mod:`workbench.analyses.idle_findings`.
 """
