@@ -73,8 +73,6 @@ _ORDINARY = frozenset({"sync", "cpu_op", "python", "range", "untraced"})
 HOST_STREAM = -1
 #: Host spans that neither are compute nor claim the ops inside them (a user range, Python frames).
 _NOT_CLAIMING = frozenset({"range", "python"})
-#: Spans longer than this are checked against every gap (the rest through a sorted index).
-_LONG_NS = 1_000_000
 
 
 def _empty() -> pl.DataFrame:
@@ -82,17 +80,25 @@ def _empty() -> pl.DataFrame:
 
 
 class _Index:
-    """Spans sorted by start, with the long ones apart: the spans overlapping an interval, quickly."""
+    """Spans sorted by start in buckets of similar length: the spans overlapping an interval, quickly (a bucket's
+    candidates start at most its longest span's length before the interval)."""
 
     def __init__(self, spans: Sequence[act.Span]) -> None:
-        short = sorted((s for s in spans if s.end - s.start <= _LONG_NS), key=lambda s: s.start)
-        self.short, self.starts = short, [s.start for s in short]
-        self.long = [s for s in spans if s.end - s.start > _LONG_NS]
+        by: dict[int, list[act.Span]] = {}
+        for s in spans:
+            by.setdefault(max(0, s.end - s.start).bit_length() // 2, []).append(s)
+        self.buckets = []
+        for group in by.values():
+            group.sort(key=lambda s: s.start)
+            self.buckets.append((max(s.end - s.start for s in group), [s.start for s in group], group))
 
     def over(self, t0: int, t1: int) -> list[act.Span]:
-        lo = bisect.bisect_left(self.starts, t0 - _LONG_NS)
-        hi = bisect.bisect_left(self.starts, t1)
-        return [s for s in self.short[lo:hi] if s.end > t0] + [s for s in self.long if s.start < t1 and s.end > t0]
+        out: list[act.Span] = []
+        for longest, starts, group in self.buckets:
+            lo = bisect.bisect_left(starts, t0 - longest)
+            hi = bisect.bisect_left(starts, t1)
+            out += [s for s in group[lo:hi] if s.end > t0]
+        return out
 
 
 def _thread_spans(ev: pl.DataFrame, steps: pl.DataFrame | None, rank: int) -> dict[int, tuple[_Index, _Index]]:
