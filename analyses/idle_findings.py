@@ -9,8 +9,8 @@ leaves the GPU idle for at least :data:`~workbench.analyses.kinds.IDLE_CAUSE_PCT
 Each names its rank, steps and per-step cost, the op, and the line of the user's code: the trace's Python frame
 where it was recorded ``with_stack``, else the collector's scan of the training script (``run.json``
 ``source_sites``: sync calls, optimizer constructions with their flags, the DataLoader). On a rank without a GPU
-the same findings come from its host op stream (``idle_causes.host_op_stream``: host time between compute ops). The launch gaps inside a
-compiled region stay ``launch_bound`` / ``host_bound`` (:mod:`workbench.analyses.breakdown`), costed from the
+the same findings come from its host op stream (``idle_causes.host_op_stream``: host time between compute ops).
+The launch gaps inside a compiled region stay ``launch_bound`` / ``host_bound`` (:mod:`workbench.analyses.breakdown`), costed from the
 ``launch`` cause only, so no idle second is counted twice.
 """
 
