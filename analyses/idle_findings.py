@@ -10,8 +10,8 @@ Each names its rank, steps and per-step cost, the op, and the line of the user's
 where it was recorded ``with_stack``, else the collector's scan of the training script (``run.json``
 ``source_sites``: sync calls, optimizer constructions with their flags, the DataLoader). On a rank without a GPU
 the same findings come from its host op stream (``idle_causes.host_op_stream``: host time between compute ops).
-The launch gaps inside a compiled region stay ``launch_bound`` / ``host_bound`` (:mod:`workbench.analyses.breakdown`), costed from the
-``launch`` cause only, so no idle second is counted twice.
+The launch gaps inside a compiled region stay ``launch_bound`` / ``host_bound``
+(:mod:`workbench.analyses.breakdown`), costed from the ``launch`` cause only, so no idle second is counted twice.
 """
 
 from __future__ import annotations
