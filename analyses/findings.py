@@ -7,8 +7,9 @@
   ``source``.
 * Kinds are declared once in :mod:`workbench.analyses.kinds` (:class:`Kind`, :func:`kind_spec`); detectors register
   in :mod:`workbench.analyses.detectors`, fixers in :mod:`workbench.analyses.recommendations`.
-* :func:`severity_of` — one rule for every kind, from the cost's share of the analysed wall time.
-* :func:`cost_within_root` — a symptom's time shown as part of its root cause's (never more);
+* :func:`severity_of` — one rule for every kind, from the cost's share of the wall time of the steps it was measured
+  over (:func:`workbench.analyses.rootcause.measured_wall_ns` gives that time to every finding shown).
+* :func:`within_root` — a symptom's cost within its root cause's (:func:`symptom_cost_ns`, the one capping rule);
   :func:`costs_no_time` — a zero-cost ``info`` finding, a note rather than a root cause.
 * :func:`findings_frame` — the polars view (schema ``workbench.schema.FINDINGS``; one row per finding, symptoms
   included, ``cause_id`` pointing at their root); :func:`findings_to_dicts` — the JSON tree.
@@ -162,7 +163,8 @@ def make_finding(kind: str | Kind, message: str, evidence: EV, cost: Cost, *, ra
 
 
 def severity_of(cost: Cost, wall_ns: int | None, *, hazard: bool = False) -> Severity:
-    """One rule for every kind: ``high`` when the cost is ≥ 10 % of the analysed wall time, ``medium`` ≥ 3 %,
+    """One rule for every kind: ``high`` when the cost is ≥ 10 % of ``wall_ns`` (the wall time of the steps the cost
+    was measured over: :func:`workbench.analyses.rootcause.measured_wall_ns`), ``medium`` ≥ 3 %,
     ``low`` when it costs anything, ``info`` when it costs nothing (or unknown); a hazard is always ``high``."""
     if hazard:
         return "high"
@@ -189,6 +191,32 @@ def _severity(kind: Kind, cost: Cost, wall_ns: int | None) -> Severity:
 def rescore(f: Finding[EV], wall_ns: int | None) -> Finding[EV]:
     """``f`` with its severity recomputed for ``wall_ns`` (after its cost changed)."""
     return f.replace(severity=_severity(f.kind, f.cost, wall_ns))
+
+
+def symptom_cost_ns(symptom_ns: int | None, root_ns: int | None) -> int | None:
+    """A symptom's time as the part of its root cause's cost it lies in: never more than that cost (the one capping
+    rule, for every view: ``workbench analyze``, the report, the app)."""
+    if symptom_ns is None or root_ns is None:
+        return symptom_ns
+    return min(int(symptom_ns), int(root_ns))
+
+
+def within_root(symptom: Finding[EV], root: Finding[Evidence]) -> Finding[EV]:
+    """``symptom`` with its cost within ``root``'s (:func:`symptom_cost_ns`); a symptom measured alone over a wider
+    window than its cause keeps that measurement in its cost's method."""
+    ns = symptom_cost_ns(symptom.cost.ns, root.cost.ns)
+    if ns is None or symptom.cost.ns is None or ns >= symptom.cost.ns:
+        return symptom
+    return symptom.replace(cost=Cost(ns, symptom.cost.basis,
+                                     f"{symptom.cost.method}; within its root cause's cost (measured alone over its "
+                                     f"own window: {format_ns(symptom.cost.ns)})"))
+
+
+def no_more_severe(symptom: Finding[EV], root: Finding[Evidence]) -> Finding[EV]:
+    """``symptom`` rated no more severe than ``root``: its time is part of the root's cost."""
+    if SEVERITIES.index(symptom.severity) < SEVERITIES.index(root.severity):
+        return symptom.replace(severity=root.severity)
+    return symptom
 
 
 def rank_tier(f: Finding[Evidence]) -> int:
@@ -246,15 +274,6 @@ def findings_frame(findings: Iterable[Finding[Any]]) -> pl.DataFrame:
                                 infer_schema_length=None), FINDINGS)
 
 
-def cost_within_root(cost_ns: int | None, root_cost_ns: int | None) -> int | None:
-    """A symptom's time as the part of its root cause's cost it lies in: its own cost, never more than the root's
-    (a symptom measured over a slightly wider window, such as host-bound time around a recompile, is all of the
-    root's time and no more); None when either is unknown and the symptom's own is unknown."""
-    if cost_ns is None or root_cost_ns is None:
-        return cost_ns
-    return min(int(cost_ns), int(root_cost_ns))
-
-
 def costs_no_time(cost_ns: int | None, severity: str | None) -> bool:
     """A finding rated only ``info`` that costs no measured time (zero or unknown: a trend, a fact): a note, never
     ranked as a root cause with a cost."""
@@ -283,6 +302,7 @@ def flatten(findings: Iterable[Finding[Any]]) -> list[Finding[Any]]:
 
 
 __all__ = ["Basis", "Cost", "Evidence", "Finding", "HIGH_SHARE_PCT", "KINDS", "Kind", "KindSpec", "MEDIUM_SHARE_PCT",
-           "SEVERITIES", "Severity", "cost_within_root", "costs_no_time", "count_text", "declare_kind", "finding_id", "finding_to_dict", "findings_frame",
-           "findings_to_dicts", "flatten", "format_ns", "kind_spec", "make_finding", "ranks_text", "rank_tier",
-           "rescore", "severity_of", "sort_findings"]
+           "SEVERITIES", "Severity", "costs_no_time", "count_text", "declare_kind", "finding_id", "finding_to_dict",
+           "findings_frame", "findings_to_dicts", "flatten", "format_ns", "kind_spec", "make_finding",
+           "no_more_severe", "ranks_text", "rank_tier", "rescore", "severity_of", "sort_findings", "symptom_cost_ns",
+           "within_root"]

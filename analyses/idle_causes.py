@@ -23,6 +23,10 @@ data wait before a step), ``eager``, ``launch``, ``compile``, ``collective``, ``
 loop's own code outside ``collector.step()``), ``untraced``; and ``other_stream``: the part of a gap during which
 the device ran something on another stream (a collective, a copy: the stream waited on that, not on the host).
 
+A rank without device activity (a CPU job) has its host's own op stream analysed the same way
+(:func:`host_op_stream`, stream :data:`HOST_STREAM`): its training thread's top-level compute ops stand in for the
+kernels, so a gap is host time between compute ops, split over what the thread did.
+
 :func:`idle_attribution` returns one row per rank, stream, step, cause and label (schema :data:`IDLE_ATTRIBUTION`);
 the findings are built in :mod:`workbench.analyses.idle_findings`.
 """
@@ -38,7 +42,7 @@ import polars as pl
 
 from workbench.analyses import activities as act
 from workbench.analyses.intervals import previous_end
-from workbench.analyses.window import Window, window_kernels
+from workbench.analyses.window import Window, window_kernels, window_steps
 
 #: What a GPU idle gap is attributed to (module docstring).
 CAUSES: tuple[str, ...] = ("sync", "optimizer", "data", "eager", "launch", "compile", "collective", "profiler",
@@ -65,8 +69,10 @@ _CAUSE_OF = {"sync": "sync", "optimizer": "optimizer", "data": "data", "compile"
              "collective": "collective", "profiler": "profiler", "outside_step": "between_steps"}
 #: Host activity a sync that drained the queue takes over (the rest keeps its own, more specific cause).
 _ORDINARY = frozenset({"sync", "cpu_op", "python", "range", "untraced"})
-#: Spans longer than this are checked against every gap (the rest through a sorted index).
-_LONG_NS = 1_000_000
+#: The stream id of a rank's host op stream (:func:`host_op_stream`: ranks without device activity).
+HOST_STREAM = -1
+#: Host spans that neither are compute nor claim the ops inside them (a user range, Python frames).
+_NOT_CLAIMING = frozenset({"range", "python"})
 
 
 def _empty() -> pl.DataFrame:
@@ -74,17 +80,25 @@ def _empty() -> pl.DataFrame:
 
 
 class _Index:
-    """Spans sorted by start, with the long ones apart: the spans overlapping an interval, quickly."""
+    """Spans sorted by start in buckets of similar length: the spans overlapping an interval, quickly (a bucket's
+    candidates start at most its longest span's length before the interval)."""
 
     def __init__(self, spans: Sequence[act.Span]) -> None:
-        short = sorted((s for s in spans if s.end - s.start <= _LONG_NS), key=lambda s: s.start)
-        self.short, self.starts = short, [s.start for s in short]
-        self.long = [s for s in spans if s.end - s.start > _LONG_NS]
+        by: dict[int, list[act.Span]] = {}
+        for s in spans:
+            by.setdefault(max(0, s.end - s.start).bit_length() // 2, []).append(s)
+        self.buckets = []
+        for group in by.values():
+            group.sort(key=lambda s: s.start)
+            self.buckets.append((max(s.end - s.start for s in group), [s.start for s in group], group))
 
     def over(self, t0: int, t1: int) -> list[act.Span]:
-        lo = bisect.bisect_left(self.starts, t0 - _LONG_NS)
-        hi = bisect.bisect_left(self.starts, t1)
-        return [s for s in self.short[lo:hi] if s.end > t0] + [s for s in self.long if s.start < t1 and s.end > t0]
+        out: list[act.Span] = []
+        for longest, starts, group in self.buckets:
+            lo = bisect.bisect_left(starts, t0 - longest)
+            hi = bisect.bisect_left(starts, t1)
+            out += [s for s in group[lo:hi] if s.end > t0]
+        return out
 
 
 def _thread_spans(ev: pl.DataFrame, steps: pl.DataFrame | None, rank: int) -> dict[int, tuple[_Index, _Index]]:
@@ -118,9 +132,24 @@ def _thread_spans(ev: pl.DataFrame, steps: pl.DataFrame | None, rank: int) -> di
                 got = ("sync", name, None)
             if got is not None:
                 spans.append(act.Span(start, end, got[0], got[1], got[2]))
-        spans = _label_syncs(spans, ops)
+        spans = _label_syncs(_optimizers_own(spans), ops)
         out[int(tid) if tid is not None else -1] = (_Index(spans), _Index(compiled))
     return out
+
+
+def _optimizers_own(spans: list[act.Span]) -> list[act.Span]:
+    """``spans`` less the syncs inside an optimizer's step: its reads of its own step counters (``_get_value``), the
+    optimizer's time, never a sync at a line of the user's."""
+    steps = sorted((s.start, s.end) for s in spans if s.category == "optimizer")
+    if not steps:
+        return spans
+    starts = [a for a, _ in steps]
+
+    def inside(s: act.Span) -> bool:
+        i = bisect.bisect_right(starts, s.start) - 1
+        return i >= 0 and steps[i][1] >= s.end
+
+    return [s for s in spans if s.category != "sync" or not inside(s)]
 
 
 def _dtoh_correlations(ev: pl.DataFrame) -> set[int]:
@@ -177,25 +206,41 @@ def idle_attribution(kernels: pl.DataFrame, events: pl.DataFrame, steps: pl.Data
                      window: Window = "steady") -> pl.DataFrame:
     """Every host-caused idle gap on each rank's main stream, split over its causes (module docstring; schema
     :data:`IDLE_ATTRIBUTION`), one row per rank, stream, step, cause and label."""
-    if kernels is None or kernels.is_empty() or "launch_tid" not in kernels.columns or events is None \
-            or events.is_empty():
+    if events is None or events.is_empty():
         return _empty()
     from workbench.analyses.breakdown import main_streams
 
+    if kernels is None or "launch_tid" not in kernels.columns:
+        kernels = pl.DataFrame()
+    with_device = set(kernels["rank"].unique().to_list()) if not kernels.is_empty() else set()
+    host = host_op_stream(events, exclude=with_device)
+    if not host.is_empty():
+        kernels = host if kernels.is_empty() else pl.concat(
+            [kernels.select(host.columns).with_columns(pl.col(c).cast(host.schema[c]) for c in host.columns), host])
+    if kernels.is_empty():
+        return _empty()
     st = steps if steps is not None else pl.DataFrame()
     kw = window_kernels(kernels, st, window).filter(pl.col("start").is_not_null() & pl.col("end").is_not_null())
     main = main_streams(kw)
     if main.is_empty():
         return _empty()
     rows: list[dict[str, Any]] = []
+    kept = _window_steps(st, window)
     for rank, stream in main.iter_rows():
-        k = kw.filter((pl.col("rank") == rank) & (pl.col("stream") == stream)).sort("start").with_columns(
+        host = stream == HOST_STREAM
+        # the host's stream: every op, so that the window's last analysed step's tail ends at the next step's first
+        # op; its gaps and pieces are then kept in the analysed steps only (below)
+        src = kernels if host and kept is not None else kw
+        k = src.filter((pl.col("rank") == rank) & (pl.col("stream") == stream)).sort("start").with_columns(
             _prev=previous_end(("rank", "stream")), _prev_step=pl.col("step").shift(1))
         # a gap between two recorded steps only (not across the unrecorded steps between two profiler windows)
         gaps = k.filter(pl.col("_prev").is_not_null() & (pl.col("start") > pl.col("_prev"))
                         & ((pl.col("step") - pl.col("_prev_step")).is_between(0, 1) | pl.col("step").is_null()
                            | pl.col("_prev_step").is_null())
                         & pl.col("launch_start").is_not_null() & (pl.col("launch_start") > pl.col("_prev")))
+        mine = kept.get(int(rank)) if host and kept is not None else None
+        if mine is not None:
+            gaps = gaps.filter(pl.col("_prev_step").is_in(list(mine)))
         if gaps.is_empty():
             continue
         ev = events.filter(pl.col("rank") == rank).with_columns(pl.col("kind").cast(pl.String))
@@ -211,9 +256,14 @@ def idle_attribution(kernels: pl.DataFrame, events: pl.DataFrame, steps: pl.Data
             parts = _split_gap(int(t0), int(t1), int(min(launch, t1)), spans, compiled, opt, bounds,
                                scale=1.0 - elsewhere / (t1 - t0))
             if elsewhere:
-                parts[("other_stream", name, None)] = parts.get(("other_stream", name, None), 0) + elsewhere
-            for (cause, label, site), ns in parts.items():
-                key = (kstep, cause, label, site)
+                parts[("other_stream", name, None, None)] = parts.get(("other_stream", name, None, None), 0) \
+                    + elsewhere
+            for (cause, label, site, pstep), ns in parts.items():
+                # the host's own stream: each piece in the step the host did it in (the gap may cross a step's end)
+                step = pstep if host and pstep is not None else kstep
+                if mine is not None and step not in mine:
+                    continue
+                key = (step, cause, label, site)
                 a = acc.setdefault(key, [0, 0])
                 a[0] += ns
                 a[1] += 1
@@ -225,6 +275,56 @@ def idle_attribution(kernels: pl.DataFrame, events: pl.DataFrame, steps: pl.Data
         return _empty()
     return pl.DataFrame(rows, schema=IDLE_ATTRIBUTION).sort("rank", "stream", "step", "cause", "label",
                                                             nulls_last=True)
+
+
+def host_op_stream(events: pl.DataFrame, exclude: set[int] | frozenset[int] = frozenset()) -> pl.DataFrame:
+    """The host's own op stream of each rank without device activity (ranks in ``exclude`` left out): the
+    training thread's top-level compute ops (category ``cpu_op``, nested in no other op and in no sync, optimizer,
+    data-loading, collective or compile span), as device-activity rows on stream :data:`HOST_STREAM` whose launch
+    is the op itself. A gap between two of them is host time spent on something other than compute, attributed
+    exactly as a GPU stream's gap is (schema: ``rank``, ``name``, ``kernel_class``, ``start``, ``end``, ``dur``,
+    ``stream``, ``step``, ``launch_start``, ``launch_tid``)."""
+    schema = {"rank": pl.Int32, "name": pl.String, "kernel_class": pl.String, "start": pl.Int64, "end": pl.Int64,
+              "dur": pl.Int64, "stream": pl.Int64, "step": pl.Int32, "launch_start": pl.Int64,
+              "launch_tid": pl.Int64}
+    if events is None or events.is_empty():
+        return pl.DataFrame(schema=schema)
+    e = events.filter(~pl.col("rank").is_in(list(exclude))) if exclude else events
+    e = e.filter(pl.col("kind").cast(pl.String).is_in(["cpu_op", "annotation"]) & pl.col("start").is_not_null()
+                 & pl.col("end").is_not_null() & (pl.col("end") > pl.col("start")))
+    name = pl.col("name").cast(pl.String)
+    training = e.filter(name.str.starts_with("ProfilerStep#")).select("rank", "tid").unique()
+    if training.is_empty():
+        return pl.DataFrame(schema=schema)
+    e = e.join(training, on=["rank", "tid"], how="semi").with_columns(
+        pl.col("kind").cast(pl.String), name).sort("rank", "tid", "start", pl.col("end"), descending=[
+            False, False, False, True])
+    rows: list[tuple[Any, ...]] = []
+    cover_end, where = -1, None
+    for rank, tid, kind, nm, start, end, step in e.select("rank", "tid", "kind", "name", "start", "end",
+                                                          "step").iter_rows():
+        if (rank, tid) != where:
+            cover_end, where = -1, (rank, tid)
+        got = act.event_category(kind, nm or "")
+        if got is None or got[0] in _NOT_CLAIMING or start < cover_end:
+            continue   # context or a user range (ops inside stay top-level), or nested in an op or a claim
+        cover_end = end
+        if got[0] == "cpu_op":
+            rows.append((rank, nm, "compute", start, end, end - start, HOST_STREAM, step, start, tid))
+    return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+def _window_steps(steps: pl.DataFrame, window: Window) -> dict[int, set[int]] | None:
+    """Per rank, the profiler steps the window analyses (None: no profiler steps recorded)."""
+    if steps is None or steps.is_empty():
+        return None
+    ws = window_steps(steps, window)
+    if ws.is_empty():
+        return None
+    out: dict[int, set[int]] = {}
+    for r, s in ws.filter(pl.col("in_window")).select("rank", "step").iter_rows():
+        out.setdefault(int(r), set()).add(int(s))
+    return out
 
 
 class _Busy:
@@ -258,9 +358,10 @@ class _Busy:
 
 def _split_gap(t0: int, t1: int, launch: int, spans: _Index, compiled: _Index, opt: list[tuple[int, int, str]],
                bounds: Sequence[tuple[int, int, int]], scale: float = 1.0
-               ) -> dict[tuple[str, str | None, str | None], int]:
-    """One gap ``[t0, t1]`` split over the causes of the holder's time ``[t0, launch]`` (module docstring); ``scale``:
-    the share of the gap the device had nothing else to do (the rest waited on its other streams)."""
+               ) -> dict[tuple[str, str | None, str | None, int | None], int]:
+    """One gap ``[t0, t1]`` split over the causes of the holder's time ``[t0, launch]`` (module docstring), keyed
+    (cause, label, site, step of the host's piece); ``scale``: the share of the gap the device had nothing else to
+    do (the rest waited on its other streams)."""
     gap = int(round((t1 - t0) * scale))
     if gap <= 0:
         return {}
@@ -269,14 +370,14 @@ def _split_gap(t0: int, t1: int, launch: int, spans: _Index, compiled: _Index, o
     sync = [s for s in around if s.category == "sync" and s.start <= launch and s.end >= t0
             and not any(c.start <= s.start and c.end >= s.end for c in compiling)]   # a compile's own copies
     if launch <= t0:
-        return {("launch", None, None): gap}
+        return {("launch", None, None, None): gap}
     pieces = act.resolve(around, t0, launch, bounds)
     if sync:   # the sync drained the queue: the host's ordinary work until the launch is the sync's too
         s = max(sync, key=lambda s: min(s.end, launch) - max(s.start, t0))
         pieces = [act.Piece(p.start, p.end, "sync", s.label, s.site, p.step) if p.category in _ORDINARY else p
                   for p in pieces]
     total = sum(p.ns for p in pieces) or 1
-    out: dict[tuple[str, str | None, str | None], int] = {}
+    out: dict[tuple[str, str | None, str | None, int | None], int] = {}
     given = 0
     regions = compiled.over(t0, launch)
     for i, p in enumerate(pieces):
@@ -291,7 +392,7 @@ def _split_gap(t0: int, t1: int, launch: int, spans: _Index, compiled: _Index, o
                 label, site = next((r.label for r in regions if r.start <= p.start and r.end >= p.end), None), None
         ns = gap - given if i == len(pieces) - 1 else int(round(gap * p.ns / total))
         given += ns
-        key = (cause, label, site)
+        key = (cause, label, site, p.step)
         out[key] = out.get(key, 0) + ns
     return out
 
@@ -305,4 +406,4 @@ def idle_by_cause(attribution: pl.DataFrame, by: Sequence[str] = ("rank", "cause
                                               steps=pl.col("step").n_unique()).sort(list(by))
 
 
-__all__ = ["CAUSES", "IDLE_ATTRIBUTION", "idle_attribution", "idle_by_cause"]
+__all__ = ["CAUSES", "HOST_STREAM", "IDLE_ATTRIBUTION", "host_op_stream", "idle_attribution", "idle_by_cause"]

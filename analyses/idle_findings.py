@@ -8,9 +8,10 @@ leaves the GPU idle for at least :data:`~workbench.analyses.kinds.IDLE_CAUSE_PCT
 
 Each names its rank, steps and per-step cost, the op, and the line of the user's code: the trace's Python frame
 where it was recorded ``with_stack``, else the collector's scan of the training script (``run.json``
-``source_sites``: sync calls, optimizer constructions with their flags, the DataLoader). The launch gaps inside a
-compiled region stay ``launch_bound`` / ``host_bound`` (:mod:`workbench.analyses.breakdown`), costed from the
-``launch`` cause only, so no idle second is counted twice.
+``source_sites``: sync calls, optimizer constructions with their flags, the DataLoader). On a rank without a GPU
+the same findings come from its host op stream (``idle_causes.host_op_stream``: host time between compute ops).
+The launch gaps inside a compiled region stay ``launch_bound`` / ``host_bound``
+(:mod:`workbench.analyses.breakdown`), costed from the ``launch`` cause only, so no idle second is counted twice.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ import polars as pl
 
 from workbench.analyses.detectors import Inputs, register_detector
 from workbench.analyses.findings import Cost, Finding, format_ns, make_finding
+from workbench.analyses.idle_causes import HOST_STREAM
 from workbench.analyses.kinds import IDLE_CAUSE_PCT, IdleCauseEvidence, Kind
+from workbench.analyses.window import Window, window_steps
 from workbench.source_scan import SourceScan, SourceSite
 
 #: The kind each attributed cause is reported as (``optimizer`` only when it stepped per parameter).
@@ -30,6 +33,9 @@ KIND_OF_CAUSE: dict[str, Kind] = {"sync": Kind.HOST_SYNC, "optimizer": Kind.UNFU
                                   "data": Kind.DATA_LOADING}
 #: The optimizer label (``idle_causes``) of a step that ran per parameter.
 PER_PARAMETER = "(per-parameter)"
+#: How the cost was measured: on a GPU stream, on a rank's host op stream (``idle_causes.host_op_stream``).
+_METHOD = "GPU idle while the launching thread was in it, analysed window"
+_METHOD_HOST = "host time between compute ops while the training thread was in it, analysed window"
 #: Ops listed in a finding's evidence.
 TOP_LABELS = 5
 
@@ -111,8 +117,7 @@ def idle_cause_findings(attribution: pl.DataFrame, window_ns: Mapping[int, int],
             labels=tuple({"label": lab, "ns": int(ns)} for lab, ns in labels.head(TOP_LABELS).iter_rows()))
         kind = KIND_OF_CAUSE[str(cause)]
         out.append(make_finding(kind, _message(kind, ev), ev,
-                                Cost.measured(total, "GPU idle while the launching thread was in it, analysed "
-                                                     "window"),
+                                Cost.measured(total, _METHOD_HOST if ev.stream == HOST_STREAM else _METHOD),
                                 ranks=[int(rank)], steps=sorted(by_step), source="idle_causes"))
     return out
 
@@ -120,6 +125,8 @@ def idle_cause_findings(attribution: pl.DataFrame, window_ns: Mapping[int, int],
 def _message(kind: Kind, ev: IdleCauseEvidence) -> str:
     where = f" at {ev.site}" if ev.site else " (line not recorded: record a window with with_stack=True)"
     steps = len(ev.by_step)
+    if ev.stream == HOST_STREAM:   # a rank without a GPU: its host op stream's gaps (idle_causes.host_op_stream)
+        return _host_message(kind, ev, where, steps)
     head = (f"The GPU on rank {ev.rank} idled {format_ns(ev.idle_ns)} over {steps} step{'s' * (steps != 1)} "
             f"({format_ns(ev.per_step_ns)} per step, {ev.gaps} gaps) ")
     if kind == Kind.HOST_SYNC:
@@ -136,11 +143,32 @@ def _message(kind: Kind, ev: IdleCauseEvidence) -> str:
                    "nothing to run until the batch is built.")
 
 
-def window_by_rank(by_rank: pl.DataFrame | None) -> dict[int, int]:
-    """Per rank: the analysed device window (``breakdown_by_rank``'s ``window_ns``)."""
-    if by_rank is None or by_rank.is_empty() or "window_ns" not in by_rank.columns:
-        return {}
-    return {int(r): int(w) for r, w in by_rank.select("rank", "window_ns").iter_rows() if w}
+def _host_message(kind: Kind, ev: IdleCauseEvidence, where: str, steps: int) -> str:
+    head = (f"Rank {ev.rank}'s training thread spent {format_ns(ev.idle_ns)} over {steps} step{'s' * (steps != 1)} "
+            f"({format_ns(ev.per_step_ns)} per step, {ev.gaps} gaps) between its compute ops ")
+    if kind == Kind.HOST_SYNC:
+        return (head + f"reading tensors back to the host and working on them ({ev.label or 'a sync'}){where}: on a "
+                       "GPU each read is a host-device sync; keep the values as tensors and read them every N steps.")
+    if kind == Kind.UNFUSED_OPTIMIZER:
+        flags = f" ({ev.site_detail})" if ev.site_detail else ""
+        return head + f"in an optimizer stepping one parameter at a time ({ev.label}){where}{flags}."
+    flags = f" ({ev.site_detail})" if ev.site_detail else ""
+    return head + f"loading the next batch ({ev.label}){where}{flags}: compute waits until the batch is built."
+
+
+def window_by_rank(by_rank: pl.DataFrame | None, steps: pl.DataFrame | None = None,
+                   window: Window = "steady") -> dict[int, int]:
+    """Per rank: the analysed device window (``breakdown_by_rank``'s ``window_ns``); a rank without device activity
+    (its host op stream analysed instead): the wall time of its analysed profiler steps (``steps``)."""
+    out: dict[int, int] = {}
+    if by_rank is not None and not by_rank.is_empty() and "window_ns" in by_rank.columns:
+        out = {int(r): int(w) for r, w in by_rank.select("rank", "window_ns").iter_rows() if w}
+    if steps is not None and not steps.is_empty():
+        ws = window_steps(steps, window).filter(pl.col("in_window") & ~pl.col("rank").is_in(list(out)))
+        for r, ns in ws.group_by("rank").agg((pl.col("end") - pl.col("start")).sum()).iter_rows():
+            if ns:
+                out[int(r)] = int(ns)
+    return out
 
 
 def claimed_ns(attribution: pl.DataFrame | None, window_ns: Mapping[int, int]) -> dict[int, int]:
@@ -167,8 +195,8 @@ def _detect(x: Inputs) -> list[Finding[IdleCauseEvidence]]:
     """:func:`idle_cause_findings` of the analysed window; a rank's data loading that a straggler finding already
     names (it held the others back by it) is that finding's, not a second one."""
     late = _data_stragglers(x.found)
-    return [f for f in idle_cause_findings(x.tables["idle_attribution"], window_by_rank(x.tables["breakdown_by_rank"]),
-                                           x.meta)
+    return [f for f in idle_cause_findings(x.tables["idle_attribution"],
+                                           window_by_rank(x.tables["breakdown_by_rank"], x.steps), x.meta)
             if not (f.kind == Kind.DATA_LOADING and f.ranks[0] in late)]
 
 

@@ -12,7 +12,9 @@ copies) are both sets of intervals per rank (absolute ns):
 Each symptom's intervals are intersected with the causes' (most costly cause first; time one cause claimed is not
 claimed again). The overlap becomes a symptom under that cause (cost measured: the overlapping time); what no
 cause explains stays a finding of its own if it still passes its detector's threshold on the rest of the window.
-Per rank, the causes' costs then never add up to more than the analysed wall time (each is capped there).
+Per rank, the causes' costs then never add up to more than the analysed wall time (each is capped there); a
+symptom's cost is shown within its cause's (``findings.within_root``); every severity is the cost's share of the
+wall time of the steps it was measured over (:func:`measured_wall_ns`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import polars as pl
 from workbench.analyses import metrics
 from workbench.analyses.detectors import Inputs, register_detector
 from workbench.analyses.findings import (
-    Cost, Evidence, Finding, count_text, format_ns, kind_spec, make_finding, ranks_text, rescore, sort_findings,
+    Cost, Evidence, Finding, count_text, format_ns, kind_spec, make_finding, no_more_severe, ranks_text, rescore,
+    sort_findings, within_root,
 )
 from workbench.analyses.intervals import Spans, intersect, length, merge, subtract
 from workbench.analyses.kinds import (
@@ -34,6 +37,7 @@ from workbench.analyses.kinds import (
     CompilingEvidence, ConfigDivergenceEvidence, DivergentRecompileEvidence, ExposedCommEvidence, Kind,
     PipelineBubbleEvidence, SkippedFrameEvidence, StragglerEvidence, odd_ranks,
 )
+from workbench.analyses.window import Window, window_steps
 from workbench.communication import is_collective_range, is_comm_host_op, is_p2p_kernel, is_p2p_range
 
 #: Symptom time under a cause shorter than this is attributed (taken off the symptom) but not listed.
@@ -447,6 +451,7 @@ def attribute(findings: Sequence[Finding[Any]], *, device: DeviceTime, compiles:
                         f"{format_ns(rest)} is not.)"))
     out = []
     waited = _waits_under(causes, spans, device)
+    window_ns = window_wall_ns(steps)
     for f in roots:
         kids = [*f.symptoms, *children.get(f.id, [])]
         wait = _wait_child(f)
@@ -455,7 +460,10 @@ def attribute(findings: Sequence[Finding[Any]], *, device: DeviceTime, compiles:
         elif f.id in waited and not any(k.kind == Kind.COLLECTIVE_WAIT for k in kids):
             kids = [*kids, *waited[f.id]]
         f = _cap(f, wall_ns)
-        out.append(rescore(f.replace(symptoms=tuple(rescore(k, _wall(k, wall_ns)) for k in kids)), _wall(f, wall_ns)))
+        kids = [within_root(k, f) for k in kids]          # a symptom is shown within its cause's cost
+        f = rescore(f, measured_wall_ns(f, wall_ns, window_ns))
+        out.append(f.replace(symptoms=tuple(no_more_severe(rescore(k, measured_wall_ns(k, wall_ns, window_ns)), f)
+                                            for k in kids)))
     return sort_findings(out)
 
 
@@ -497,6 +505,33 @@ def _transfer_only(s: Finding[Any], transfer: Spans, window: Spans) -> Finding[A
 def _wall(f: Finding[Any], wall_ns: dict[int, int]) -> int | None:
     vals = [wall_ns[r] for r in f.ranks if r in wall_ns] or list(wall_ns.values())
     return max(vals) if vals else None
+
+
+def window_wall_ns(steps: pl.DataFrame | None, window: Window = "steady") -> dict[int, int]:
+    """Per rank: the wall time of its analysed profiler-window steps (each step's time, ``metrics.step_table``: its
+    duration and data wait; the profiler's own step range where the collector did not record it)."""
+    if steps is None or steps.is_empty():
+        return {}
+    ws = window_steps(steps, window).filter(pl.col("in_window"))
+    st = {(int(r), int(s)): int(ns) for r, s, ns in metrics.step_table(steps).select("rank", "step", "step_ns")
+          .iter_rows() if ns is not None and ns > 0}
+    out: dict[int, int] = {}
+    for r, s, a, b in ws.select("rank", "step", "start", "end").iter_rows():
+        ns = st.get((int(r), int(s))) or (int(b - a) if a is not None and b is not None else 0)
+        out[int(r)] = out.get(int(r), 0) + max(0, ns)
+    return {r: ns for r, ns in out.items() if ns > 0}
+
+
+def measured_wall_ns(f: Finding[Any], wall_ns: dict[int, int], window_ns: dict[int, int]) -> int | None:
+    """The wall time ``f``'s cost was measured over, what its severity is a share of (the one definition): for a
+    kind measured in the profiler window (``cost_scope == "window"``: idle, launch gaps, idle causes, exposed
+    communication...), the wall time of its ranks' analysed window steps; for one measured over the steps or the
+    run (stragglers, compiles), its ranks' analysed wall time (``wall_ns``)."""
+    if kind_spec(f.kind).cost_scope == "window" and window_ns:
+        vals = [window_ns[r] for r in f.ranks if r in window_ns] or ([] if f.ranks else list(window_ns.values()))
+        if vals:
+            return max(vals)
+    return _wall(f, wall_ns)
 
 
 def _cap(f: Finding[Any], wall_ns: dict[int, int]) -> Finding[Any]:

@@ -27,7 +27,7 @@ from workbench.analyses.critical_path import (
 )
 from workbench.analyses.detectors import Inputs, register_detector, run_detectors
 from workbench.analyses.findings import (
-    Cost, Finding, cost_within_root, costs_no_time, findings_frame, findings_to_dicts, make_finding,
+    Cost, Finding, symptom_cost_ns, costs_no_time, findings_frame, findings_to_dicts, make_finding,
 )
 from workbench.analyses.hangs import job_failure_first
 from workbench.analyses.kinds import Kind, ProfilerOverheadEvidence
@@ -289,7 +289,7 @@ def findings_table(findings: pl.DataFrame) -> pl.DataFrame:
     """Every finding (``FINDINGS`` rows) as a table tells it, the one view of the Overview's grid and the report's:
     the root causes that cost time numbered most costly first (``n`` "1", as the Overview's cards), each followed
     by its symptoms ("1.1", …) at their time within the root's cost
-    (:func:`~workbench.analyses.findings.cost_within_root`), then the findings that cost no time as notes
+    (:func:`~workbench.analyses.findings.symptom_cost_ns`), then the findings that cost no time as notes
     (unnumbered, ``role`` :data:`NOTE_ROLE`; :func:`~workbench.analyses.findings.costs_no_time`). Columns: ``n``,
     ``kind`` (its title), ``role`` ("root cause" / "symptom of <its cause>" / the note's), ``severity``,
     ``cost_ns`` (raw, null when unknown), ``cost_basis``, ``ranks``, ``steps`` (text) and ``message``."""
@@ -319,7 +319,7 @@ def findings_table(findings: pl.DataFrame) -> pl.DataFrame:
         n = number.get(rid)
         out.append({**root, "n": n or "", "role": "root cause" if n else NOTE_ROLE})
         for j, (s, _, _) in enumerate((r for r in rows if r[2] == rid), 1):
-            out.append({**s, "n": f"{n}.{j}" if n else "", "cost_ns": cost_within_root(s["cost_ns"], root["cost_ns"])})
+            out.append({**s, "n": f"{n}.{j}" if n else "", "cost_ns": symptom_cost_ns(s["cost_ns"], root["cost_ns"])})
     return pl.DataFrame(out, schema=table.schema) if out else table
 
 

@@ -11,7 +11,7 @@ from dash import Input, Output, dcc, html
 
 from workbench import figures
 from workbench.analyses import metrics
-from workbench.analyses.findings import cost_within_root, kind_spec, ranks_text
+from workbench.analyses.findings import symptom_cost_ns, kind_spec, ranks_text
 from workbench.analyses.summary import findings_costs, findings_table
 from workbench.app import compute, page_breakdown, page_drift, page_hangs, page_pipeline, page_recompiles
 from workbench.app.components import (
@@ -295,9 +295,9 @@ def _why_link(store: RunStore, rid: str, kind: str) -> Any:
 
 def symptom_cost(s_cost: Any, root_cost: Any) -> str:
     """A symptom's time as the part of its root cause's cost it lies in
-    (:func:`~workbench.analyses.findings.cost_within_root`: never more than that cost; a symptom measured over a
+    (:func:`~workbench.analyses.findings.symptom_cost_ns`: never more than that cost; a symptom measured over a
     slightly wider window says so)."""
-    shown = cost_within_root(s_cost, root_cost)
+    shown = symptom_cost_ns(s_cost, root_cost)
     if shown == s_cost or duration(s_cost) == duration(shown):
         return duration(shown)
     return f"{duration(shown)}: all of it (measured alone over its own window: {duration(s_cost)})"
@@ -327,7 +327,7 @@ def _root_item(store: RunStore, rid: str, i: int | None, row: dict[str, Any], sy
                          "not counted again)"),
             html.Ul([html.Li([html.Strong(kind_title(s["kind"])), " · ",
                               html.Span(symptom_cost(s["cost_ns"], row["cost_ns"]), className="symptom-cost",
-                                        **{"data-cost-ns": str(cost_within_root(s["cost_ns"], row["cost_ns"]))
+                                        **{"data-cost-ns": str(symptom_cost_ns(s["cost_ns"], row["cost_ns"]))
                                            if s["cost_ns"] is not None else ""}),
                               " · ", html.Span(s["message"])], className="symptom")
                      for s in symptoms.iter_rows(named=True)]),

@@ -118,12 +118,13 @@ def scan(path: str, line: int) -> SourceScan:
     except (OSError, SyntaxError, ValueError) as exc:
         return SourceScan(path, line, note=f"not parsed: {type(exc).__name__}")
     lines = text.splitlines()
-    finder = _Finder(path, lines)
-    finder.visit(tree)
-    sites = _loop_sites(tree, path, lines, line) + finder.sites
-    sites += _microbatch_counts(tree, path, lines, finder.schedule_names)
+    nodes = list(ast.walk(tree))   # walked once: the finder and the lookups below read this list
+    finder = _Finder(path, lines, nodes)
+    finder.find(nodes)
+    sites = _loop_sites(nodes, path, lines, line) + finder.sites
+    sites += _microbatch_counts(nodes, path, lines, finder.schedule_names)
     loop = next((s for s in sites if s.kind == "loop"), None)
-    start, end = (loop.line, _end_of_loop(tree, loop.line)) if loop is not None else _function_around(tree, line)
+    start, end = (loop.line, _end_of_loop(nodes, loop.line)) if loop is not None else _function_around(nodes, line)
     sites = [replace(s, in_loop=start <= s.line <= end) for s in sites]
     seen: set[tuple[str, int]] = set()
     unique = []
@@ -173,26 +174,30 @@ def _mentions_rank(test: ast.expr) -> bool:
                for n in ast.walk(test))
 
 
-class _Finder(ast.NodeVisitor):
+class _Finder:
     """Calls and assignments anywhere in the file (helper functions included)."""
 
-    def __init__(self, path: str, lines: list[str]) -> None:
+    def __init__(self, path: str, lines: list[str], nodes: list[ast.AST]) -> None:
         self.path, self.lines = path, lines
         self.sites: list[SourceSite] = []
         self.schedule_names: set[str] = set()     # names passed as a schedule's micro-batch count
-        self._rank_ifs = 0
+        # the lines of the branches of every ``if`` that tests the rank (a setting made there is rank-conditional)
+        self._rank_branches = [(n.body[0].lineno, getattr((n.orelse or n.body)[-1], "end_lineno", n.lineno))
+                               for n in nodes if isinstance(n, ast.If) and n.body and _mentions_rank(n.test)]
+
+    def find(self, nodes: list[ast.AST]) -> None:
+        """Every call and assignment of ``nodes`` (the file's nodes, walked once)."""
+        for node in nodes:
+            if isinstance(node, ast.Call):
+                self.visit_Call(node)
+            elif isinstance(node, ast.Assign):
+                self._assign(node, node.targets)
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                self._assign(node, [node.target])
 
     def add(self, node: ast.AST, kind: str, detail: str = "") -> None:
         line = getattr(node, "lineno", 0)
         self.sites.append(SourceSite(self.path, line, kind, _snippet(self.lines, line), detail))
-
-    def visit_If(self, node: ast.If) -> None:
-        rank = _mentions_rank(node.test)
-        self.visit(node.test)
-        self._rank_ifs += rank
-        for stmt in node.body + node.orelse:
-            self.visit(stmt)
-        self._rank_ifs -= rank
 
     def visit_Call(self, node: ast.Call) -> None:
         name = _dotted(node.func)
@@ -237,34 +242,23 @@ class _Finder(ast.NodeVisitor):
             self.add(node, "optimizer_step", ast.unparse(node.func.value)[:60])
         elif name in ("os.environ.setdefault", "os.environ.update", "os.putenv", "environ.setdefault"):
             key = node.args[0] if node.args else None
-            self.add(node, "config_set", self._config_detail(
+            self.add(node, "config_set", self._config_detail(node,
                 key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else "os.environ"))
-        self.generic_visit(node)
 
-    def _config_detail(self, key: str) -> str:
-        return key[:80] + (", rank-conditional" if self._rank_ifs else "")
-
-    def visit_Assign(self, node: ast.Assign) -> None:
-        self._assign(node, node.targets)
-        self.generic_visit(node)
-
-    def visit_AugAssign(self, node: ast.AugAssign) -> None:
-        self._assign(node, [node.target])
-        self.generic_visit(node)
-
-    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
-        self._assign(node, [node.target])
-        self.generic_visit(node)
+    def _config_detail(self, node: ast.AST, key: str) -> str:
+        line = getattr(node, "lineno", 0)
+        rank = any(a <= line <= b for a, b in self._rank_branches)
+        return key[:80] + (", rank-conditional" if rank else "")
 
     def _assign(self, node: ast.stmt, targets: list[ast.expr]) -> None:
         for t in targets:
             if isinstance(t, ast.Subscript) and _dotted(t.value) in ("os.environ", "environ"):
                 key = t.slice.value if isinstance(t.slice, ast.Constant) and isinstance(t.slice.value, str) else "?"
-                self.add(node, "config_set", self._config_detail(key))
+                self.add(node, "config_set", self._config_detail(node, key))
             elif isinstance(t, ast.Attribute):
                 dotted = _dotted(t)
                 if any(dotted.startswith(root + ".") for root in _CONFIG_ROOTS):
-                    self.add(node, "config_set", self._config_detail(dotted))
+                    self.add(node, "config_set", self._config_detail(node, dotted))
 
 
 def _to_host(call: ast.Call) -> bool:
@@ -292,12 +286,12 @@ def _is_device_copy(call: ast.Call) -> bool:
     return "dev" in low or "cuda" in low or low.endswith("torch.device")
 
 
-def _loop_sites(tree: ast.AST, path: str, lines: list[str], line: int) -> list[SourceSite]:
+def _loop_sites(nodes: list[ast.AST], path: str, lines: list[str], line: int) -> list[SourceSite]:
     """The step statement at ``line``, the innermost loop around it and the statement that fetches the batch: a
     ``next(...)`` before the step in the loop body, else the loop's own iteration unless it only counts
     (``range``, ``enumerate(range)``, ``itertools.count``)."""
     step = loop = None
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
             end = getattr(node, "end_lineno", node.lineno)
             if node.lineno <= line <= end and (loop is None or node.lineno > loop.lineno):
@@ -318,11 +312,11 @@ def _loop_sites(tree: ast.AST, path: str, lines: list[str], line: int) -> list[S
     return out
 
 
-def _function_around(tree: ast.AST, line: int) -> tuple[int, int]:
+def _function_around(nodes: list[ast.AST], line: int) -> tuple[int, int]:
     """The lines of the innermost function around ``line`` (it runs every step when the step is entered in it);
     an empty range at module level."""
     best = (0, -1)
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             end = getattr(node, "end_lineno", node.lineno) or node.lineno
             if node.lineno <= line <= end and node.lineno >= best[0]:
@@ -330,8 +324,8 @@ def _function_around(tree: ast.AST, line: int) -> tuple[int, int]:
     return best
 
 
-def _end_of_loop(tree: ast.AST, lineno: int) -> int:
-    for node in ast.walk(tree):
+def _end_of_loop(nodes: list[ast.AST], lineno: int) -> int:
+    for node in nodes:
         if isinstance(node, (ast.For, ast.AsyncFor, ast.While)) and node.lineno == lineno:
             return getattr(node, "end_lineno", lineno) or lineno
     return lineno
@@ -350,11 +344,11 @@ def _counts_only(it: ast.expr) -> bool:
     return False
 
 
-def _microbatch_counts(tree: ast.AST, path: str, lines: list[str], names: set[str]) -> list[SourceSite]:
+def _microbatch_counts(nodes: list[ast.AST], path: str, lines: list[str], names: set[str]) -> list[SourceSite]:
     """Assignments of a micro-batch count: a name passed to a pipeline schedule, or one named like one
     (``n_microbatches``, ``chunks``, ``grad_accum``, ...) that is given a number."""
     out = []
-    for node in ast.walk(tree):
+    for node in nodes:
         if not isinstance(node, (ast.Assign, ast.AnnAssign)):
             continue
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]

@@ -222,7 +222,7 @@ def test_the_findings_frame_keeps_an_unknown_cost_unknown() -> None:
     frame = F.findings_frame([unknown, none])
     assert frame["cost_ns"].to_list() == [None, 0]
     assert [d["cost_ns"] for d in F.findings_to_dicts([unknown, none])] == frame["cost_ns"].to_list()
-    assert F.cost_within_root(2_640_634_313, 2_627_177_414) == 2_627_177_414
-    assert F.cost_within_root(5, 10) == 5 and F.cost_within_root(None, 10) is None and F.cost_within_root(7, None) == 7
+    assert F.symptom_cost_ns(2_640_634_313, 2_627_177_414) == 2_627_177_414
+    assert F.symptom_cost_ns(5, 10) == 5 and F.symptom_cost_ns(None, 10) is None and F.symptom_cost_ns(7, None) == 7
     assert F.costs_no_time(0, "info") and F.costs_no_time(None, "info")
     assert not F.costs_no_time(0, "high") and not F.costs_no_time(1, "info")

@@ -21,7 +21,7 @@ import workbench
 from browser_util import goto_ready, grid_rows, navigate_ready, pick, stat
 from workbench import rundir
 from workbench.analyses import metrics
-from workbench.analyses.findings import cost_within_root, ranks_text
+from workbench.analyses.findings import symptom_cost_ns, ranks_text
 from workbench.app.main import create_app
 from workbench.analyses.summary import NOTE_ROLE
 from workbench.format import duration, kind_title, percent
@@ -141,7 +141,7 @@ def test_overview_numbers_are_analyzes(page, served, analyzed, runs_root, name):
         return "no time cost" if c == 0 else duration(c)
     flat = [(kind_title(f["kind"]), "root cause" if _costly(f) else NOTE_ROLE, shown(f["cost_ns"]))
             for f in a["findings"]]
-    flat += [(kind_title(s["kind"]), f"symptom of {kind_title(f['kind'])}", shown(cost_within_root(s["cost_ns"],
+    flat += [(kind_title(s["kind"]), f"symptom of {kind_title(f['kind'])}", shown(symptom_cost_ns(s["cost_ns"],
                                                                                                  f["cost_ns"])))
              for f in a["findings"] for s in f["symptoms"]]
     grid = [(r["kind"], r["role"], r["cost_ns"]) for r in grid_rows(page, "findings-grid")] if flat else []

@@ -26,13 +26,13 @@ def _open(path: Path, rank: int | None, skip_bad: bool, quiet: bool, job: str | 
 
 def _cost(c: dict[str, Any], root_ns: int | None = None) -> str:
     """A finding's cost as printed; a symptom's (``root_ns``: its root cause's cost) within its root's, as the app
-    shows it (:func:`workbench.analyses.findings.cost_within_root`), its own measurement said when larger."""
-    from workbench.analyses.findings import cost_within_root
+    shows it (:func:`workbench.analyses.findings.symptom_cost_ns`), its own measurement said when larger."""
+    from workbench.analyses.findings import symptom_cost_ns
     from workbench.format import duration
 
     if c.get("ns") is None:
         return f"unknown ({c['basis']}: {c['method']})"
-    shown = cost_within_root(c["ns"], root_ns)
+    shown = symptom_cost_ns(c["ns"], root_ns)
     alone = (f": all of its root cause's time (measured alone over its own window: {duration(c['ns'])})"
              if shown != c["ns"] and duration(shown) != duration(c["ns"]) else "")
     return f"{duration(shown)} {c['basis']}{alone} ({c['method']})"
