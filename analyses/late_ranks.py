@@ -29,8 +29,10 @@ from workbench.analyses.kinds import (
     StragglerEvidence,
 )
 
-#: Categories never made a straggler's reason (the collector's own work).
-NOT_A_STRAGGLER = ("profiler",)
+#: Categories never made a straggler's reason: the collector's own work, and time inside a collective's own call
+#: (a rank still in the group's previous collective after it completed — a host thread waking up late on a busy
+#: machine — is communication, not work of its own; a collective of another group is its own sync point).
+NOT_A_STRAGGLER = ("profiler", "collective")
 #: Activities listed in a finding's evidence (largest first).
 TOP_ACTIVITIES = 5
 #: A late rank is a finding only if it held the others back in some step by this many times the noise of the
@@ -74,6 +76,18 @@ def _compile_steps(found: Iterable[Finding[Any]], bounds: Mapping[int, list[tupl
                     if any(s < b and e > a for s, e in ev.spans):
                         out.add((int(r), int(step)))
     return out
+
+
+def noise_bar(cp: CriticalPath, groups: Iterable[str] | None = None) -> int | None:
+    """The run's noise bar: the noise of its noisiest collective slot (``cp.noise``; of ``groups`` only when
+    given), ns; None where none was measured. A rank is a straggler only where it held the others back by at
+    least :data:`CLEAR_NOISE` times it in some step; the bench (``bench/attribution.py``) calls a planted culprit
+    undetectable when its truth is below that in every step."""
+    n = cp.noise if groups is None or cp.noise.is_empty() else cp.noise.filter(pl.col("pg_name").is_in(list(groups)))
+    if n.is_empty():
+        return None
+    v = n["noise_ns"].max()
+    return int(v) if v is not None else None
 
 
 def _steps_text(steps: Sequence[int]) -> str:
@@ -131,8 +145,7 @@ def late_rank_findings(cp: CriticalPath, *, wall_ns: Mapping[int, int] | None = 
             pl.col("ns").sum()).sort("step").iter_rows()}
         floor = noise or 0
         steps = sorted(s for s, n in per_step.items() if n >= floor)
-        groups = judged_layers["pg_name"].unique().to_list()
-        widest = cp.noise.filter(pl.col("pg_name").is_in(groups))["noise_ns"].max() if not cp.noise.is_empty() else 0
+        widest = noise_bar(cp, judged_layers["pg_name"].unique().to_list())
         if not steps or max(per_step[s] for s in steps) < CLEAR_NOISE * max(floor, widest or 0):
             continue    # never clearly above the run's noise: its waits stay in the matrix, not a finding
         total = int(mine["ns"].sum())
@@ -245,7 +258,7 @@ def _message(rank: int, steps: list[int], lat: list[int], reason: str, label: st
             f"{'was' if len(wait_by) == 1 else 'were'} not slow themselves. Cost: {format_ns(cost)}.")
 
 
-__all__ = ["late_rank_findings", "with_traced"]
+__all__ = ["CLEAR_NOISE", "late_rank_findings", "noise_bar", "with_traced"]
 
 
 @register_detector(Kind.STRAGGLER, needs=("hangs", "steps", "collectives", "compiles", "ranks", "traced", "found",

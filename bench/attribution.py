@@ -52,8 +52,11 @@ def one(seed: int, fast: bool, work: Path, reuse: bool) -> dict[str, Any]:
         bad = {r: c for r, c in (truth.get("returncodes") or {}).items() if c != 0}
         if bad:
             raise RuntimeError(f"ranks exited {bad}")
-        roots = list(analysis_tables(workbench.open(out)).roots)
-        sc = score(case, truth, roots)
+        from workbench.analyses.late_ranks import noise_bar
+
+        tables = analysis_tables(workbench.open(out))
+        cp = tables.critical_path
+        sc = score(case, truth, list(tables.roots), noise_bar(cp) if cp is not None else None)
     except Exception as exc:   # a failed case is a row of the table, not the end of the bench
         sc = CaseScore(seed, case.control, case.world, case.describe(), None, [], [], [],
                        error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")
