@@ -452,6 +452,33 @@ def held_back(case: Case, arrivals: dict[int, dict[str, int]]) -> dict[int, dict
     return out
 
 
+def unplanted_holds(case: Case, arrivals: dict[int, dict[str, int]],
+                    measured: dict[int, dict[str, dict[int, int]]]) -> dict[int, dict[int, int]]:
+    """Per rank and step: how long its own clock says it held the others back at that step's collectives beyond its
+    planted work that delays them (the most over the step's collectives; only where positive). Where this reaches
+    the run's noise the rank really was late there without a plant (a busy machine, the collector's own work): the
+    analysis may name that step. ``measured``: rank -> ``inject:<phase>`` -> step -> ns (its own timers)."""
+    planted: dict[tuple[int, str], int] = {}
+    for r, sections in measured.items():
+        for name, per_step in sections.items():
+            for st, ns in per_step.items():
+                step, slot = _interval(case, name.split(":", 1)[1], int(st))
+                planted[(r, f"{step}:{slot}")] = planted.get((r, f"{step}:{slot}"), 0) + int(ns)
+    out: dict[int, dict[int, int]] = {}
+    keys = set.intersection(*(set(a) for a in arrivals.values())) if arrivals else set()
+    for key in keys:
+        at = {r: a[key] for r, a in arrivals.items()}
+        if len(at) < case.world:
+            continue
+        step = int(key.split(":")[0])
+        for r, t in at.items():
+            before = [v for q, v in at.items() if q != r and v <= t]
+            extra = (t - max(before) if before else 0) - planted.get((r, key), 0)
+            if extra > 0:
+                out.setdefault(r, {})[step] = max(out.get(r, {}).get(step, 0), extra)
+    return out
+
+
 def ground_truth(records: dict[int, RankRecord], fault: Fault) -> dict[str, Any]:
     """The case's truth from the ranks' own timers (module docstring), plus the healthy ranks' step-time excess
     (the zoo's default measure) for comparison."""
@@ -460,7 +487,9 @@ def ground_truth(records: dict[int, RankRecord], fault: Fault) -> dict[str, Any]
     case = Case.from_dict(json.loads(fault.notes)) if fault.notes else None
     measured = {r: {k: v for k, v in rec.timed.items() if k.startswith("inject:")} for r, rec in records.items()}
     by = layered_truth(case, measured) if case is not None else {}
-    held = held_back(case, {r: rec.notes.get("arrivals") or {} for r, rec in records.items()}) if case else {}
+    arrivals = {r: rec.notes.get("arrivals") or {} for r, rec in records.items()}
+    held = held_back(case, arrivals) if case else {}
+    unplanted = unplanted_holds(case, arrivals, measured) if case else {}
     per = {r: sum(v.values()) for r, v in by.items()}
     healthy = [r for r in records if r not in fault.ranks]
     step_excess = excess(records, healthy, list(fault.steps)) if fault.steps else {}
@@ -469,6 +498,8 @@ def ground_truth(records: dict[int, RankRecord], fault: Fault) -> dict[str, Any]
     out.update({"control": case.control if case else None, "case": case.to_dict() if case else None,
                 "truth_by_rank_step_ns": {str(r): {str(s): v for s, v in d.items()} for r, d in by.items()},
                 "held_by_rank_step_ns": {str(r): {str(s): v for s, v in d.items()} for r, d in held.items()},
+                "unplanted_hold_by_rank_step_ns": {str(r): {str(s): v for s, v in d.items()}
+                                                   for r, d in unplanted.items()},
                 "cost_by_rank_ns": {str(r): v for r, v in per.items()},
                 "healthy_step_excess_ns": {str(r): v for r, v in step_excess.items()}})
     return out
@@ -482,7 +513,7 @@ def truth_for(out: str | Path) -> dict[str, Any]:
 
 
 __all__ = ["Case", "KINDS", "PHASES", "Plant", "ground_truth", "layered_truth", "main", "plan", "run_case",
-           "truth_for", "culprit_kinds", "held_back", "score"]
+           "truth_for", "culprit_kinds", "held_back", "score", "unplanted_holds"]
 
 
 # ---------------------------------------------------------------------------------------------- scoring
@@ -595,6 +626,8 @@ def score(case: Case, truth: dict[str, Any], roots: list[Any], noise_ns: int | N
         if f.kind == Kind.STRAGGLER and n:
             noise = int(n) if noise is None else min(noise, int(n))
     hold = {int(r): {int(s): int(v) for s, v in d.items()} for r, d in (truth.get("held_by_rank_step_ns") or {}).items()}
+    unplanted = {int(r): {int(s): int(v) for s, v in d.items()}
+                 for r, d in (truth.get("unplanted_hold_by_rank_step_ns") or {}).items()}
     culprit_roots = [f for f in roots if f.kind in culprit_kinds() and f.severity != "info"]   # not a zero-cost note
     out = []
     for r in case.culprits:
@@ -603,8 +636,12 @@ def score(case: Case, truth: dict[str, Any], roots: list[Any], noise_ns: int | N
         size = {s: sum(math.inf if p.kind == "recompile" else p.size_ms     # a recompile's own time is the plant
                        for p in case.plants if p.rank == r and s in p.steps) * 1e6 for s in steps}
         held = hold.get(r, {})
-        must = sorted(s for s, v in steps.items() if v > 0 and min(v, size.get(s, 0), held.get(s, v)) >= thr)
-        may = sorted(set(case_steps(case, r)) - set(must))
+        must = sorted(s for s, v in steps.items()     # never the first step: its compiles, never judged
+                      if s > 0 and v > 0 and min(v, size.get(s, 0), held.get(s, v)) >= thr)
+        # late there without a plant (its own clock): the step of that collective, or the one before (work after
+        # the previous step's last collective delays it)
+        real = {x for s, v in unplanted.get(r, {}).items() if noise and v >= noise for x in (s, s - 1)}
+        may = sorted((set(case_steps(case, r)) | real) - set(must))
         cs = CulpritScore(r, sum(steps.values()), steps, must, may)
         mine = [f for f in culprit_roots if r in f.blamed_ranks and len(f.blamed_ranks) == 1]
         if mine:
