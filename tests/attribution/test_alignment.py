@@ -65,3 +65,17 @@ def test_undetectable_culprits_are_judged_by_the_runs_noise_bar():
     assert not one.detectable and one.may == [1, 2]
     # rank 2: in step 2 it held the others back only 3 ms (they were slow too): a step it may be named in
     assert two.must == [1, 3] and two.may == [2] and not two.found
+
+
+def test_the_ranks_own_clocks_say_how_long_a_culprit_held_the_others():
+    from workbench_zoo.generated import Case, Plant, held_back, unplanted_holds
+
+    case = Case(1, 3, 5, "ddp", (Plant(1, "optimizer", "sleep", 30.0, (2,)),))
+    # arrivals (ms) at each step's all-reduce: rank 1's optimizer sleep in step 2 delays step 3's collective; in
+    # step 4 rank 2 is 25 ms late with nothing planted
+    ms = {0: [0, 100, 200, 300, 400], 1: [1, 101, 201, 331, 401], 2: [2, 101, 202, 302, 425]}
+    arrivals = {r: {f"{s}:0": v * MS for s, v in enumerate(a)} for r, a in ms.items()}
+    measured = {1: {"inject:optimizer": {2: 30 * MS}}}
+    assert held_back(case, arrivals) == {1: {2: 29 * MS}}
+    extra = unplanted_holds(case, arrivals, measured)
+    assert extra[2][4] == 24 * MS and 3 not in extra.get(1, {})
