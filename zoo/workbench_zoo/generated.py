@@ -5,8 +5,9 @@ model, either under DDP (one gradient all-reduce a step) or with the gradients a
 (two collectives a step); 1-2 culprit ranks, each with a :class:`Plant` — a phase (``before_forward``,
 ``forward``, ``backward``, ``optimizer``, ``between_collectives``, ``data``), a kind (``sleep``, ``cpu``: torch
 compute, ``recompile``: the shared compiled model recompiling on that rank alone, always in the forward: see
-:func:`main`, ``gc``: garbage collections over a big heap, ``file_write``: written and synced to disk), a size (5-300 ms; 30-300 in the fast set) and steps (some or all of the steps after the
-first and before the last); or, one case in five, a clean control with nothing planted.
+:func:`main`, ``gc``: garbage collections over a big heap, ``file_write``: written and synced to disk), a size
+(5-300 ms; 30-300 in the fast set) and steps (some or all of the steps after the first and before the last); or,
+one case in five, a clean control with nothing planted.
 
 :func:`main` is the training loop every rank runs (the zoo's runner starts it, ``name = "generated"``, its spec in
 ``fault/plan.json``). Each rank times its own planted work per step and phase (``ctx.timed``).
@@ -22,6 +23,11 @@ the interval between two collectives it delays (the gradient all-reduce of a ste
 next step's first collective), and in each interval the rank with the most is charged its excess over the next,
 that one its excess over the next, down to zero; a culprit's truth in a step is the sum of its charges for the work
 it did in that step (``truth_by_rank_step_ns``), its cost the sum over steps (``cost_by_rank_ns``).
+
+Every rank also notes its own arrival at each collective (``perf_counter_ns``, one clock on the host):
+:func:`held_back` is how long a culprit actually held the others back at the collective its planted work delays,
+:func:`unplanted_holds` how long each rank held them beyond its planted work; :func:`score` judges a planted step by
+the run's own noise bar, its planted size and that hold (docs/critical-path.md, "Ground truth, honestly").
 
 :func:`run_case` records a case into a run directory (the zoo's forked launcher) and returns its ground truth.
 """
@@ -625,7 +631,8 @@ def score(case: Case, truth: dict[str, Any], roots: list[Any], noise_ns: int | N
         n = getattr(f.evidence, "noise_ns", None)
         if f.kind == Kind.STRAGGLER and n:
             noise = int(n) if noise is None else min(noise, int(n))
-    hold = {int(r): {int(s): int(v) for s, v in d.items()} for r, d in (truth.get("held_by_rank_step_ns") or {}).items()}
+    hold = {int(r): {int(s): int(v) for s, v in d.items()}
+            for r, d in (truth.get("held_by_rank_step_ns") or {}).items()}
     unplanted = {int(r): {int(s): int(v) for s, v in d.items()}
                  for r, d in (truth.get("unplanted_hold_by_rank_step_ns") or {}).items()}
     culprit_roots = [f for f in roots if f.kind in culprit_kinds() and f.severity != "info"]   # not a zero-cost note
