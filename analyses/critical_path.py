@@ -12,8 +12,8 @@ Layers (docs/critical-path.md):
   one before it ended, so a burst of calls is not counted as several waits), its wait (last arrival minus its
   own), its lateness over the on-time rank (the lower median arrival) and its own time since the previous exit.
 * :func:`noise_table` — the run's own noise per slot (process group and position in the step): ``NOISE_Z`` ×
-  √2 × the robust spread (1.4826 × MAD) of every rank's time between two collectives, each rank centred on its
-  own median, so a rank late every step is not noise, and nor is one late now and then.
+  the median over ranks of each rank's own step-to-step spread of its arrival relative to the on-time rank (the
+  width of its tightest half), so a rank late every step is not noise, and nor is one late now and then.
 * :func:`blame` — the layered counterfactual: walking down from the last arrival, the latest rank is charged
   its arrival minus the next one's, the next the same, down to the first rank whose lateness is within noise;
   every rank that arrived before a layer waited through it. Waits in noise stay unattributed.
@@ -175,6 +175,8 @@ def shorth_sigma(values: Iterable[float]) -> float:
     return float(np.min(v[h - 1:] - v[:n - h + 1]) / 1.349)
 
 
+#: A rank's arrivals in a slot are one series when it has at least this many (4: a shortest half of 3).
+SERIES_MIN = 4
 #: A slot with fewer samples than this takes its noise from every slot of its group together.
 MIN_NOISE_SAMPLES = 12
 #: With fewer samples than this even together, the noise is this share of the ranks' median time between two
@@ -185,16 +187,18 @@ FEW_SAMPLES_SHARE = 0.1
 
 def noise_table(inst: pl.DataFrame, skip_steps: Iterable[int] = ()) -> pl.DataFrame:
     """The lateness each slot (process group, op and its k-th call in the step) tolerates as noise: ``noise_ns`` =
-    max(:data:`MIN_NOISE_NS`, NOISE_Z × :func:`shorth_sigma` of the residuals of the ranks' relative arrivals).
+    max(:data:`MIN_NOISE_NS`, NOISE_Z × the median over the slot's ranks of each rank's own :func:`shorth_sigma`).
 
     A relative arrival is the arrival minus the instance's on-time (lower median) arrival, the on-time rank left out
     (with two ranks: the higher rank's arrival minus the lower's): it takes out what every rank shares (a slow
-    step). Its residual subtracts the rank's own lower quartile in that slot, so a rank late every step does not
-    widen it, and a rank late in half of them contributes only its late values; the shortest-half spread then
-    ignores those (as long as late values are fewer than half of a slot's: two culprits of four ranks late by sizes
-    that vary widely can exceed it). A slot with fewer than :data:`MIN_NOISE_SAMPLES` residuals uses those of its
-    whole group (fewer than :data:`MIN_SHORTH` even so: :data:`FEW_SAMPLES_SHARE` of the ranks' median time between
-    two collectives).
+    step). Each rank's relative arrivals in a slot (at least :data:`SERIES_MIN`) are one series; its spread is the
+    width of its tightest half (the shortest-half σ), so a rank late by the same amount every step, in most steps or
+    in half of them, does not widen it (its late or its quiet values are one tight half), and the slot's noise is
+    the median of its ranks' spreads. A slot with fewer than :data:`MIN_NOISE_SAMPLES` arrivals in its series takes
+    the median over every series of its group (fewer than :data:`MIN_SHORTH` even so: :data:`FEW_SAMPLES_SHARE` of
+    the ranks' median time between two collectives). (Pooling every rank's residuals from its lower quartile into
+    one shortest half failed where one rank of two was late in most steps by varying amounts: its late values were
+    half the pool and set the noise at the lateness itself.)
     ``skip_steps``: steps left out (warm-up). Columns: ``pg_name``, ``slot``, ``op``, ``noise_ns``, ``samples``,
     ``pooled``."""
     schema = {"pg_name": pl.String, "slot": pl.Int32, "op": pl.String, "noise_ns": pl.Int64, "samples": pl.Int32,
@@ -220,21 +224,28 @@ def noise_table(inst: pl.DataFrame, skip_steps: Iterable[int] = ()) -> pl.DataFr
 
 def _noise_pass(x: pl.DataFrame, pool: pl.DataFrame) -> dict[tuple[str, int, str], tuple[float, int, bool]]:
     """:func:`noise_table`'s numbers: per (group, slot, op), (noise, samples, pooled)."""
-    pool = pool.with_columns(_n=pl.len().over("pg_name", "slot", "op", "rank")).filter(pl.col("_n") >= 3)
-    pool = pool.with_columns(   # each rank centred on its lower quartile: late every step, or in half of them, or
-        _res=pl.col("_rel") - pl.col("_rel").quantile(0.25, "nearest").over("pg_name", "slot", "op", "rank"))
-    group = {pg: g["_res"].to_list() for (pg,), g in pool.group_by(["pg_name"])}
+    pool = pool.with_columns(_n=pl.len().over("pg_name", "slot", "op", "rank")).filter(pl.col("_n") >= SERIES_MIN)
+    spread: dict[tuple[str, int, str], list[float]] = {}     # per slot: each rank's own step-to-step spread
+    count: dict[tuple[str, int, str], int] = {}
+    for (pg, slot, op, _r), g in pool.group_by(["pg_name", "slot", "op", "rank"]):
+        spread.setdefault((pg, slot, op), []).append(shorth_sigma(g["_rel"].to_list()))
+        count[(pg, slot, op)] = count.get((pg, slot, op), 0) + g.height
+    group: dict[str, list[float]] = {}
+    group_n: dict[str, int] = {}
+    for (pg, _s, _o), v in spread.items():
+        group.setdefault(pg, []).extend(v)
+        group_n[pg] = group_n.get(pg, 0) + count[(pg, _s, _o)]
     out: dict[tuple[str, int, str], tuple[float, int, bool]] = {}
     for (pg, slot, op), g in x.group_by(["pg_name", "slot", "op"], maintain_order=True):
-        mine = pool.filter((pl.col("pg_name") == pg) & (pl.col("slot") == slot) & (pl.col("op") == op))
-        pooled = mine.height < MIN_NOISE_SAMPLES
-        values = group.get(pg, []) if pooled else mine["_res"].to_list()
-        if len(values) >= MIN_SHORTH:
-            noise = NOISE_Z * shorth_sigma(values)
+        k = (pg, slot, op)
+        pooled = count.get(k, 0) < MIN_NOISE_SAMPLES
+        values, n = (group.get(pg, []), group_n.get(pg, 0)) if pooled else (spread[k], count[k])
+        if n >= MIN_SHORTH and values:
+            noise = NOISE_Z * float(np.median(values))
         else:   # too few to tell the run's noise: a share of the ranks' own time between collectives
             own = g["own_ns"].drop_nulls()
             noise = FEW_SAMPLES_SHARE * float(own.median()) if own.len() else 0.0
-        out[(pg, slot, op)] = (max(float(MIN_NOISE_NS), noise), len(values), pooled)
+        out[k] = (max(float(MIN_NOISE_NS), noise), n, pooled)
     return out
 
 

@@ -7,10 +7,14 @@ where known, else the call site of the collective it arrived late at), and every
 cost is the most any one other rank waited for it (the wall time the job lost, summed over steps).
 
 A rank is named only when it held the others back in some step by at least :data:`CLEAR_NOISE` times the noise of
-the noisiest collective of its process groups; its steps are those where it did by more than the noise. Not made
+the noisiest collective of its process groups (:func:`noise_bar`), or by more than the noise in at least
+:data:`PERSISTENT_STEPS` steps and half of the judged steps (a persistent lateness); its steps are those where it
+did by more than the noise. Not made
 into a straggler: the run's first step (first compiles, set-up), lateness that is compiling where a compile finding
-already names that rank and step (that finding is the cause; the waits are its symptoms), and the profiler's own
-trace export between steps (the collector's cost, not the user's).
+already names that rank and step and costs at least half of it (that finding is the cause; the waits are its
+symptoms; one that could not measure the wait — a step outside the profiler's windows, a recompile in every step —
+leaves it to the straggler, whose reason is then the compile), the profiler's own trace export between steps (the
+collector's cost, not the user's) and time inside a collective's own call.
 """
 
 from __future__ import annotations
@@ -29,14 +33,20 @@ from workbench.analyses.kinds import (
     StragglerEvidence,
 )
 
-#: Categories never made a straggler's reason (the collector's own work).
-NOT_A_STRAGGLER = ("profiler",)
+#: Categories never made a straggler's reason: the collector's own work, and time inside a collective's own call
+#: (a rank still in the group's previous collective after it completed — a host thread waking up late on a busy
+#: machine — is communication, not work of its own; a collective of another group is its own sync point).
+NOT_A_STRAGGLER = ("profiler", "collective")
 #: Activities listed in a finding's evidence (largest first).
 TOP_ACTIVITIES = 5
 #: A late rank is a finding only if it held the others back in some step by this many times the noise of the
 #: noisiest collective of its groups (the run's own spread: a rank late by a little now and then, in a quiet
 #: collective of a noisy run, is the tail of that noise, not a straggler).
 CLEAR_NOISE = 2.0
+#: ... or when it held them back by more than the noise in at least this many steps and in at least half of the
+#: judged steps (a lateness that persists is no tail of the noise: a rank past one noise unit, three spreads, in
+#: half the steps by chance is next to impossible).
+PERSISTENT_STEPS = 4
 
 
 def _profiler_dominated(a: pl.DataFrame) -> pl.DataFrame:
@@ -57,23 +67,40 @@ def _profiler_dominated(a: pl.DataFrame) -> pl.DataFrame:
 
 
 def _compile_steps(found: Iterable[Finding[Any]], bounds: Mapping[int, list[tuple[int, int, int]]] | None = None
-                   ) -> set[tuple[int, int]]:
-    """(rank, step) of every compile a compile finding already blames (its waits are that finding's): divergent
-    recompiles, a start-up compile skew, compiles inside a profiler window (``compiling``; their steps from the
-    ranks' step ``bounds``)."""
-    out: set[tuple[int, int]] = set()
+                   ) -> dict[tuple[int, int], int]:
+    """(rank, step) of every compile a compile finding already blames (its waits are that finding's), with the most
+    such a finding costs there: divergent recompiles, a start-up compile skew, compiles inside a profiler window
+    (``compiling``; their steps from the ranks' step ``bounds``)."""
+    out: dict[tuple[int, int], int] = {}
+
+    def put(k: tuple[int, int], cost: int) -> None:
+        out[k] = max(out.get(k, 0), int(cost))
+
     for f in found:
         ev = f.evidence
         if isinstance(ev, DivergentRecompileEvidence) and ev.step is not None:
-            out |= {(int(r), int(ev.step)) for r in ev.compiling_ranks}
+            for r in ev.compiling_ranks:
+                put((int(r), int(ev.step)), f.cost_ns)
         elif isinstance(ev, CompileSkewEvidence) and ev.step is not None and f.cost_ns > 0:
-            out.add((int(ev.slowest_rank), int(ev.step)))
+            put((int(ev.slowest_rank), int(ev.step)), f.cost_ns)
         elif isinstance(ev, CompilingEvidence):
             for r in f.ranks:
                 for a, b, step in (bounds or {}).get(int(r), []):
                     if any(s < b and e > a for s, e in ev.spans):
-                        out.add((int(r), int(step)))
+                        put((int(r), int(step)), f.cost_ns)
     return out
+
+
+def noise_bar(cp: CriticalPath, groups: Iterable[str] | None = None) -> int | None:
+    """The run's noise bar: the noise of its noisiest collective slot (``cp.noise``; of ``groups`` only when
+    given), ns; None where none was measured. A rank is a straggler only where it held the others back by at
+    least :data:`CLEAR_NOISE` times it in some step; the bench (``bench/attribution.py``) calls a planted culprit
+    undetectable when its truth is below that in every step."""
+    n = cp.noise if groups is None or cp.noise.is_empty() else cp.noise.filter(pl.col("pg_name").is_in(list(groups)))
+    if n.is_empty():
+        return None
+    v = n["noise_ns"].max()
+    return int(v) if v is not None else None
 
 
 def _steps_text(steps: Sequence[int]) -> str:
@@ -112,12 +139,13 @@ def late_rank_findings(cp: CriticalPath, *, wall_ns: Mapping[int, int] | None = 
     a = _profiler_dominated(a)
     a = a.filter(~pl.col("category").is_in(list(NOT_A_STRAGGLER)) & ~pl.col("step").is_in(list(warm))
                  & ~pl.col("wait_step").is_in(list(warm)))
-    if compiled:   # a layer that is mostly an explained compile is that compile's, all of it
+    if compiled:   # a layer that is mostly a compile a compile finding costs (half of it at least) is that finding's
         lay = a.group_by("culprit", "pg_name", "seq").agg(
             _c=pl.col("ns").filter(pl.col("category") == "compile").sum(), _all=pl.col("ns").sum(),
             _steps=pl.col("step").filter(pl.col("category") == "compile").unique())
         drop = [(c, pg, q) for c, pg, q, cns, tot, sts in lay.iter_rows()
-                if cns * 2 >= tot and any((int(c), int(x)) in compiled for x in (sts or []) if x is not None)]
+                if cns * 2 >= tot and any(2 * compiled.get((int(c), int(x)), -1) >= cns
+                                          for x in (sts or []) if x is not None)]
         if drop:
             d = pl.DataFrame(drop, schema={"culprit": pl.Int32, "pg_name": pl.String, "seq": pl.Int64}, orient="row")
             a = a.join(d, on=["culprit", "pg_name", "seq"], how="anti")
@@ -131,9 +159,11 @@ def late_rank_findings(cp: CriticalPath, *, wall_ns: Mapping[int, int] | None = 
             pl.col("ns").sum()).sort("step").iter_rows()}
         floor = noise or 0
         steps = sorted(s for s, n in per_step.items() if n >= floor)
-        groups = judged_layers["pg_name"].unique().to_list()
-        widest = cp.noise.filter(pl.col("pg_name").is_in(groups))["noise_ns"].max() if not cp.noise.is_empty() else 0
-        if not steps or max(per_step[s] for s in steps) < CLEAR_NOISE * max(floor, widest or 0):
+        widest = noise_bar(cp, judged_layers["pg_name"].unique().to_list())
+        clear = bool(steps) and max(per_step[s] for s in steps) >= CLEAR_NOISE * max(floor, widest or 0)
+        judged_steps = _judged_steps(cp, judged_layers["pg_name"].unique().to_list(), warm)
+        persistent = len(steps) >= PERSISTENT_STEPS and 2 * len(steps) >= len(judged_steps)
+        if not (clear or persistent):
             continue    # never clearly above the run's noise: its waits stay in the matrix, not a finding
         total = int(mine["ns"].sum())
         by_act = mine.group_by("category", "label", "site").agg(pl.col("ns").sum()).sort(
@@ -143,8 +173,13 @@ def late_rank_findings(cp: CriticalPath, *, wall_ns: Mapping[int, int] | None = 
         top = by_act.filter(pl.col("category") == reason).row(0, named=True)
         layers = cp.layers.filter(pl.col("culprit") == c)
         site = top["site"] or _late_call_site(layers)
-        judged = mine.select("pg_name", "seq").unique()
-        waits = cp.waits.filter(pl.col("culprit") == c).join(judged, on=["pg_name", "seq"], how="semi")
+        # each victim's wait through a layer, by the share of that layer kept here (not the profiler's, a compile
+        # finding's, a collective's own): the others' waits and the cost then count the same time
+        kept = mine.group_by("pg_name", "seq").agg(_kept=pl.col("ns").sum()).join(
+            layers.group_by("pg_name", "seq").agg(_layer=pl.col("layer_ns").sum()), on=["pg_name", "seq"])
+        waits = cp.waits.filter(pl.col("culprit") == c).join(kept, on=["pg_name", "seq"]).with_columns(
+            ns=(pl.col("ns") * pl.min_horizontal(pl.lit(1.0), pl.col("_kept") / pl.col("_layer").clip(1))).round()
+            .cast(pl.Int64))
         wait_by = {int(v): int(n) for v, n in waits.group_by("victim").agg(pl.col("ns").sum()).sort("victim")
                    .iter_rows()}
         cost = min(total, max(wait_by.values())) if wait_by else total
@@ -169,6 +204,12 @@ def late_rank_findings(cp: CriticalPath, *, wall_ns: Mapping[int, int] | None = 
                                 "(the layers of the critical path it was charged, every step, Flight Recorder)"),
             ranks=[c], steps=steps, wall_ns=wall, source="critical_path", symptoms=symptoms))
     return sorted(out, key=lambda f: -f.cost_ns)
+
+
+def _judged_steps(cp: CriticalPath, groups: list[str], warm: set[int]) -> set[int]:
+    """The steps of these groups' collectives that are judged for lateness (not the warm-up)."""
+    i = cp.instances.filter(pl.col("pg_name").is_in(groups))["step"].drop_nulls().unique().to_list()
+    return {int(x) for x in i} - set(warm)
 
 
 def _wait_symptoms(culprit: int, waits: pl.DataFrame, wall_ns: Mapping[int, int] | None
@@ -245,7 +286,7 @@ def _message(rank: int, steps: list[int], lat: list[int], reason: str, label: st
             f"{'was' if len(wait_by) == 1 else 'were'} not slow themselves. Cost: {format_ns(cost)}.")
 
 
-__all__ = ["late_rank_findings", "with_traced"]
+__all__ = ["CLEAR_NOISE", "PERSISTENT_STEPS", "late_rank_findings", "noise_bar", "with_traced"]
 
 
 @register_detector(Kind.STRAGGLER, needs=("hangs", "steps", "collectives", "compiles", "ranks", "traced", "found",

@@ -4,7 +4,8 @@
   (``time_created_ns``), per process group and sequence id, stepped by the rank's ``steps.jsonl``; NCCL's timed
   entries also give the device start and completion;
 * a profiler window's collectives (``gloo:*`` spans, NCCL kernels): the execution start and completion of the same
-  rank's same call (its group, step and order), or, without any Flight Recorder entry, the sync points themselves;
+  rank's same call (its group's sequence aligned with the Flight Recorder's by call time and operation), or,
+  without any Flight Recorder entry, the sync points themselves;
 * without either for a step, each collector step's start (:func:`step_points`).
 
 Point-to-point calls are left out (their waits are a pipeline's bubble).
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numpy as np
 import polars as pl
 
 #: One row per rank and collective instance (``seq``: the group's sequence id; from Kineto alone: the order of the
@@ -101,9 +103,9 @@ def sync_points(entries: pl.DataFrame | None, collectives: pl.DataFrame | None,
                 steps: pl.DataFrame | None) -> pl.DataFrame:
     """One row per rank and collective instance (schema :data:`SYNC_POINTS`), point-to-point calls left out.
 
-    From the Flight Recorder entries when there are any (every step); a profiler window's collective of the same
-    rank, group and step, in the same order, gives the instance its execution start and completion (matched only
-    when the rank's counts agree in that step). Without entries, the profiler's collectives alone, and for the
+    From the Flight Recorder entries when there are any (every step); a profiler window's collective gives the
+    entry it is (:func:`align_calls`: the two sequences aligned in order by call time and operation) its execution
+    start and completion. Without entries, the profiler's collectives alone, and for the
     steps with no collective recorded the collector's step starts (:func:`step_points`)."""
     fr = _fr_points(entries, steps) if entries is not None and not entries.is_empty() else _empty(SYNC_POINTS)
     kt = _kineto_points(collectives) if collectives is not None and not collectives.is_empty() else \
@@ -115,13 +117,9 @@ def sync_points(entries: pl.DataFrame | None, collectives: pl.DataFrame | None,
         return kt.sort("pg_name", "key_step", "seq", "rank")
     if kt.is_empty():
         return fr.sort("pg_name", "key_step", "seq", "rank")
-    # the n-th call of a group in a step on a rank, in both sources; matched where both count the same calls
-    fr_o = fr.with_columns(_o=(pl.col("seq").rank("ordinal").over("rank", "pg_name", "step") - 1).cast(pl.Int64),
-                           _n=pl.len().over("rank", "pg_name", "step"))
-    kt_o = kt.select("rank", "pg_name", "step", _o="seq", _kstart="start", _kcomplete="complete",
-                     _n2=pl.len().over("rank", "pg_name", "step"))
-    j = fr_o.join(kt_o, on=["rank", "pg_name", "step", "_o"], how="left")
-    ok = pl.col("_n2").is_not_null() & (pl.col("_n") == pl.col("_n2"))
+    pairs = align_calls(fr, kt)
+    j = fr.join(pairs, on=["rank", "pg_name", "seq"], how="left")
+    ok = pl.col("_kstart").is_not_null()
     return j.with_columns(
         start=pl.when(ok).then(pl.coalesce("start", "_kstart")).otherwise("start"),
         complete=pl.when(ok).then(pl.coalesce("complete", "_kcomplete")).otherwise("complete"),
@@ -129,5 +127,65 @@ def sync_points(entries: pl.DataFrame | None, collectives: pl.DataFrame | None,
     ).select(list(SYNC_POINTS)).sort("pg_name", "key_step", "seq", "rank")
 
 
+#: Aligning a profiler window's collectives with the Flight Recorder's: leaving a window's collective unmatched
+#: costs this much (ns); a pair whose calls are further apart than this, or whose operations differ, is never made.
+UNMATCHED_NS = 50_000_000
 
-__all__ = ["STEP_STARTS", "SYNC_POINTS", "step_points", "sync_points"]
+
+def _op_key(op: str | None) -> str:
+    """An operation name both sources agree on: ``all_reduce``, ``allreduce``, ``gloo:all_reduce`` → ``allreduce``."""
+    o = (op or "").lower().rpartition(":")[2]
+    return "".join(ch for ch in o if ch.isalnum())
+
+
+def align_calls(fr: pl.DataFrame, kt: pl.DataFrame) -> pl.DataFrame:
+    """Which Flight Recorder entry each profiler collective is, per rank and process group: the two sequences are
+    aligned in order over the whole run (not step by step: under load a gloo span can be stepped into the
+    neighbouring step), each profiler collective matched to at most one entry of the same operation, keeping both
+    orders, minimising the summed distance between the profiler's start and the entry's call, with
+    :data:`UNMATCHED_NS` for a profiler collective left unmatched. Columns: ``rank``,
+    ``pg_name``, ``seq`` (the entry's), ``_kstart``, ``_kcomplete``."""
+    schema = {"rank": pl.Int32, "pg_name": pl.String, "seq": pl.Int64, "_kstart": pl.Int64, "_kcomplete": pl.Int64}
+    rows: list[tuple[int, str, int, int | None, int | None]] = []
+    fr_by = {k: g for k, g in fr.sort("seq").group_by(["rank", "pg_name"], maintain_order=True)}
+    for (rank, pg), g in kt.sort("arrival").group_by(["rank", "pg_name"], maintain_order=True):
+        f = fr_by.get((rank, pg))
+        if f is None or f.is_empty():
+            continue
+        lo, hi = int(g["arrival"].min()) - UNMATCHED_NS, int(g["arrival"].max()) + UNMATCHED_NS
+        f = f.filter((pl.col("arrival") >= lo) & (pl.col("arrival") <= hi))
+        if f.is_empty():
+            continue
+        k_at = g["arrival"].to_numpy().astype(np.int64)
+        f_at = f["arrival"].to_numpy().astype(np.int64)
+        same = np.array([[_op_key(a) == _op_key(b) for b in f["op"].to_list()] for a in g["op"].to_list()])
+        cost = np.where(same, np.abs(k_at[:, None] - f_at[None, :]), UNMATCHED_NS + 1)
+        for i, jx in _monotone_match(cost, UNMATCHED_NS):
+            rows.append((int(rank), str(pg), int(f["seq"][jx]), g["start"][i], g["complete"][i]))
+    return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
+
+
+def _monotone_match(cost: np.ndarray, skip: int) -> list[tuple[int, int]]:
+    """The order-keeping one-to-one matching of rows (all to be matched, or left out at ``skip`` each) to columns
+    (any may be left out) of least summed ``cost``; pairs costing more than ``skip`` are never made."""
+    n, m = cost.shape
+    big = np.iinfo(np.int64).max // 4
+    c = np.where(cost > skip, big, cost).astype(np.int64)
+    f = np.zeros((n + 1, m + 1), dtype=np.int64)     # f[i, j]: the first i rows against the first j columns
+    for i in range(1, n + 1):
+        take = np.concatenate(([big], np.minimum(f[i - 1, :-1] + c[i - 1], big)))
+        f[i] = np.minimum.accumulate(np.minimum(f[i - 1] + skip, take))
+    out = []
+    i, j = n, m
+    while i > 0 and j >= 0:
+        if j > 0 and f[i, j] == f[i, j - 1]:
+            j -= 1
+        elif f[i, j] == f[i - 1, j] + skip:
+            i -= 1
+        else:
+            out.append((i - 1, j - 1))
+            i, j = i - 1, j - 1
+    return out[::-1]
+
+
+__all__ = ["STEP_STARTS", "SYNC_POINTS", "align_calls", "step_points", "sync_points"]

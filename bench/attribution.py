@@ -8,12 +8,14 @@ ranks' own measurements (docs/critical-path.md, "Proof").
 
 Per case (:mod:`workbench_zoo.generated`): :func:`plan` (seed → world size, culprits, phase, kind, size, steps, or a
 clean control), :func:`run_case` (the zoo's forked launcher), ``workbench.open`` + ``analysis_tables`` (what
-``workbench analyze`` runs), :func:`score`. Printed: culprit right (every culprit whose truth is above twice the
-run's noise in some step named, with its steps: those where its truth is at least twice the noise, and maybe the
-other planted ones, never an unplanted one),
-cost error median and p90 (|cost - truth| / truth per named culprit, truth: the layered counterfactual of the
-culprits' own timed work), false medium/high roots on the controls, false culprits (a rank with nothing planted
-named), culprits undetectable on this machine (truth below twice the noise in every step), and the wall time.
+``workbench analyze`` runs), :func:`score` against the run's noise bar (``late_ranks.noise_bar``: measured by the
+engine from the run itself). Printed: culprit right (every detectable culprit named, with its steps: all its *must*
+steps — planted steps, not the first, where its truth, its planted size and how long it actually held the others
+back (the ranks' own arrival clocks) are all at least twice the bar — and maybe its other planted ones, never an
+unplanted one clearly), cost error median and p90 (|cost - truth| / truth per named culprit, truth: the layered
+counterfactual of the culprits' own timed work), false medium/high roots on the controls, false culprits (a rank
+with nothing planted named), culprits undetectable on this run (no must step: counted apart, not in the
+percentage), and the wall time (docs/critical-path.md, "Ground truth, honestly").
 """
 
 from __future__ import annotations
@@ -52,8 +54,11 @@ def one(seed: int, fast: bool, work: Path, reuse: bool) -> dict[str, Any]:
         bad = {r: c for r, c in (truth.get("returncodes") or {}).items() if c != 0}
         if bad:
             raise RuntimeError(f"ranks exited {bad}")
-        roots = list(analysis_tables(workbench.open(out)).roots)
-        sc = score(case, truth, roots)
+        from workbench.analyses.late_ranks import noise_bar
+
+        tables = analysis_tables(workbench.open(out))
+        cp = tables.critical_path
+        sc = score(case, truth, list(tables.roots), noise_bar(cp) if cp is not None else None)
     except Exception as exc:   # a failed case is a row of the table, not the end of the bench
         sc = CaseScore(seed, case.control, case.world, case.describe(), None, [], [], [],
                        error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")
@@ -140,8 +145,16 @@ def _line(r: dict[str, Any]) -> str:
     parts = []
     for c in r["culprits"]:
         err = f"{100 * c['cost_error']:.0f}%" if c["cost_error"] is not None else "-"
-        state = "right" if c["right"] else ("undetectable" if not c["detectable"] else
-                                            ("steps WRONG" if c["found"] else "MISSED"))
+        if not c["detectable"]:
+            state = "undetectable" + (" (named anyway)" if c["found"] else "")
+        elif c["right"]:
+            state = "right"
+        elif not c["found"]:
+            state = "MISSED"
+        else:
+            missing = sorted(set(c["must"]) - set(c["found_steps"]))
+            extra = sorted(set(c["clear_steps"]) - set(c["must"]) - set(c["may"]))
+            state = f"steps WRONG (missing {missing}, unplanted {extra})"
         parts.append(f"r{c['rank']} {state} (found {c['found_steps']} must {c['must']}; cost err {err}; "
                      f"{c['reason'] or ','.join(c['kinds']) or '-'})")
     if r["control"]:
@@ -166,7 +179,8 @@ def _summary_text(s: dict[str, Any]) -> str:
             f"cost error: median {f(err_m, ' %')}, p90 {f(err_p, ' %')}\n"
             f"false medium/high roots on controls: {s['false_loud_roots_on_controls']}; other ranks named: "
             f"{s['false_culprits_loud']} medium/high, {s['false_culprits_low']} low\n"
-            f"undetectable culprits (truth below {2}× the run's noise in every step): {s['undetectable_culprits']}; "
+            f"undetectable culprits (no planted step, after the first, where truth, planted size and actual hold all "
+            f"reach 2× the run's noise bar): {s['undetectable_culprits']}; "
             f"median noise {f(s['median_noise_ms'], ' ms')}\n"
             f"{s['seconds']:.0f} s (load {s['load_before']} → {s['load_after']}); runs in {s['work']}")
 

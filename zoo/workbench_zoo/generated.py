@@ -4,18 +4,30 @@
 model, either under DDP (one gradient all-reduce a step) or with the gradients all-reduced by hand in two pieces
 (two collectives a step); 1-2 culprit ranks, each with a :class:`Plant` — a phase (``before_forward``,
 ``forward``, ``backward``, ``optimizer``, ``between_collectives``, ``data``), a kind (``sleep``, ``cpu``: torch
-compute, ``recompile``: a one-rank compile, ``gc``: garbage collections over a big heap, ``file_write``: written
-and synced to disk), a size (5-300 ms; 30-300 in the fast set) and steps (some or all of the steps after the
-first and before the last); or, one case in five, a clean control with nothing planted.
+compute, ``recompile``: the shared compiled model recompiling on that rank alone, always in the forward: see
+:func:`main`, ``gc``: garbage collections over a big heap, ``file_write``: written and synced to disk), a size
+(5-300 ms; 30-300 in the fast set) and steps (some or all of the steps after the first and before the last); or,
+one case in five, a clean control with nothing planted.
 
 :func:`main` is the training loop every rank runs (the zoo's runner starts it, ``name = "generated"``, its spec in
 ``fault/plan.json``). Each rank times its own planted work per step and phase (``ctx.timed``).
+A recompile plant feeds the shared compiled model a batch of another size (``16 - step`` rows) on its rank in its
+steps: the model, compiled with ``dynamic=False`` and the same compile config on every rank (a backend whose
+forward compiler waits ``size`` the first time it runs in a planted step, as a slower host or a cold cache would;
+the backward compiled with the forward; a recompile limit of 64), recompiles there and only there. Its truth is
+that rank's model call in the planted step less the median of its model calls in the unplanted steps after the
+first.
 
 :func:`ground_truth` is the layered counterfactual over those measured times: the ranks' planted work is grouped by
 the interval between two collectives it delays (the gradient all-reduce of a step; the optimizer's work delays the
 next step's first collective), and in each interval the rank with the most is charged its excess over the next,
 that one its excess over the next, down to zero; a culprit's truth in a step is the sum of its charges for the work
 it did in that step (``truth_by_rank_step_ns``), its cost the sum over steps (``cost_by_rank_ns``).
+
+Every rank also notes its own arrival at each collective (``perf_counter_ns``, one clock on the host):
+:func:`held_back` is how long a culprit actually held the others back at the collective its planted work delays,
+:func:`unplanted_holds` how long each rank held them beyond its planted work; :func:`score` judges a planted step by
+the run's own noise bar, its planted size and that hold (docs/critical-path.md, "Ground truth, honestly").
 
 :func:`run_case` records a case into a run directory (the zoo's forked launcher) and returns its ground truth.
 """
@@ -25,6 +37,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,6 +123,8 @@ def plan(seed: int, *, fast: bool = False) -> Case:
     for r in sorted(culprits):
         phase = rnd.choice(PHASES)
         kind = rnd.choice(KINDS)
+        if kind == "recompile":     # the shared model recompiles where it is called: in its forward
+            phase = "forward"
         size = round(math.exp(rnd.uniform(math.log(lo), math.log(hi))), 1)
         if rnd.random() < 0.5:
             steps = tuple(plantable)
@@ -167,10 +182,23 @@ def main(ctx: FaultContext) -> None:
             return self.b(probe(self.a(x)))
 
     net = Net()
+    recompiling = any(p.kind == "recompile" for p in case.plants)
+    backend = _delaying_backend(work) if recompiling else "aot_eager"
+    if recompiling:      # the same compile config on every rank: only the planted rank's input shape differs
+        torch._dynamo.config.recompile_limit = 64
+        torch._functorch.config.force_non_lazy_backward_lowering = True
+    dyn = False if recompiling else None
+    arrivals: dict[str, list[int]] = {}         # "step:slot" -> this rank's perf_counter_ns at the call (ground truth)
+
+    def arrive(slot: int) -> None:
+        arrivals.setdefault(f"{work.step}:{slot}", []).append(time.perf_counter_ns())
+
     if case.mode == "ddp":
-        model = torch.compile(torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=25), backend="aot_eager")
+        ddp = torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=25)
+        ddp.register_comm_hook(None, _arrival_hook(lambda: arrive(0)))
+        model = torch.compile(ddp, backend=backend, dynamic=dyn)
     else:
-        model = torch.compile(net, backend="aot_eager")
+        model = torch.compile(net, backend=backend, dynamic=dyn)
     opt = torch.optim.SGD(net.parameters(), lr=1e-3)
     gen = torch.Generator().manual_seed(ctx.rank)
 
@@ -180,23 +208,70 @@ def main(ctx: FaultContext) -> None:
             yield batch(16, gen=gen)
 
     batches = data()
+    calls: dict[int, int] = {}
     with ctx.collector() as collector:
         for step in ctx.steps(case.num_steps):
             work.step = step
             x, y = next(batches)                          # the data phase: before the step, as a loader's wait
             with collector.step():
                 work.do("before_forward")
-                torch.nn.functional.mse_loss(model(x), y).backward()
+                if work.recompiles():                     # another batch size: the shared model recompiles here
+                    rows = max(1, 16 - step)
+                    x, y = x[:rows], y[:rows]
+                t0 = time.perf_counter_ns()
+                out = model(x)
+                calls[step] = time.perf_counter_ns() - t0
+                torch.nn.functional.mse_loss(out, y).backward()
                 if case.mode == "explicit":
                     grads = [p.grad for p in net.parameters()]
                     half = len(grads) // 2
+                    arrive(0)
                     _all_reduce(grads[:half], dist)
                     work.do("between_collectives")
+                    arrive(1)
                     _all_reduce(grads[half:], dist)
                 work.do("optimizer")
                 opt.step()
                 opt.zero_grad(set_to_none=True)
+    if recompiling:
+        work.record_recompiles(calls)
+    ctx.note("arrivals", {k: v[0] for k, v in arrivals.items()})
+    ctx.save(finished=True)
     work.close()
+
+
+def _arrival_hook(arrive: Any) -> Any:
+    """A DDP communication hook that notes the rank's arrival (its own clock) and then all-reduces as DDP does."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    import torch
+    import torch.distributed as dist
+
+    def hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP checks the real annotations, set below
+        arrive()
+        return allreduce_hook(state, bucket)
+
+    hook.__annotations__ = {"bucket": dist.GradBucket, "return": torch.futures.Future[torch.Tensor]}
+    return hook
+
+
+def _delaying_backend(work: _Work) -> Any:
+    """``aot_eager`` whose forward compiler first waits ``work.delay_s`` (then disarms it): the same backend on every
+    rank; only a rank with a recompile plant due arms it."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_compiler
+
+    def forward_compiler(gm: Any, _inputs: Any) -> Any:
+        if work.delay_s > 0:
+            time.sleep(work.delay_s)
+            work.delay_s = 0.0
+        return gm
+
+    def backward_compiler(gm: Any, _inputs: Any) -> Any:
+        return gm
+
+    return aot_autograd(fw_compiler=make_boxed_compiler(forward_compiler),
+                        bw_compiler=make_boxed_compiler(backward_compiler))
 
 
 def _all_reduce(grads: list[Any], dist: Any) -> None:
@@ -251,12 +326,12 @@ class _Work:
     plants: list[Plant]
     step: int = -1
     heap: list[Any] = field(default_factory=list)
-    compiled: Any = None
+    delay_s: float = 0.0            # the backend's forward-compile delay, armed by a recompile plant
     file: Any = None
 
     def do(self, phase: str) -> None:
         for p in self.plants:
-            if p.phase == phase and self.step in p.steps:
+            if p.phase == phase and p.kind != "recompile" and self.step in p.steps:
                 with self.ctx.timed(f"inject:{phase}"):
                     getattr(self, f"_{p.kind}")(p.size_ms / 1e3)
 
@@ -302,31 +377,25 @@ class _Work:
             self.file.seek(0)
 
     def _recompile(self, s: float) -> None:
-        """A compile on this rank alone: a fresh input shape for a small compiled function whose compiler takes
-        ``s`` longer (as a slower host or a cold cache would), then its run."""
-        import time
+        """Nothing here: a recompile plant is the model's own recompile (:meth:`recompiles`, :func:`main`)."""
 
-        import torch
+    def recompiles(self) -> bool:
+        """Whether this rank's model recompiles in this step (a recompile plant is due): arms the backend's delay."""
+        due = [p for p in self.plants if p.kind == "recompile" and self.step in p.steps]
+        self.delay_s = sum(p.size_ms for p in due) / 1e3
+        return bool(due)
 
-        if self.compiled is None:
-            from torch._dynamo.backends.common import aot_autograd
-            from torch._functorch.aot_autograd import make_boxed_compiler
-
-            torch._dynamo.config.recompile_limit = 64
-            delay = {"s": 0.0}
-
-            def compile_graph(gm: Any, _inputs: Any) -> Any:
-                time.sleep(delay["s"])
-                return gm
-
-            def fn(t: Any) -> Any:
-                return torch.tanh(t).sum(1)
-
-            self.compiled = (torch.compile(fn, backend=aot_autograd(fw_compiler=make_boxed_compiler(compile_graph)),
-                                           dynamic=False), delay)
-        fn, delay = self.compiled
-        delay["s"] = s
-        fn(torch.randn(4, 5 + self.step))
+    def record_recompiles(self, calls: dict[int, int]) -> None:
+        """The recompile plants' truth (:func:`main`): each planted step's model call less the median of this
+        rank's unplanted calls after the first step."""
+        planted = {s for p in self.plants if p.kind == "recompile" for s in p.steps}
+        if not planted:
+            return
+        steady = sorted(ns for s, ns in calls.items() if s > 0 and s not in planted)
+        base = steady[len(steady) // 2] if steady else 0
+        per = self.ctx.record.timed.setdefault("inject:forward", {})
+        for s in sorted(planted & set(calls)):
+            per[s] = per.get(s, 0) + max(0, calls[s] - base)
 
     def close(self) -> None:
         if self.file is not None:
@@ -369,6 +438,53 @@ def layered_truth(case: Case, measured: dict[int, dict[str, dict[int, int]]]) ->
     return out
 
 
+def held_back(case: Case, arrivals: dict[int, dict[str, int]]) -> dict[int, dict[int, int]]:
+    """Per culprit and step of its planted work: how long it actually held the others back at the collective that
+    work delays, from every rank's own arrival there (``perf_counter_ns``, one clock on one host): its arrival less
+    the arrival just before it (0 when it was not last of those), the layered counterfactual of the arrivals
+    themselves. Where the other ranks were slow too in that step (a profiler window, a crowded CPU), this is less
+    than the planted work. ``arrivals``: rank -> ``"step:slot"`` -> ns; steps without every rank's arrival left
+    out."""
+    out: dict[int, dict[int, int]] = {}
+    for p in case.plants:
+        for st in p.steps:
+            step, slot = _interval(case, p.phase, st)
+            key = f"{step}:{slot}"
+            at = {r: a.get(key) for r, a in arrivals.items()}
+            if len(at) < case.world or any(v is None for v in at.values()):
+                continue
+            before = [v for r, v in at.items() if r != p.rank and v <= at[p.rank]]
+            out.setdefault(p.rank, {})[st] = at[p.rank] - max(before) if before else 0
+    return out
+
+
+def unplanted_holds(case: Case, arrivals: dict[int, dict[str, int]],
+                    measured: dict[int, dict[str, dict[int, int]]]) -> dict[int, dict[int, int]]:
+    """Per rank and step: how long its own clock says it held the others back at that step's collectives beyond its
+    planted work that delays them (the most over the step's collectives; only where positive). Where this reaches
+    the run's noise the rank really was late there without a plant (a busy machine, the collector's own work): the
+    analysis may name that step. ``measured``: rank -> ``inject:<phase>`` -> step -> ns (its own timers)."""
+    planted: dict[tuple[int, str], int] = {}
+    for r, sections in measured.items():
+        for name, per_step in sections.items():
+            for st, ns in per_step.items():
+                step, slot = _interval(case, name.split(":", 1)[1], int(st))
+                planted[(r, f"{step}:{slot}")] = planted.get((r, f"{step}:{slot}"), 0) + int(ns)
+    out: dict[int, dict[int, int]] = {}
+    keys = set.intersection(*(set(a) for a in arrivals.values())) if arrivals else set()
+    for key in keys:
+        at = {r: a[key] for r, a in arrivals.items()}
+        if len(at) < case.world:
+            continue
+        step = int(key.split(":")[0])
+        for r, t in at.items():
+            before = [v for q, v in at.items() if q != r and v <= t]
+            extra = (t - max(before) if before else 0) - planted.get((r, key), 0)
+            if extra > 0:
+                out.setdefault(r, {})[step] = max(out.get(r, {}).get(step, 0), extra)
+    return out
+
+
 def ground_truth(records: dict[int, RankRecord], fault: Fault) -> dict[str, Any]:
     """The case's truth from the ranks' own timers (module docstring), plus the healthy ranks' step-time excess
     (the zoo's default measure) for comparison."""
@@ -377,6 +493,9 @@ def ground_truth(records: dict[int, RankRecord], fault: Fault) -> dict[str, Any]
     case = Case.from_dict(json.loads(fault.notes)) if fault.notes else None
     measured = {r: {k: v for k, v in rec.timed.items() if k.startswith("inject:")} for r, rec in records.items()}
     by = layered_truth(case, measured) if case is not None else {}
+    arrivals = {r: rec.notes.get("arrivals") or {} for r, rec in records.items()}
+    held = held_back(case, arrivals) if case else {}
+    unplanted = unplanted_holds(case, arrivals, measured) if case else {}
     per = {r: sum(v.values()) for r, v in by.items()}
     healthy = [r for r in records if r not in fault.ranks]
     step_excess = excess(records, healthy, list(fault.steps)) if fault.steps else {}
@@ -384,6 +503,9 @@ def ground_truth(records: dict[int, RankRecord], fault: Fault) -> dict[str, Any]
                             "collectives)", agg="max")
     out.update({"control": case.control if case else None, "case": case.to_dict() if case else None,
                 "truth_by_rank_step_ns": {str(r): {str(s): v for s, v in d.items()} for r, d in by.items()},
+                "held_by_rank_step_ns": {str(r): {str(s): v for s, v in d.items()} for r, d in held.items()},
+                "unplanted_hold_by_rank_step_ns": {str(r): {str(s): v for s, v in d.items()}
+                                                   for r, d in unplanted.items()},
                 "cost_by_rank_ns": {str(r): v for r, v in per.items()},
                 "healthy_step_excess_ns": {str(r): v for r, v in step_excess.items()}})
     return out
@@ -397,7 +519,7 @@ def truth_for(out: str | Path) -> dict[str, Any]:
 
 
 __all__ = ["Case", "KINDS", "PHASES", "Plant", "ground_truth", "layered_truth", "main", "plan", "run_case",
-           "truth_for", "culprit_kinds", "score"]
+           "truth_for", "culprit_kinds", "held_back", "score", "unplanted_holds"]
 
 
 # ---------------------------------------------------------------------------------------------- scoring
@@ -406,8 +528,12 @@ def culprit_kinds() -> tuple[Any, ...]:
     from workbench.analyses.kinds import Kind
 
     return (Kind.STRAGGLER, Kind.DIVERGENT_RECOMPILE, Kind.COMPILE_SKEW)
-#: A step whose truth is at least this many times the run's noise must be found (a finding lists the steps where
-#: the rank held the others back by more than the noise); a planted step below it may be.
+#: A planted step must be found when both its truth and its planted size are at least this many times the run's
+#: noise bar (``late_ranks.CLEAR_NOISE``: a rank is named only where it held the others back by that much); a
+#: planted step below it may be, and a culprit with no such step is undetectable. The planted size counts too: a
+#: plant sized within the noise that ran longer than its size did so because the machine was slow then (one fsync
+#: of the shared disk, a late wake-up on a crowded CPU), which slows the other ranks as well. (A recompile plant's
+#: size is only the delay added to the compile: its truth alone counts.)
 MUST_NOISE = 2.0
 
 
@@ -491,30 +617,49 @@ def _per_step(f: Any) -> dict[int, int]:
     return {int(s): f.cost_ns for s in f.steps}
 
 
-def score(case: Case, truth: dict[str, Any], roots: list[Any]) -> CaseScore:
-    """Score the analyses' ``roots`` of a recorded ``case`` against its ``truth`` (:func:`ground_truth`)."""
+def score(case: Case, truth: dict[str, Any], roots: list[Any], noise_ns: int | None = None) -> CaseScore:
+    """Score the analyses' ``roots`` of a recorded ``case`` against its ``truth`` (:func:`ground_truth`).
+    ``noise_ns``: the run's noise bar as the engine measured it from the run itself
+    (``workbench.analyses.late_ranks.noise_bar`` of its critical path); a planted step whose truth is below
+    :data:`MUST_NOISE` times it cannot be told from the run's own spread (a step the analysis may leave out, a
+    culprit with no such step undetectable). Without it, the smallest noise a straggler root reports."""
     by = {int(r): {int(s): int(v) for s, v in d.items()} for r, d in (truth.get("truth_by_rank_step_ns") or {}).items()}
     from workbench.analyses.kinds import Kind
 
-    noise = None
-    for f in roots:
+    noise = noise_ns
+    for f in roots if noise is None else ():
         n = getattr(f.evidence, "noise_ns", None)
         if f.kind == Kind.STRAGGLER and n:
             noise = int(n) if noise is None else min(noise, int(n))
+    hold = {int(r): {int(s): int(v) for s, v in d.items()}
+            for r, d in (truth.get("held_by_rank_step_ns") or {}).items()}
+    unplanted = {int(r): {int(s): int(v) for s, v in d.items()}
+                 for r, d in (truth.get("unplanted_hold_by_rank_step_ns") or {}).items()}
     culprit_roots = [f for f in roots if f.kind in culprit_kinds() and f.severity != "info"]   # not a zero-cost note
     out = []
     for r in case.culprits:
         steps = by.get(r, {})
         thr = MUST_NOISE * (noise or 0)
-        must = sorted(s for s, v in steps.items() if v > 0 and v >= thr)
-        may = sorted(set(case_steps(case, r)) - set(must))
+        size = {s: sum(math.inf if p.kind == "recompile" else p.size_ms     # a recompile's own time is the plant
+                       for p in case.plants if p.rank == r and s in p.steps) * 1e6 for s in steps}
+        held = hold.get(r, {})
+        must = sorted(s for s, v in steps.items()     # never the first step: its compiles, never judged
+                      if s > 0 and v > 0 and min(v, size.get(s, 0), held.get(s, v)) >= thr)
+        # late there without a plant (its own clock): the step of that collective, or the one before (work after
+        # the previous step's last collective delays it)
+        real = {x for s, v in unplanted.get(r, {}).items() if noise and v >= noise for x in (s, s - 1)}
+        may = sorted((set(case_steps(case, r)) | real) - set(must))
         cs = CulpritScore(r, sum(steps.values()), steps, must, may)
         mine = [f for f in culprit_roots if r in f.blamed_ranks and len(f.blamed_ranks) == 1]
         if mine:
             cs.found = True
             cs.found_steps = sorted({int(s) for f in mine for s in f.steps})    # above the run's noise
             cs.clear_steps = sorted({int(s) for f in mine for s, v in _per_step(f).items() if v >= thr})
-            cs.cost_ns = sum(f.cost_ns for f in mine)
+            once: dict[tuple[str, tuple[int, ...]], int] = {}   # one kind in the same steps: the same lost time
+            for f in mine:       # (a recompile is one divergent_recompile per compiled frame, each with the wait)
+                k = (f.kind.value, tuple(sorted(int(x) for x in f.steps)))
+                once[k] = max(once.get(k, 0), int(f.cost_ns))
+            cs.cost_ns = sum(once.values())
             cs.kinds = sorted({f.kind.value for f in mine})
             cs.reason = next((getattr(f.evidence, "reason", None) for f in mine if f.kind == Kind.STRAGGLER), None)
         out.append(cs)

@@ -1,0 +1,81 @@
+"""The profiler/Flight Recorder match aligned over the window, the noise of a rank late in most steps, and the
+generated bench's honest ground truth (deterministic: hand-made tables)."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from workbench.analyses.critical_path import SYNC_POINTS, instance_table, noise_table
+from workbench.analyses.sync_points import align_calls
+
+MS = 1_000_000
+T0 = 1_700_000_000_000_000_000
+
+
+def _points(rows: list[dict]) -> pl.DataFrame:
+    return pl.DataFrame([{"rank": 0, "pg_name": "0", "key_step": -1, "start": None, "complete": None,
+                          "source": "fr", "call_site": None, **r} for r in rows], schema=SYNC_POINTS)
+
+
+def test_profiler_collectives_find_their_entries_across_a_step_boundary():
+    # two all-reduces a step, 10 steps; the profiler saw steps 3-5, its spans a little after the calls (up to 9 ms,
+    # a gloo thread on a busy host), one of them stepped into the next step and named "allreduce"
+    fr = _points([{"seq": q, "op": "all_reduce", "step": 1 + (q - 1) // 2, "arrival": T0 + (q * 20 + q % 2 * 3) * MS}
+                  for q in range(1, 21)])
+    kt = []
+    for q in range(5, 11):
+        a = T0 + (q * 20 + q % 2 * 3) * MS + (9 * MS if q == 8 else 150_000)
+        kt.append({"seq": 0, "op": "allreduce", "step": 1 + (q - 1) // 2 + (1 if q == 8 else 0), "arrival": a,
+                   "start": a, "complete": a + 2 * MS, "source": "kineto", "key_step": 0})
+    kt.append({"seq": 0, "op": "broadcast", "step": 5, "arrival": T0 + 201 * MS, "start": T0 + 201 * MS,
+               "complete": T0 + 202 * MS, "source": "kineto", "key_step": 0})      # no entry: left unmatched
+    got = align_calls(fr, _points(kt)).sort("seq")
+    assert got["seq"].to_list() == list(range(5, 11))
+    assert got["_kstart"].to_list() == [r["start"] for r in kt[:6]]
+
+
+def test_a_rank_late_in_most_steps_does_not_make_its_own_noise():
+    # two ranks (a recorded run on a busy host): rank 1 late ~60 ms at the first all-reduce of steps 1-4, less in
+    # step 5 (the others slow too), not in step 6; one 33 ms blip of rank 0 at the second: the noise is the ranks'
+    # own step-to-step spread, well below the lateness (a pooled shortest half of all residuals read 62 ms here)
+    late = {0: [0.0, 59.8, 64.6, 61.7, 67.9, 31.8, 1.8], 1: [0.0, 0.4, -32.7, 0.2, 0.2, 0.4, -0.4]}
+    rows = []
+    for i, step in enumerate(range(0, 7)):      # step 0: the warm-up, left out of the noise
+        for slot in range(2):
+            at = T0 + step * 300 * MS + slot * 100 * MS
+            rows += [{"rank": 0, "seq": 2 * step + slot, "op": "all_reduce", "step": step, "arrival": at},
+                     {"rank": 1, "seq": 2 * step + slot, "op": "all_reduce", "step": step,
+                      "arrival": at + int(late[slot][i] * MS)}]
+    noise = noise_table(instance_table(_points(rows)), {0})
+    assert noise["noise_ns"].max() < 15 * MS
+
+
+def test_undetectable_culprits_are_judged_by_the_runs_noise_bar():
+    from workbench_zoo.generated import Case, Plant, score
+
+    case = Case(1, 3, 7, "ddp", (Plant(1, "before_forward", "file_write", 6.0, (1, 2)),
+                                 Plant(2, "before_forward", "sleep", 80.0, (1, 2, 3))))
+    truth = {"truth_by_rank_step_ns": {"1": {"1": 40 * MS, "2": 5 * MS}, "2": {"1": 80 * MS, "2": 80 * MS,
+                                                                           "3": 80 * MS}},
+             "held_by_rank_step_ns": {"2": {"1": 79 * MS, "2": 3 * MS, "3": 78 * MS}}}
+    sc = score(case, truth, [], noise_ns=10 * MS)
+    one, two = sc.culprits
+    # rank 1: its fsync ran 40 ms in step 1, but the plant was 6 ms (below 2 × 10 ms): the machine was slow then
+    assert not one.detectable and one.may == [1, 2]
+    # rank 2: in step 2 it held the others back only 3 ms (they were slow too): a step it may be named in
+    assert two.must == [1, 3] and two.may == [2] and not two.found
+
+
+def test_the_ranks_own_clocks_say_how_long_a_culprit_held_the_others():
+    from workbench_zoo.generated import Case, Plant, held_back, unplanted_holds
+
+    case = Case(1, 3, 5, "ddp", (Plant(1, "optimizer", "sleep", 30.0, (2,)),))
+    # arrivals (ms) at each step's all-reduce: rank 1's optimizer sleep in step 2 delays step 3's collective; in
+    # step 4 rank 2 is 25 ms late with nothing planted
+    ms = {0: [0, 100, 200, 300, 400], 1: [1, 101, 201, 331, 401], 2: [2, 101, 202, 302, 425]}
+    arrivals = {r: {f"{s}:0": v * MS for s, v in enumerate(a)} for r, a in ms.items()}
+    measured = {1: {"inject:optimizer": {2: 30 * MS}}}
+    assert held_back(case, arrivals) == {1: {2: 29 * MS}}
+    extra = unplanted_holds(case, arrivals, measured)
+    assert extra[2][4] == 24 * MS and 3 not in extra.get(1, {})
