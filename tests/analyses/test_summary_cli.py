@@ -6,7 +6,7 @@ import pytest
 from conftest import kernels_frame, steps_frame
 from typer.testing import CliRunner
 
-from workbench.analyses.findings import Cost, findings_frame, make_finding, sort_findings
+from workbench.analyses.findings import Cost, findings_frame, make_finding, sort_findings, within_root
 from workbench.analyses.kinds import ClockOffsetEvidence, CollectiveMismatchEvidence
 from workbench.analyses.summary import analysis_tables, analyze
 from workbench.cli import app
@@ -91,12 +91,15 @@ def test_analyze_text_tells_symptoms_within_their_root_and_notes_apart(capsys):
 
     ev = ClockOffsetEvidence(())
     sym = make_finding("clock_offset", "symptom", ev, Cost.measured(2_640_000_000, "own window"), key="s")
-    root = make_finding("clock_offset", "root", ev, Cost.measured(2_630_000_000, "root"), key="r", symptoms=[sym],
+    bare = make_finding("clock_offset", "root", ev, Cost.measured(2_630_000_000, "root"), key="r",
                         wall_ns=10_000_000_000)
+    root = make_finding("clock_offset", "root", ev, Cost.measured(2_630_000_000, "root"), key="r",
+                        symptoms=[within_root(sym, bare)], wall_ns=10_000_000_000)   # as rootcause assembles it
     note = make_finding("clock_offset", "note", ev, Cost.none("a trend"), key="n")
     print_summary({"window": "steady", "ranks": {}, "findings": findings_to_dicts([root, note])}, Path("run"))
     out = capsys.readouterr().out
     assert "1. [" in out and "2. [" not in out
-    assert "└ [" in out and "2.63 s measured: all of its root cause's time" in out and "2.64 s" in out
+    assert "└ [" in out and "2.63 s measured (own window; within its root cause's cost (measured alone over its own " \
+        "window: 2.64 s))" in " ".join(out.split())
     notes = out.split("Also noticed, costing no time:")[1]
     assert "no time cost (a trend)" in notes and "0 ns" not in out

@@ -36,7 +36,7 @@ def main() -> None:
     model = Branchy()
     collector = Collector(args.out, profile_start=4, profile_length=2)
     compiled = collector.compile(model, backend="aot_eager")
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, foreach=True)   # no second, unplanted fault (per-parameter)
     collector.instrument(compiled, opt)
     with collector:
         for _ in range(args.steps):

@@ -24,18 +24,13 @@ def _open(path: Path, rank: int | None, skip_bad: bool, quiet: bool, job: str | 
     return open_with_progress(path, rank=rank, skip_bad=skip_bad, show=not quiet, job=job)
 
 
-def _cost(c: dict[str, Any], root_ns: int | None = None) -> str:
-    """A finding's cost as printed; a symptom's (``root_ns``: its root cause's cost) within its root's, as the app
-    shows it (:func:`workbench.analyses.findings.symptom_cost_ns`), its own measurement said when larger."""
-    from workbench.analyses.findings import symptom_cost_ns
+def _cost(c: dict[str, Any]) -> str:
+    """A finding's cost as printed (a symptom's is already within its root cause's: ``findings.within_root``)."""
     from workbench.format import duration
 
     if c.get("ns") is None:
         return f"unknown ({c['basis']}: {c['method']})"
-    shown = symptom_cost_ns(c["ns"], root_ns)
-    alone = (f": all of its root cause's time (measured alone over its own window: {duration(c['ns'])})"
-             if shown != c["ns"] and duration(shown) != duration(c["ns"]) else "")
-    return f"{duration(shown)} {c['basis']}{alone} ({c['method']})"
+    return f"{duration(c['ns'])} {c['basis']} ({c['method']})"
 
 
 def print_summary(summary: dict[str, Any], path: Path) -> None:
@@ -79,18 +74,18 @@ def print_summary(summary: dict[str, Any], path: Path) -> None:
         _print_finding(console, x, "-  ", "   ")
 
 
-def _print_finding(console: Console, x: dict[str, Any], head: str, indent: str, root_ns: int | None = None) -> None:
+def _print_finding(console: Console, x: dict[str, Any], head: str, indent: str) -> None:
     where = []
     if x["ranks"]:
         where.append(f"rank {','.join(map(str, x['ranks']))}")
     if x["steps"]:
         where.append(f"step {','.join(map(str, x['steps']))}")
-    cost = f"no time cost ({x['cost']['method']})" if x["cost"].get("ns") == 0 else _cost(x["cost"], root_ns)
+    cost = f"no time cost ({x['cost']['method']})" if x["cost"].get("ns") == 0 else _cost(x["cost"])
     console.print(f"{head}[{x['severity']}] {x['kind']} ({'; '.join(where) or 'run'}) — {cost}",
                   highlight=False, style="bold" if not head.startswith(" ") else None)
     console.print(f"{indent}{x['message']}", highlight=False)
     for s in x.get("symptoms", []):
-        _print_finding(console, s, f"{indent}└ ", indent + "  ", x["cost"].get("ns") if root_ns is None else root_ns)
+        _print_finding(console, s, f"{indent}└ ", indent + "  ")
 
 
 FAIL_ON = ("none", "high", "medium", "low")
