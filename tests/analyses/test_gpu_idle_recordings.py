@@ -1,5 +1,6 @@
-"""The zoo's GPU idle faults (``zoo/workbench_zoo/faults/gpu_*.py``) as recorded on a GPU (H200, torch 2.11) into
-``tests/data/gpu_idle/*`` and ``sample_traces/gpu-*`` (each with the script's own ``ground_truth.json``): the planted
+"""The zoo's GPU idle faults (``zoo/workbench_zoo/faults/gpu_*.py``) as recorded on two GPUs (H200 into
+``tests/data/gpu_idle/*`` and ``sample_traces/gpu-*``; H100 into ``tests/data/gpu_idle_h100/*``; torch 2.11; each with
+the script's own ``ground_truth.json``): the planted
 cause is found with its kind, its line (the fault script's ``# fix here`` line, compared by file name and line: the
 recording's paths are the device's), its cost within 25 % of the script's measurement, and a code fix that acts on
 it; the clean run (and the one-``.cpu()``-a-step run, which costs nothing measurable on this model) gets no cause
@@ -7,8 +8,9 @@ finding of medium/high severity, and its launch-bound finding is worded as the m
 
 Costs are compared per planted step over the steps whose previous step is recorded too (the idle before a profiler
 window's first step is not in the trace: the kernel before it is not) and never the window's last step (its period
-holds the profiler's stop and export). The recordings predate the collector's scan of sync calls and optimizer
-flags, so the line is taken from that scan run now on the same script (``collectors/source_sites.scan``)."""
+holds the profiler's stop and export). The H200 recordings predate the collector's scan of sync calls and
+optimizer flags, so their line is taken from that scan run now on the same script (``collectors/source_sites.scan``);
+the H100 ones carry it in their own run.json."""
 
 from __future__ import annotations
 
@@ -24,7 +26,10 @@ from workbench.analyses.recommendations import recommend
 from workbench.analyses.summary import analysis_tables
 
 ROOT = Path(__file__).resolve().parents[2]
-PLACES = (ROOT / "tests" / "data" / "gpu_idle", ROOT / "sample_traces")
+#: Recording set → where its runs are: the H200 set (recorded before the collector noted call sites, so its lines
+#: come from the scan run now) and the H100 set (each run's own ``source_sites``).
+SETS = {"h200": (ROOT / "tests" / "data" / "gpu_idle", ROOT / "sample_traces"),
+        "h100": (ROOT / "tests" / "data" / "gpu_idle_h100",)}
 SCRIPT = ROOT / "zoo" / "workbench_zoo" / "faults" / "_gpu_idle.py"
 TOLERANCE = 0.25
 #: fault → (kind, fix id).
@@ -33,10 +38,10 @@ EXPECT = {"gpu_item_sync": (Kind.HOST_SYNC, "defer_sync"),
           "gpu_cpu_dataload": (Kind.DATA_LOADING, "loader_workers")}
 
 
-def recordings() -> dict[str, Path]:
-    """Fault name → its recorded run directory (those present)."""
+def recordings(places: tuple[Path, ...]) -> dict[str, Path]:
+    """Fault name → its recorded run directory in ``places`` (those present)."""
     out = {}
-    for d in sorted(p for place in PLACES for p in place.iterdir() if p.is_dir()):
+    for d in sorted(p for place in places for p in place.iterdir() if p.is_dir()):
         for name in ("ground_truth.json", "truth.json"):
             f = d / name
             if f.is_file() and (d / "run.json").is_file():
@@ -50,10 +55,9 @@ def _truth(d: Path) -> dict:
     return json.loads((f if f.is_file() else d / "truth.json").read_text())
 
 
-def _need(fault: str) -> Path:
-    d = recordings().get(fault)
-    if d is None:
-        pytest.skip(f"{fault} not recorded yet (sample_traces/gpu-*)")
+def _need(fault: str, recording_set: str) -> Path:
+    d = recordings(SETS[recording_set]).get(fault)
+    assert d is not None, f"{fault}: no {recording_set} recording in the repository"
     return d
 
 
@@ -90,13 +94,16 @@ def score(d: Path, kind: Kind) -> dict:
     return out
 
 
+@pytest.mark.parametrize("recording_set", sorted(SETS))
 @pytest.mark.parametrize("fault", sorted(EXPECT))
-def test_recorded_fault_cause_line_cost_and_fix(fault):
-    d = _need(fault)
+def test_recorded_fault_cause_line_cost_and_fix(fault, recording_set):
+    d = _need(fault, recording_set)
     kind, fix = EXPECT[fault]
     got = score(d, kind)
     f = got["finding"]
     assert f is not None, [(g.kind, g.cost_ns) for g in got["roots"]]
+    if recording_set == "h100":   # the collector noted the line itself
+        assert f.evidence.site is not None, f.evidence
     assert got["common"], (f.evidence.by_step, got["truth"].get("cost_by_rank_step_ns"))
     assert got["error"] is not None and got["error"] <= TOLERANCE, (got["cost_ns"], got["truth_ns"])
     line = got["truth"].get("line")
@@ -104,9 +111,10 @@ def test_recorded_fault_cause_line_cost_and_fix(fault):
     assert got["fix"] and got["fix"][0] == fix
 
 
+@pytest.mark.parametrize("recording_set", sorted(SETS))
 @pytest.mark.parametrize("fault", ["gpu_clean", "gpu_dtoh_sync"])
-def test_controls_get_no_cause_and_the_models_own_nature(fault):
-    d = _need(fault)
+def test_controls_get_no_cause_and_the_models_own_nature(fault, recording_set):
+    d = _need(fault, recording_set)
     roots = list(analysis_tables(workbench.open(d)).roots)
     assert not [f for f in roots if f.kind in (Kind.HOST_SYNC, Kind.UNFUSED_OPTIMIZER, Kind.DATA_LOADING)
                 and f.severity in ("high", "medium")]

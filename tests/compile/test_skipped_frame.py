@@ -83,11 +83,14 @@ def test_real_run_fix_is_at_the_branch(eager_run: Path) -> None:
     assert fixes[0].fix.location.endswith("eager_frame_worker.py:24") and not fixes[0].fix.config
 
 
-GPU_RUN = HERE.parents[1] / "sample_traces" / "gpu-eager-frame"
+#: The zoo's gpu_eager_frame recorded on an H200 (bundled) and on an H100 (its call sites noted by the collector).
+GPU_RUNS = {"h200": HERE.parents[1] / "sample_traces" / "gpu-eager-frame",
+            "h100": HERE.parents[1] / "tests" / "data" / "gpu_idle_h100" / "eager_frame"}
 
 
-def test_gpu_recording_leads_with_the_skipped_frame_in_analyze_and_report() -> None:
-    """The H200 recording (torch 2.11, the zoo's gpu_eager_frame: a branch inside ``forward``'s loop from step 12):
+@pytest.mark.parametrize("gpu", sorted(GPU_RUNS))
+def test_gpu_recording_leads_with_the_skipped_frame_in_analyze_and_report(gpu: str) -> None:
+    """The GPU recordings (torch 2.11, the zoo's gpu_eager_frame: a branch inside ``forward``'s loop from step 12):
     the skipped frame is the first root cause, at the planted line, costed from the profiled steps after the skip
     against those before it, within a factor 2 of the script's CUDA-event truth (steps 17-19; step 20 also holds the
     profiler's export), with the launch-bound idle under it; nothing says fullgraph."""
@@ -97,8 +100,8 @@ def test_gpu_recording_leads_with_the_skipped_frame_in_analyze_and_report() -> N
     from workbench.analyses.summary import analyze
     from workbench.report import build_report
 
-    truth = json.loads((GPU_RUN / "ground_truth.json").read_text())
-    run = workbench.open(GPU_RUN)
+    truth = json.loads((GPU_RUNS[gpu] / "ground_truth.json").read_text())
+    run = workbench.open(GPU_RUNS[gpu])
     first = analyze(run)["findings"][0]
     assert first["kind"] == Kind.SKIPPED_FRAME and first["cost"]["basis"] == "measured"
     assert "_gpu_idle.py:76" in first["message"] and truth["line"].endswith("_gpu_idle.py:76")
