@@ -91,6 +91,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "culprit_found_pct": 100.0 * sum(c["found"] for c in detectable) / len(detectable) if detectable else None,
         "cost_error_median": pct(errs, 0.5), "cost_error_p90": pct(errs, 0.9),
         "false_loud_roots_on_controls": sum(len(r["loud_roots"]) for r in controls),
+        "transfer_roots_on_controls": sum(len(r.get("transfer_roots") or []) for r in controls),
         "false_culprits_loud": sum(1 for r in rows for f in r["false_culprits"] if f["severity"] in ("high", "medium")),
         "false_culprits_low": sum(1 for r in rows for f in r["false_culprits"]
                                   if f["severity"] not in ("high", "medium")),
@@ -159,6 +160,8 @@ def _line(r: dict[str, Any]) -> str:
                      f"{c['reason'] or ','.join(c['kinds']) or '-'})")
     if r["control"]:
         parts.append("control: " + ("clean" if not r["loud_roots"] else f"LOUD {r['loud_roots']}"))
+        if r.get("transfer_roots"):
+            parts.append(f"exposed transfer (medium/high): {[(x['ranks'], x['severity']) for x in r['transfer_roots']]}")
     if r["false_culprits"]:
         parts.append(f"other ranks named: {[(f['ranks'], f['severity']) for f in r['false_culprits']]}")
     noise = f"{r['noise_ns'] / 1e6:.1f}" if r["noise_ns"] else "-"
@@ -177,7 +180,9 @@ def _summary_text(s: dict[str, Any]) -> str:
             f"culprit right: {f(s['culprit_right_pct'], ' %')} of {s['detectable']} detectable culprits "
             f"(found {f(s['culprit_found_pct'], ' %')}); cases right {f(s['case_right_pct'], ' %')} of {s['judged']}\n"
             f"cost error: median {f(err_m, ' %')}, p90 {f(err_p, ' %')}\n"
-            f"false medium/high roots on controls: {s['false_loud_roots_on_controls']}; other ranks named: "
+            f"false medium/high roots on controls: {s['false_loud_roots_on_controls']} (exposed communication, the "
+            f"workload's transfer time with waits removed, reported apart: {s['transfer_roots_on_controls']} "
+            f"medium/high); other ranks named: "
             f"{s['false_culprits_loud']} medium/high, {s['false_culprits_low']} low\n"
             f"undetectable culprits (no planted step, after the first, where truth, planted size and actual hold all "
             f"reach 2× the run's noise bar): {s['undetectable_culprits']}; "
