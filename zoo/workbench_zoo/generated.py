@@ -553,6 +553,7 @@ class CulpritScore:
     cost_ns: int | None = None
     kinds: list[str] = field(default_factory=list)
     reason: str | None = None
+    held_ns: int | None = None     # how long it held the others back in its planted steps, by the ranks' own clocks
 
     @property
     def detectable(self) -> bool:
@@ -571,9 +572,14 @@ class CulpritScore:
 
     @property
     def cost_error(self) -> float | None:
-        if self.cost_ns is None or not self.truth_ns:
+        """The cost against what the culprit cost the others as their own clocks measured it (``held_ns``, every
+        rank's arrival at each collective); against the planted counterfactual (``truth_ns``) where no arrivals
+        were recorded. The counterfactual assumes every other rank was on time: on a busy host another rank is
+        sometimes late too, and the others then wait for the culprit only beyond that rank."""
+        want = self.held_ns if self.held_ns else self.truth_ns
+        if self.cost_ns is None or not want:
             return None
-        return abs(self.cost_ns - self.truth_ns) / self.truth_ns
+        return abs(self.cost_ns - want) / want
 
 
 @dataclass
@@ -651,7 +657,8 @@ def score(case: Case, truth: dict[str, Any], roots: list[Any], noise_ns: int | N
         # the previous step's last collective delays it)
         real = {x for s, v in unplanted.get(r, {}).items() if noise and v >= noise for x in (s, s - 1)}
         may = sorted((set(case_steps(case, r)) | real) - set(must))
-        cs = CulpritScore(r, sum(steps.values()), steps, must, may)
+        cs = CulpritScore(r, sum(steps.values()), steps, must, may,
+                          held_ns=sum(held.get(s, 0) for s in steps) if held else None)
         mine = [f for f in culprit_roots if r in f.blamed_ranks and len(f.blamed_ranks) == 1]
         if mine:
             cs.found = True
