@@ -67,7 +67,7 @@ def navigate_ready(page, path: str, key: str, run: str, timeout_ms: int = 60_000
 
 def grid_rows(page, grid_id: str) -> list[dict[str, str]]:
     """The rows a table (``components.grid``) shows, as {column field: text}, in display order."""
-    page.wait_for_selector(f"#{grid_id} tbody tr", timeout=15_000, state="attached")
+    page.wait_for_selector(f"#{grid_id} tbody tr", timeout=120_000, state="attached")
     return page.evaluate(
         """(id) => [...document.querySelectorAll('#' + id + ' tbody tr')].map(r => Object.fromEntries(
                [...r.querySelectorAll('td')].map(c => [c.dataset.col, c.textContent.trim()])))""",
@@ -86,7 +86,7 @@ def graph_layout_meta(page, graph_id: str):
 def pick(page, dropdown_id: str, value: str) -> None:
     """Choose ``value`` in a Dash 4 ``dcc.Dropdown``: open it and click the option."""
     page.click(f"#{dropdown_id}")
-    page.click(f".dash-dropdown-option:has(input[value='{value}'])", timeout=10_000)
+    page.click(f".dash-dropdown-option:has(input[value='{value}'])", timeout=120_000)
 
 
 #: Elements that spill out of their card, and texts cut short: a list of "what · where" strings (empty = fine).

@@ -42,6 +42,7 @@ class Served:
 @pytest.fixture()
 def page(browser):
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    ctx.set_default_timeout(120_000)   # a bound for a page that never comes, far above a busy machine's time
     pg = ctx.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda e: errors.append(str(e)))

@@ -209,7 +209,7 @@ def test_timeline_tells_who_waits_for_whom(page, served, artifacts):
     page.evaluate("(r) => Plotly.relayout(document.querySelector('#timeline-graph .js-plotly-plot'), "
                   "{'xaxis.range[0]': r[0], 'xaxis.range[1]': r[1]})", [mid, mid + 20])
     page.wait_for_function("(b) => document.getElementById('timeline-info').textContent !== b", arg=before,
-                           timeout=60_000)
+                           timeout=120_000)
     after = page.evaluate("() => document.querySelector('#timeline-graph .js-plotly-plot').layout.meta.lanes")
     assert after == lanes
     drawn = page.evaluate("""() => document.querySelector('#timeline-graph .js-plotly-plot')._fullData
@@ -258,7 +258,7 @@ def test_recompiles_shows_the_users_line(page, served, cpu_tables, artifacts):
     assert "cpu_gloo_4rank.py" in shown[0]["user_line"]
     page.click(".divergent-link >> nth=0")
     page.wait_for_function("() => document.getElementById('page-timeline') && "
-                           "document.querySelector('#timeline-graph .main-svg')", timeout=20_000)
+                           "document.querySelector('#timeline-graph .main-svg')", timeout=120_000)
     assert f"step={div['step'][0]}" in page.url
     # a cell of the rank × compile-id matrix links to the timeline too
     goto_ready(page, served.url("/recompiles?run=cpu-gloo-4rank"), "recompiles")
@@ -266,7 +266,7 @@ def test_recompiles_shows_the_users_line(page, served, cpu_tables, artifacts):
     page.evaluate("""(cid) => { const g = document.querySelector('#divergence-matrix .js-plotly-plot');
         g.emit('plotly_click', {points: [{x: cid + '*', y: '1', curveNumber: 0}]}); }""", cid)
     page.wait_for_function("() => location.pathname === '/timeline' && document.getElementById('page-timeline')",
-                           timeout=15_000)
+                           timeout=120_000)
     assert f"step={div['step'][0]}" in page.url
 
 
@@ -295,7 +295,7 @@ def test_apply_never_overwrites_and_shows_the_next_command(page, served, runs_ro
         p.unlink()
     goto_ready(page, served.url("/recommendations?run=cpu-gloo-4rank"), "recommendations")
     page.click("#apply-config")
-    page.wait_for_selector("#apply-ok", timeout=15_000)
+    page.wait_for_selector("#apply-ok", timeout=120_000)
     first = run_dir / rundir.COMPILE_CONFIG_FILE
     assert page.text_content("#applied-path") == str(first)
     assert load_compile_config(first).to_dict(), "the written config has settings"
@@ -306,7 +306,7 @@ def test_apply_never_overwrites_and_shows_the_next_command(page, served, runs_ro
     page.click("#apply-config")
     page.wait_for_function("() => document.querySelector('#applied-path') && "
                            "document.querySelector('#applied-path').textContent.endsWith('compile_config-2.toml')",
-                           timeout=15_000)
+                           timeout=120_000)
     assert first.read_text() == text1, "the first config is kept"
     assert (run_dir / "compile_config-2.toml").is_file()
     shot(page, path=str(artifacts / "app-recommendations-applied.png"), full_page=True)
@@ -320,7 +320,7 @@ def test_apply_after_the_run_folder_was_deleted(page, served_factory, runs_root,
     goto_ready(page, served.url("/recommendations?run=gone-run"), "recommendations")
     shutil.rmtree(gone)
     page.click("#apply-config")
-    page.wait_for_selector("#apply-error", timeout=15_000)
+    page.wait_for_selector("#apply-error", timeout=120_000)
     assert "no longer exists" in page.text_content("#apply-error")
     assert not gone.exists(), "Apply must not recreate a deleted run folder"
     assert page.query_selector("#apply-ok") is None
@@ -329,8 +329,8 @@ def test_apply_after_the_run_folder_was_deleted(page, served_factory, runs_root,
 def test_picking_a_run_in_the_header_switches_pages(page, served):
     goto_ready(page, served.url("/drift?run=cpu-gloo-4rank"), "drift")
     pick(page, "run-select", "cpu-gloo-fsdp2")
-    page.wait_for_function("() => location.search.includes('run=cpu-gloo-fsdp2')", timeout=10_000)
-    page.wait_for_function("(k) => document.getElementById('page-' + k)", arg="drift", timeout=10_000)
+    page.wait_for_function("() => location.search.includes('run=cpu-gloo-fsdp2')", timeout=120_000)
+    page.wait_for_function("(k) => document.getElementById('page-' + k)", arg="drift", timeout=120_000)
     assert "run=cpu-gloo-fsdp2" in page.get_attribute("#nav-timeline", "href")
 
 
@@ -367,7 +367,7 @@ def test_timeline_zoom_redraws_exact_kernels_on_1m_events(page, served_factory, 
     page.evaluate("(x0) => Plotly.relayout(document.querySelector('#timeline-graph .js-plotly-plot'), "
                   "{'xaxis.range[0]': x0, 'xaxis.range[1]': x0 + 0.5})", x0)
     page.wait_for_function("() => { const m = document.querySelector('#timeline-graph .js-plotly-plot').layout.meta;"
-                           " return m && m.exact === true; }", timeout=30_000)
+                           " return m && m.exact === true; }", timeout=120_000)
     meta = graph_layout_meta(page, "timeline-graph")
     assert meta["lanes"] == [f"rank {r} · {w}" for r in range(8) for w in ("steps", "stream 7", "stream 8")]
     lo = int(run.kernels["start"].min())
@@ -413,23 +413,23 @@ def test_new_user_journey(page, served, runs_root, artifacts):
     page.click(f"#run-link-{PLANTED}")
     page.wait_for_function(f"() => {{ const t = document.querySelector('.run-title code');"
                            f" return t && t.textContent === '{PLANTED}' && document.querySelector('#root-1'); }}",
-                           timeout=60_000)
+                           timeout=120_000)
     assert "Divergent recompile" in page.text_content("#root-1")
     page.click("#root-1 .root-timeline-link")
-    page.wait_for_function("() => document.querySelector('#page-timeline #timeline-graph .main-svg')", timeout=20_000)
+    page.wait_for_function("() => document.querySelector('#page-timeline #timeline-graph .main-svg')", timeout=120_000)
     assert "step=8" in page.url
     notes = page.evaluate("() => (document.querySelector('#timeline-graph .js-plotly-plot').layout.annotations || [])"
                           ".map(a => a.text)")
     assert any("waits here" in n and "rank 1's compile" in n for n in notes), notes
     page.click("#nav-recompiles")
-    page.wait_for_selector(".divergent-item", timeout=20_000)
+    page.wait_for_selector(".divergent-item", timeout=120_000)
     page.click("#nav-recommendations")
-    page.wait_for_selector("#apply-config", timeout=20_000)
+    page.wait_for_selector("#apply-config", timeout=120_000)
     page.click("#apply-config")
-    page.wait_for_selector("#apply-ok", timeout=20_000)
+    page.wait_for_selector("#apply-ok", timeout=120_000)
     assert (runs_root / PLANTED / rundir.COMPILE_CONFIG_FILE).is_file()
     page.click("#nav-compare")
-    page.wait_for_selector("#page-compare", timeout=20_000)
+    page.wait_for_selector("#page-compare", timeout=120_000)
     assert page.js_errors == []
     shot(page, path=str(artifacts / "app-journey.png"), full_page=True)
 

@@ -42,7 +42,7 @@ def test_html_report_renders_in_the_browser(sample, tmp_path, page, artifacts):
     res = CliRunner().invoke(cli, ["report", str(sample), "-o", str(out)])
     assert res.exit_code == 0, res.output
     page.goto(out.as_uri())
-    page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= 4", timeout=30_000)
+    page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= 4", timeout=120_000)
     headings = page.eval_on_selector_all("h2", "els => els.map(e => e.textContent)")
     assert "Recompiles" in headings and "Recommendations" in headings and "Drift and stragglers" in headings
     assert page.js_errors == []

@@ -69,7 +69,7 @@ def test_bundled_pair_shows_the_fix_proven(page, served, compare_root, artifacts
     goto_ready(page, served.url("/compare?run=cpu-recompile-before"), "compare")
     # the default AFTER is the other run of the same job
     assert "cpu-recompile-after" in page.text_content("#compare-after")
-    page.wait_for_selector("#compare-comparability", timeout=30_000)
+    page.wait_for_selector("#compare-comparability", timeout=120_000)
     assert page.get_attribute("#compare-comparability", "data-level") == "comparable"
     assert "compile config" in page.text_content("#compare-comparability")
     rows = grid_rows(page, "diff-findings-grid")
@@ -102,9 +102,9 @@ def test_zero_to_one_recompile_is_worse(page, served):
 
 def test_no_same_job_run_means_no_default_and_other_jobs_are_not_comparable(page, served, artifacts):
     goto_ready(page, served.url("/compare?run=cpu-gloo-4rank"), "compare")
-    page.wait_for_selector("#compare-no-default", timeout=30_000)
+    page.wait_for_selector("#compare-no-default", timeout=120_000)
     pick(page, "compare-after", "h200x2-ddp-nccl")
-    page.wait_for_selector("#compare-comparability", timeout=60_000)
+    page.wait_for_selector("#compare-comparability", timeout=120_000)
     assert page.get_attribute("#compare-comparability", "data-level") == "not comparable"
     text = page.text_content("#compare-comparability")
     assert "Not comparable" in text and "script" in text and "world size" in text

@@ -467,7 +467,7 @@ def test_the_run_pickers_search_box_never_covers_an_option(page, served):
 def test_compare_keeps_the_after_run_in_the_url(page, served):
     goto_ready(page, served.url("/compare?run=gpu-launch-bound-before"), "compare", timeout_ms=120_000)
     pick(page, "compare-after", "h200-1gpu")
-    page.wait_for_function("() => window.location.search.includes('other=h200-1gpu')", timeout=30_000)
+    page.wait_for_function("() => window.location.search.includes('other=h200-1gpu')", timeout=120_000)
     page.reload()
     page.wait_for_selector("#page-compare")
     assert "h200-1gpu" in page.text_content("#compare-after")

@@ -12,6 +12,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser]
 @pytest.fixture()
 def chromium_page(browser):
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    ctx.set_default_timeout(120_000)   # a bound for a page that never comes, far above a busy machine's time
     yield ctx.new_page()
     ctx.close()
 
@@ -31,7 +32,7 @@ def test_hangs_page_shows_each_ranks_last_step_and_collective(hang_runs, chromiu
     try:
         page = chromium_page
         page.goto(f"http://127.0.0.1:{server.server_port}/hangs")
-        page.wait_for_selector("#hang-ranks-grid tbody tr", timeout=60_000)
+        page.wait_for_selector("#hang-ranks-grid tbody tr", timeout=120_000)
         rows = page.evaluate("""() => [...document.querySelectorAll('#hang-ranks-grid tbody tr')].map(r =>
             Object.fromEntries([...r.querySelectorAll('td')].map(c => [c.dataset.col, c.textContent.trim()])))""")
         by_rank = {r["rank"]: r for r in rows}
