@@ -179,3 +179,13 @@ def test_the_parser_sees_every_import(source, expected, monkeypatch, tmp_path):
     f.write_text(source)
     monkeypatch.setitem(MODULES, "workbench.analyses.probe", f)
     assert expected in [_ours(n) for n, _ in imports_of("workbench.analyses.probe")]
+
+
+def test_no_two_test_modules_share_a_name():
+    """pytest imports test modules by their base name (the tests folders are not packages): two files of one name in
+    different folders stop the whole collection on a fresh clone."""
+    from collections import Counter
+
+    tests = Path(__file__).resolve().parents[1]
+    names = Counter(p.name for p in tests.rglob("test_*.py"))
+    assert not [n for n, c in names.items() if c > 1]
