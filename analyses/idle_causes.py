@@ -279,11 +279,12 @@ def idle_attribution(kernels: pl.DataFrame, events: pl.DataFrame, steps: pl.Data
 
 def host_op_stream(events: pl.DataFrame, exclude: set[int] | frozenset[int] = frozenset()) -> pl.DataFrame:
     """The host's own op stream of each rank without device activity (ranks in ``exclude`` left out): the
-    training thread's top-level compute ops (category ``cpu_op``, nested in no other op and in no sync,
-    data-loading, collective or compile span; an optimizer's step does not hide its ops: they are the update's
-    compute, and what fusing saves is the host time between them), as device-activity rows on stream
-    :data:`HOST_STREAM` whose launch is the op itself. A gap between two of them is host time spent on something other than compute, attributed
-    exactly as a GPU stream's gap is (schema: ``rank``, ``name``, ``kernel_class``, ``start``, ``end``, ``dur``,
+    training thread's top-level compute ops (category ``cpu_op``, nested in no other op and in no sync, optimizer,
+    data-loading, collective or compile span), as device-activity rows on stream :data:`HOST_STREAM` whose launch
+    is the op itself. A gap between two of them is host time spent on something other than compute, attributed
+    exactly as a GPU stream's gap is (an optimizer's step is one such gap, its ops included, as a GPU idles through
+    the whole of a per-parameter step: an upper bound on what fusing it saves on a CPU, whose foreach kernels still
+    loop over the tensors) (schema: ``rank``, ``name``, ``kernel_class``, ``start``, ``end``, ``dur``,
     ``stream``, ``step``, ``launch_start``, ``launch_tid``)."""
     schema = {"rank": pl.Int32, "name": pl.String, "kernel_class": pl.String, "start": pl.Int64, "end": pl.Int64,
               "dur": pl.Int64, "stream": pl.Int64, "step": pl.Int32, "launch_start": pl.Int64,
@@ -309,8 +310,6 @@ def host_op_stream(events: pl.DataFrame, exclude: set[int] | frozenset[int] = fr
         got = act.event_category(kind, nm or "")
         if got is None or got[0] in _NOT_CLAIMING or start < cover_end:
             continue   # context or a user range (ops inside stay top-level), or nested in an op or a claim
-        if got[0] == "optimizer":
-            continue   # its ops are the update's compute; only the host time between them is the optimizer's
         cover_end = end
         if got[0] == "cpu_op":
             rows.append((rank, nm, "compute", start, end, end - start, HOST_STREAM, step, start, tid))
