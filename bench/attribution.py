@@ -92,6 +92,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "cost_error_median": pct(errs, 0.5), "cost_error_p90": pct(errs, 0.9),
         "false_loud_roots_on_controls": sum(len(r["loud_roots"]) for r in controls),
         "transfer_roots_on_controls": sum(len(r.get("transfer_roots") or []) for r in controls),
+        "host_late_named": sum(len(r.get("host_late") or []) for r in rows),
         "false_culprits_loud": sum(1 for r in rows for f in r["false_culprits"] if f["severity"] in ("high", "medium")),
         "false_culprits_low": sum(1 for r in rows for f in r["false_culprits"]
                                   if f["severity"] not in ("high", "medium")),
@@ -182,7 +183,8 @@ def _summary_text(s: dict[str, Any]) -> str:
             f"cost error: median {f(err_m, ' %')}, p90 {f(err_p, ' %')}\n"
             f"false medium/high roots on controls: {s['false_loud_roots_on_controls']} (exposed communication, the "
             f"workload's transfer time with waits removed, reported apart: {s['transfer_roots_on_controls']} "
-            f"medium/high); other ranks named: "
+            f"medium/high); unplanted ranks named where the ranks' own clocks show them late (apart): "
+            f"{s['host_late_named']}; other ranks named: "
             f"{s['false_culprits_loud']} medium/high, {s['false_culprits_low']} low\n"
             f"undetectable culprits (no planted step, after the first, where truth, planted size and actual hold all "
             f"reach 2× the run's noise bar): {s['undetectable_culprits']}; "

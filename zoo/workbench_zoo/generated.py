@@ -595,6 +595,7 @@ class CaseScore:
     false_culprits: list[dict[str, Any]]        # culprit-kind roots blaming a rank nothing was planted on
     loud_roots: list[dict[str, Any]]            # medium/high roots of any kind but the run's transfer time
     transfer_roots: list[dict[str, Any]] = field(default_factory=list)   # medium/high exposed communication
+    host_late: list[dict[str, Any]] = field(default_factory=list)   # unplanted ranks the ranks' clocks show late
     seconds: float = 0.0
     error: str | None = None
 
@@ -673,12 +674,25 @@ def score(case: Case, truth: dict[str, Any], roots: list[Any], noise_ns: int | N
             cs.reason = next((getattr(f.evidence, "reason", None) for f in mine if f.kind == Kind.STRAGGLER), None)
         out.append(cs)
     planted = set(case.culprits)
+
+    def confirmed(f: Any) -> bool:
+        """A rank named late in steps where the ranks' own clocks show it held the others back beyond its planted
+        work by the noise bar or more (the host made it late there): true, though nothing was planted."""
+        ranks = set(getattr(f, "blamed_ranks", f.ranks))
+        real = {x for r in ranks for s, v in unplanted.get(r, {}).items() if noise and v >= noise for x in (s, s - 1)}
+        return bool(f.steps) and f.kind in culprit_kinds() and set(int(s) for s in f.steps) <= real
+
+    host_late = [{"kind": f.kind.value, "ranks": list(f.blamed_ranks), "steps": list(f.steps), "severity": f.severity,
+                  "cost_ns": f.cost_ns} for f in culprit_roots if not set(f.blamed_ranks) <= planted and confirmed(f)]
     false = [{"kind": f.kind.value, "ranks": list(f.blamed_ranks), "steps": list(f.steps), "severity": f.severity,
-              "cost_ns": f.cost_ns} for f in culprit_roots if not set(f.blamed_ranks) <= planted]
+              "cost_ns": f.cost_ns} for f in culprit_roots if not set(f.blamed_ranks) <= planted and not confirmed(f)]
     # a control must have no medium/high root; its exposed communication (transfer time after the last arrival,
-    # waits removed) is the workload's own and is reported apart: on these tiny CPU models it can be a large share
+    # waits removed) is the workload's own and is reported apart: on these tiny CPU models it can be a large share;
+    # so is a rank the ranks' own clocks show late (the host's doing, not a plant)
+    loud_roots = [f for f in roots if f.severity in ("high", "medium") and not confirmed(f)]
     loud = [{"kind": f.kind.value, "ranks": list(f.ranks), "severity": f.severity, "cost_ns": f.cost_ns}
-            for f in roots if f.severity in ("high", "medium")]
+            for f in loud_roots]
     transfer = [x for x in loud if x["kind"] == Kind.EXPOSED_COMMUNICATION.value]
     loud = [x for x in loud if x["kind"] != Kind.EXPOSED_COMMUNICATION.value]
-    return CaseScore(case.seed, case.control, case.world, case.describe(), noise, out, false, loud, transfer)
+    return CaseScore(case.seed, case.control, case.world, case.describe(), noise, out, false, loud, transfer,
+                     host_late)
