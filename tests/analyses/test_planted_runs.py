@@ -62,6 +62,22 @@ def _own_excess(run_dir: Path, rank: int, step: int) -> int:
     return times[step] - int(statistics.median(others))
 
 
+def _step_time(run_dir: Path, rank: int, step: int) -> int:
+    for line in (run_dir / f"rank{rank}" / "steps.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if rec.get("step") == step and "start_ns" in rec and "end_ns" in rec:
+            return rec["end_ns"] - rec["start_ns"] + (rec.get("data_wait_ns") or 0)
+    raise AssertionError(f"rank {rank} has no step {step}")
+
+
+def _expected_top(run_dir: Path, stall_ns: float) -> str:
+    """The costlier of the planted recompile's stall and the first compile's spread across the ranks, both read from
+    the ranks' own steps.jsonl: on a busy host one rank's first compile (step 0) can take seconds longer than
+    another's, a real compile skew of that run that may outweigh the plant."""
+    first = [_step_time(run_dir, r, 0) for r in range(WORLD)]
+    return "compile_skew" if max(first) - min(first) > stall_ns else "divergent_recompile"
+
+
 def _check_per_rank_sum(roots, wall: dict[int, int]) -> None:
     for rank, w in wall.items():
         total = sum(f.cost_ns for f in roots if rank in f.ranks)
@@ -90,7 +106,11 @@ def test_one_rank_recompile_is_one_root_cause_costed_in_its_own_step(planted: Pa
     assert abs(d.cost.ns - measured) <= 0.25 * measured, (d.cost, measured)
     # one root cause: the per-cause recompile of the same compile is not reported again
     assert not [f for f in flatten(roots) if f.kind.startswith("recompile_")]
-    assert roots[0].id == d.id and d.severity == "high"
+    assert d.severity == "high"
+    if _expected_top(planted, measured) == "divergent_recompile":
+        assert roots[0].id == d.id, [f.id for f in roots]
+    else:   # the host made the first compile's skew the costlier: it leads, the plant right after it
+        assert [f.kind for f in roots[:2]] == ["compile_skew", "divergent_recompile"], [f.id for f in roots]
     _check_per_rank_sum(roots, _wall(planted))
 
 
@@ -123,10 +143,13 @@ def test_analyze_cli_leads_with_the_root_cause_and_fails_on_high(planted: Path) 
                            "--fail-on", "high"], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 1, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
+    waiting = [r for r in range(WORLD) if r != ODD_RANK]
+    want = _expected_top(planted, statistics.median(_own_excess(planted, r, ODD_STEP) for r in waiting))
     top = out["findings"][0]
-    assert top["kind"] == "divergent_recompile" and top["cost"]["basis"] == "measured"
+    assert top["kind"] == want and top["cost"]["basis"] == "measured", [f["id"] for f in out["findings"]]
+    assert "divergent_recompile" in [f["kind"] for f in out["findings"][:2]]
     reason = proc.stderr.strip().splitlines()[-1]
-    assert reason.startswith("workbench analyze:") and "divergent_recompile" in reason
+    assert reason.startswith("workbench analyze:") and want in reason
 
 
 # ------------------------------------------------------------------------------------------ bundled samples
