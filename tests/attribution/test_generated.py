@@ -105,7 +105,11 @@ def test_issue_late_rank_and_a_one_rank_recompile(recorder) -> None:
     _, truth, roots = recorder("late_and_recompile", ISSUE["late_and_recompile"])
     what = [(f.kind, f.ranks, f.steps) for f in roots]
     st = {f.evidence.rank: f for f in roots if f.kind == Kind.STRAGGLER}
-    assert 2 in st and set(range(1, N)) - {9} <= set(st[2].steps), what
+    # the late rank named in every step it held the others back by twice the run's noise (a busy host can hide
+    # one of its 30 ms in the spread), and in no step it was not planted in
+    sc = score(ISSUE["late_and_recompile"], truth, roots, recorder.bar("late_and_recompile"))
+    late = next(c for c in sc.culprits if c.rank == 2)
+    assert 2 in st and late.must and set(late.must) <= set(st[2].steps) <= set(range(1, N)), (late, what)
     # the shared compiled model recompiles on rank 1 alone at step 9 (another input shape there, the same compile
     # config on every rank): a divergent recompile of rank 1 at step 9, costed as the others' wait
     div = [f for f in roots if f.kind == Kind.DIVERGENT_RECOMPILE]
