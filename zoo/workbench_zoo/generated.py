@@ -45,7 +45,9 @@ from typing import Any
 from workbench_zoo.registry import GENERATED, PLAN_FILE, Fault, FaultContext, RankRecord
 
 PHASES: tuple[str, ...] = ("before_forward", "forward", "backward", "optimizer", "between_collectives", "data")
-KINDS: tuple[str, ...] = ("sleep", "cpu", "recompile", "gc", "file_write")
+#: The plant that recompiles the shared model on its rank (a plant kind, not a finding kind).
+RECOMPILE_PLANT = "recompile"
+KINDS: tuple[str, ...] = ("sleep", "cpu", RECOMPILE_PLANT, "gc", "file_write")
 #: Share of cases that are clean controls.
 CONTROL_SHARE = 0.2
 PG_TIMEOUT_S = 120
@@ -123,7 +125,7 @@ def plan(seed: int, *, fast: bool = False) -> Case:
     for r in sorted(culprits):
         phase = rnd.choice(PHASES)
         kind = rnd.choice(KINDS)
-        if kind == "recompile":     # the shared model recompiles where it is called: in its forward
+        if kind == RECOMPILE_PLANT:     # the shared model recompiles where it is called: in its forward
             phase = "forward"
         size = round(math.exp(rnd.uniform(math.log(lo), math.log(hi))), 1)
         if rnd.random() < 0.5:
@@ -182,7 +184,7 @@ def main(ctx: FaultContext) -> None:
             return self.b(probe(self.a(x)))
 
     net = Net()
-    recompiling = any(p.kind == "recompile" for p in case.plants)
+    recompiling = any(p.kind == RECOMPILE_PLANT for p in case.plants)
     backend = _delaying_backend(work) if recompiling else "aot_eager"
     if recompiling:      # the same compile config on every rank: only the planted rank's input shape differs
         torch._dynamo.config.recompile_limit = 64
@@ -332,7 +334,7 @@ class _Work:
 
     def do(self, phase: str) -> None:
         for p in self.plants:
-            if p.phase == phase and p.kind != "recompile" and self.step in p.steps:
+            if p.phase == phase and p.kind != RECOMPILE_PLANT and self.step in p.steps:
                 with self.ctx.timed(f"inject:{phase}"):
                     getattr(self, f"_{p.kind}")(p.size_ms / 1e3)
 
@@ -382,14 +384,14 @@ class _Work:
 
     def recompiles(self) -> bool:
         """Whether this rank's model recompiles in this step (a recompile plant is due): arms the backend's delay."""
-        due = [p for p in self.plants if p.kind == "recompile" and self.step in p.steps]
+        due = [p for p in self.plants if p.kind == RECOMPILE_PLANT and self.step in p.steps]
         self.delay_s = sum(p.size_ms for p in due) / 1e3
         return bool(due)
 
     def record_recompiles(self, calls: dict[int, int]) -> None:
         """The recompile plants' truth (:func:`main`): each planted step's model call less the median of this
         rank's unplanted calls after the first step."""
-        planted = {s for p in self.plants if p.kind == "recompile" for s in p.steps}
+        planted = {s for p in self.plants if p.kind == RECOMPILE_PLANT for s in p.steps}
         if not planted:
             return
         steady = sorted(ns for s, ns in calls.items() if s > 0 and s not in planted)
@@ -649,7 +651,7 @@ def score(case: Case, truth: dict[str, Any], roots: list[Any], noise_ns: int | N
     for r in case.culprits:
         steps = by.get(r, {})
         thr = MUST_NOISE * (noise or 0)
-        size = {s: sum(math.inf if p.kind == "recompile" else p.size_ms     # a recompile's own time is the plant
+        size = {s: sum(math.inf if p.kind == RECOMPILE_PLANT else p.size_ms     # a recompile's own time is the plant
                        for p in case.plants if p.rank == r and s in p.steps) * 1e6 for s in steps}
         held = hold.get(r, {})
         must = sorted(s for s, v in steps.items()     # never the first step: its compiles, never judged
