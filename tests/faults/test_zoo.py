@@ -49,7 +49,15 @@ def test_top_root_cause_is_the_planted_one(zoo, request, name):
     fault = get_fault(name)
     # time-costing faults, and drift that can make ranks run different programs, must be the top root cause
     if fault.fix != "code" or found.truth_ns or kind_spec(fault.finding).diverges:
-        assert found.position == 0, f"{name}: planted kind is #{found.position + 1}, top is {found.top_kind}"
+        # a straggler may lead only where the fault's own clocks show a rank holding the others back about as long
+        # as the plant cost (a busy host descheduling one rank: real, not the plant)
+        from workbench_zoo.verify import ground_truth
+
+        hold = ground_truth(zoo.root / name / "before").get("unplanted_hold_ns") or 0
+        host_led = (found.position == 1 and found.top_kind == "straggler" and found.truth_ns
+                    and hold >= 0.75 * found.truth_ns)
+        assert found.position == 0 or host_led, \
+            f"{name}: planted kind is #{found.position + 1}, top is {found.top_kind} (unplanted hold {hold})"
     assert found.ranks_ok, (name, found.finding.ranks, found.finding.evidence)
     assert found.steps_ok, (name, found.finding.steps)
 

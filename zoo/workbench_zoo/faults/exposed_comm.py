@@ -54,6 +54,14 @@ def ground_truth(records, fault):
     steps = sorted(set.intersection(*(set(t) for t in timed.values()))) if timed else []
     transfer = {s: min(t[s] for t in timed.values()) for s in steps if s >= WARMUP_STEPS}
     by_step = {r: dict(transfer) for r in records}
+    # how long the others waited for the rank that arrived last, by their own clocks (a busy host's lateness, not
+    # this fault): the most any one rank cost the others over steps 1..N
+    hold: dict[int, int] = {}
+    for s in steps:
+        if s < WARMUP_STEPS:
+            continue
+        last = min(timed, key=lambda r: timed[r][s])      # the shortest time in the call: the last to arrive
+        hold[last] = hold.get(last, 0) + max(timed[q][s] for q in timed) - timed[last][s]
     share = {}
     for r, rec in records.items():
         total = sum(v for s, v in rec.step_ns.items() if s >= WARMUP_STEPS)
@@ -61,4 +69,5 @@ def ground_truth(records, fault):
     return truth(fault, {r: int(sum(d.values())) for r, d in by_step.items()},
                  "the blocking dist.all_reduce's transfer time (the shortest rank's time in it) per step, summed "
                  "over steps 1..N", agg="max",
-                 by_step=by_step, exposed_pct_of_step=share, line=fix_line(__file__))
+                 by_step=by_step, exposed_pct_of_step=share, line=fix_line(__file__),
+                 unplanted_hold_ns=max(hold.values()) if hold else 0)
