@@ -20,7 +20,7 @@ BREAK_MARK = "the graph break:"
 def train(ctx: FaultContext, model: torch.nn.Module) -> None:
     """Train ``model`` (compiled) for the fault's steps, recording with the collector."""
     compiled = torch.compile(model, backend="aot_eager")
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, foreach=True)   # no second, unplanted per-parameter fault
     gen = torch.Generator().manual_seed(ctx.rank)
     with ctx.collector() as collector:
         for step in ctx.steps():
