@@ -219,6 +219,40 @@ def microbatch_ranges(events: pl.DataFrame | None) -> pl.DataFrame:
     return ann.select(*[pl.col(c).cast(t) for c, t in cols.items()]).sort("rank", "start")
 
 
+def microbatches_on_device(microbatches: pl.DataFrame, kernels: pl.DataFrame | pl.LazyFrame | None) -> pl.DataFrame:
+    """:func:`microbatch_ranges` placed where the work ran: on a rank with device activity each range becomes the
+    span of the compute kernels launched inside it (any of the rank's threads: backward launches from the autograd
+    thread), all of its device activity when it launched no compute; ``timeline`` says ``"gpu"`` for those and
+    ``"cpu"`` for the ranges kept at their host time (a CPU rank, or a range that launched nothing);
+    ``host_start``/``host_end`` keep the host range (what a launch is matched against). A host range
+    runs ahead of its kernels, so drawn beside device kernels and steps it would show the schedule in the wrong
+    place."""
+    out = microbatches.with_columns(timeline=pl.lit("cpu"), host_start=pl.col("start"), host_end=pl.col("end"))
+    if microbatches.is_empty() or kernels is None:
+        return out
+    k = (kernels.lazy() if isinstance(kernels, pl.DataFrame) else kernels).filter(
+        pl.col("rank").is_in(microbatches["rank"].unique().implode()) & pl.col("launch_start").is_not_null()
+    ).select("rank", "start", "end", "launch_start",
+             compute=pl.col("kernel_class").cast(pl.String) == "compute").sort("launch_start").collect()
+    if k.is_empty():
+        return out
+    ranges = out.with_row_index("i").sort("start")
+    # each launch to the latest range that began before it, kept when the range was still open
+    hit = k.join_asof(ranges.select("rank", "i", r_start="start", r_end="end"), left_on="launch_start",
+                      right_on="r_start", by="rank", strategy="backward", check_sortedness=False).filter(
+        pl.col("i").is_not_null() & (pl.col("launch_start") <= pl.col("r_end")))
+    span = hit.group_by("i").agg(
+        d_start=pl.when(pl.col("compute").any()).then(pl.col("start").filter("compute").min())
+        .otherwise(pl.col("start").min()),
+        d_end=pl.when(pl.col("compute").any()).then(pl.col("end").filter("compute").max())
+        .otherwise(pl.col("end").max()),
+    )
+    return ranges.join(span, on="i", how="left").with_columns(
+        start=pl.coalesce("d_start", "start"), end=pl.coalesce("d_end", "end"),
+        timeline=pl.when(pl.col("d_start").is_not_null()).then(pl.lit("gpu")).otherwise(pl.lit("cpu")),
+    ).sort("i").drop("i", "d_start", "d_end").sort("rank", "start")
+
+
 def gpipe_bubble_pct(stages: int, microbatches: float) -> float | None:
     """The GPipe bubble fraction ``(S-1)/(M+S-1)`` in percent, or None without stages."""
     if stages <= 1 or microbatches <= 0:

@@ -18,7 +18,7 @@ from workbench.app.components import (
     bar_list, col, duration_column, error_panel, grid, pct_column, run_problems, safe, section, stats_row,
 )
 from workbench.app.store import RunStore, RunUnavailable
-from workbench.format import count, duration, kind_title, percent
+from workbench.format import cost, count, duration, kind_title, percent
 
 PATH = "/"
 NAME = "Overview"
@@ -50,11 +50,9 @@ FINDING_COLUMNS = [
     col("message", "What was seen", wrapText=True),
 ]
 
-#: What the "Every finding" table says of a cost of zero (a note's, a hazard's): not a measured "0 ns".
-NO_TIME = "no time cost"
-
+#: The "Every finding" table's columns: a cost of zero (a note's, a hazard's) reads "no time cost", never "0 ns".
 EVERY_FINDING_COLUMNS = [
-    c if c["field"] != "cost_ns" else {**c, "format": lambda v: NO_TIME if v == 0 else duration(v)}
+    c if c["field"] != "cost_ns" else {**c, "format": cost}
     for c in FINDING_COLUMNS
 ]
 

@@ -13,7 +13,7 @@ from workbench.analyses import metrics
 from workbench.analyses.bubbles import pipeline_shape, stage_summary
 from workbench.analyses.kinds import Kind
 from workbench.app import compute
-from workbench.app import schedule as sched
+from workbench import schedule as sched
 from workbench.app.components import (
     col, duration_column, error_panel, graph, grid, pct_column, safe, section, stats_row,
 )

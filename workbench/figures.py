@@ -349,7 +349,7 @@ def run_timeline(run: Any, *, start: int | None = None, end: int | None = None, 
     index = tl.TimelineIndex(run.kernels)
     view = tl.timeline_view(index, start=start, end=end, ranks=ranks, width_px=width_px)
     origin = (tl.activity_bounds(run.kernels, run.steps, run.collectives) or (0, 0))[0]
-    mb = sel(bubbles_analysis.microbatch_ranges(getattr(run, "events", None)))
+    mb = sel(tl.run_microbatches(run))
     compiles = classify_compiles(sel(run.compiles))   # each compile's cause, for its hover
     lanes = tl.timeline_lanes(index, ranks=ranks, steps=tl.drawn_steps(steps), collectives=colls,
                               compiles=compiles, microbatches=mb)
@@ -699,43 +699,3 @@ def bubble_figure(bubbles: pl.DataFrame, *, theory_pct: float | None = None,
     fig.update_yaxes(title="bubble (median over steps)", ticksuffix=" %", range=[0, min(100, top * 1.35)])
     fig.update_xaxes(type="category")
     return _base_layout(fig, title=title, height=340)
-
-
-def pipeline_schedule_figure(microbatches: pl.DataFrame, step_ranges: pl.DataFrame, *, step: int,
-                             title: str | None = None) -> go.Figure:
-    """The schedule of one step as a picture: one row per stage (rank), its forward and backward micro-batch
-    ranges over time (labelled ``F3``/``B3``), idle where neither runs. ``step_ranges``: ``rank``, ``step``,
-    ``start``, ``end`` (e.g. the bubbles table); x is ms since the step's earliest start."""
-    sr = step_ranges.filter(pl.col("step") == step) if not step_ranges.is_empty() else step_ranges
-    if sr.is_empty():
-        return empty_figure(f"step {step} is not in the analysed window")
-    lo = int(sr["start"].min())
-    hi = int(sr["end"].max())
-    mb = microbatches.filter((pl.col("end") >= lo) & (pl.col("start") <= hi)) if not microbatches.is_empty() else microbatches
-    ranks = sorted(sr["rank"].unique().to_list())
-    ylab = {r: f"stage {r} · rank {r}" for r in ranks}
-    fig = _figure()
-    for row in sr.iter_rows(named=True):  # the step as the idle background
-        fig.add_trace(go.Bar(y=[ylab[row["rank"]]], x=[(row["end"] - row["start"]) / 1e6],
-                             base=[(row["start"] - lo) / 1e6], orientation="h", marker_color=PHASE_COLORS["idle"],
-                             name="idle (bubble)", showlegend=row["rank"] == ranks[0], width=0.8,
-                             hovertemplate=f"step {step} on rank {row['rank']}: "
-                                           f"{duration(row['end'] - row['start'])}<extra></extra>"))
-    for phase in ("forward", "backward"):
-        part = mb.filter(pl.col("phase") == phase) if not mb.is_empty() else mb
-        if part.is_empty():
-            continue
-        part = part.with_columns(pl.col("start").clip(lo, hi), pl.col("end").clip(lo, hi))
-        fig.add_trace(go.Bar(
-            y=[ylab.get(r, f"rank {r}") for r in part["rank"].to_list()],
-            x=((part["end"] - part["start"]) / 1e6).to_list(), base=((part["start"] - lo) / 1e6).to_list(),
-            orientation="h", marker_color=PHASE_COLORS[phase], name=phase, width=0.6,
-            text=[("F" if phase == "forward" else "B") + str(m) for m in part["mb"].to_list()],
-            textposition="inside", insidetextanchor="middle", textfont=dict(color="white"),
-            customdata=[f"{phase} micro-batch {m}" for m in part["mb"].to_list()],
-            hovertemplate="%{customdata}<br>%{base:,.2f} → %{x:,.2f} ms long<extra>%{y}</extra>"))
-    fig.update_layout(barmode="overlay")
-    fig.update_xaxes(title=f"ms since step {step} started", ticksuffix=" ms", range=[0, (hi - lo) / 1e6])
-    fig.update_yaxes(autorange="reversed", type="category", automargin=True)
-    return _base_layout(fig, title=title or f"Schedule of step {step}: forward, backward and idle per stage",
-                        height=max(220, 120 + 60 * len(ranks)))

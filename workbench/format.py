@@ -9,6 +9,7 @@ value reads the same everywhere ("560 ms" on every page, never "0.56 s" on anoth
 * :func:`cell` — any table cell: durations (a column named ``*_ns``) as :func:`duration`, percents (``*_pct``) as
   :func:`percent`, lists joined, booleans yes/no, floats to a few digits; :func:`column_name` — a frame's column
   as a person reads it (``"cost_ns"`` → ``"cost"``, ``"is_root"`` → ``"root cause"``);
+* :func:`cost` — a finding's cost: a duration, or :data:`NO_TIME_COST` when it is zero (a hazard's, a note's);
 * :data:`MISSING` — what a missing value shows.
 
 Standard library only: this module sits below everything else.
@@ -27,6 +28,9 @@ from typing import Any
 
 #: A missing value (None, NaN).
 MISSING = "–"
+
+#: What a finding's cost of zero reads as (a hazard, a configuration fact, a trend): never a measured "0 ns".
+NO_TIME_COST = "no time cost"
 
 
 def missing(v: Any) -> bool:
@@ -56,6 +60,11 @@ def duration(ns: float | int | None, *, signed: bool = False) -> str:
     return sign + text
 
 
+def cost(ns: float | int | None) -> str:
+    """A finding's cost: :data:`NO_TIME_COST` when zero, else :func:`duration` (:data:`MISSING` when unknown)."""
+    return NO_TIME_COST if not missing(ns) and ns == 0 else duration(ns)
+
+
 def axis_ms(ms: float) -> str:
     """An axis tick at ``ms`` milliseconds (a round value): ``"500 ms"``, ``"2 s"``, ``"0.2 ms"``."""
     return f"{ms / 1000:g} s" if ms >= 1000 else f"{ms:g} ms"
@@ -83,7 +92,8 @@ def number(v: float | int | None) -> str:
 
 
 def cell(v: Any, column: str = "") -> str:
-    """One table cell as a person reads it: by the column's name a duration (``*_ns``) or a percent (``*_pct``),
+    """One table cell as a person reads it: by the column's name a finding's :func:`cost` (``cost_ns``), a
+    duration (``*_ns``) or a percent (``*_pct``),
     else lists comma-joined, booleans yes/no, integers as they are (ranks, steps, ids), floats by :func:`number`;
     missing values empty."""
     if missing(v):
@@ -93,6 +103,8 @@ def cell(v: Any, column: str = "") -> str:
     if isinstance(v, (list, tuple)):
         return ", ".join(cell(x) for x in v)
     if isinstance(v, (int, float)):
+        if column == "cost_ns":
+            return cost(v)
         if column.endswith("_ns"):
             return duration(v)
         if column.endswith("_pct"):
@@ -130,5 +142,5 @@ def column_name(column: str) -> str:
     return column.replace("_", " ")
 
 
-__all__ = ["COLUMN_NAMES", "MISSING", "axis_ms", "cell", "column_name", "count", "duration", "kind_title", "missing",
+__all__ = ["COLUMN_NAMES", "MISSING", "NO_TIME_COST", "axis_ms", "cell", "column_name", "cost", "count", "duration", "kind_title", "missing",
            "number", "percent"]

@@ -23,7 +23,8 @@ from workbench.analyses import metrics
 from workbench.analyses.bubbles import pipeline_shape
 from workbench.analyses.summary import findings_table
 from workbench.format import cell, column_name, duration, kind_title, number
-from workbench.timeline import drawn_steps, run_microbatches
+from workbench.schedule import schedule
+from workbench.timeline import run_microbatches
 
 PlotlyJS = Literal["inline", "cdn"]
 
@@ -144,8 +145,9 @@ def build_report(run: Any, *, title: str | None = None, timeline: bool = True) -
             _, _, theory = pipeline_shape(bub)
             steps = sorted(bub["step"].unique().to_list())
             step = steps[len(steps) // 2]
-            return [figures.bubble_figure(bub, theory_pct=theory),
-                    figures.pipeline_schedule_figure(mb, drawn_steps(run.steps), step=step)]
+            lo, hi = bub.filter(pl.col("step") == step).select(pl.col("start").min(), pl.col("end").max()).row(0)
+            kernels = run.scan("kernels").filter((pl.col("end") > lo) & (pl.col("start") < hi)).collect()
+            return [figures.bubble_figure(bub, theory_pct=theory), schedule(bub, mb, kernels, step)]
         parts = attempt("pipeline", pipe)
         if parts:
             rep.sections.append(("Pipeline: bubble per stage and the schedule of one step", parts))

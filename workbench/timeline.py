@@ -258,13 +258,20 @@ def timeline_view(
 
 
 def run_microbatches(run: Any) -> pl.DataFrame:
-    """:func:`workbench.analyses.bubbles.microbatch_ranges` of a :class:`workbench.Run`, from a filtered scan of its events (only the matching
-    annotations are read; the events already loaded when they are)."""
+    """A :class:`workbench.Run`'s micro-batch ranges where their work ran
+    (:func:`workbench.analyses.bubbles.microbatches_on_device` of :func:`~workbench.analyses.bubbles.microbatch_ranges`),
+    from filtered scans (only the matching annotations and their ranks' kernels are read; the tables already
+    loaded when they are)."""
     is_mb = (pl.col("kind").cast(pl.String) == "annotation") & pl.col("name").cast(pl.String).str.contains(
         bubbles.MICROBATCH_PATTERN)
     if hasattr(run, "scan") and not run.loaded("events"):
-        return bubbles.microbatch_ranges(run.scan("events").filter(is_mb).collect())
-    return bubbles.microbatch_ranges(run.events.filter(is_mb) if run.events.height else run.events)
+        mb = bubbles.microbatch_ranges(run.scan("events").filter(is_mb).collect())
+    else:
+        mb = bubbles.microbatch_ranges(run.events.filter(is_mb) if run.events.height else run.events)
+    if mb.is_empty():
+        return bubbles.microbatches_on_device(mb, None)
+    kernels = run.scan("kernels") if hasattr(run, "scan") and not run.loaded("kernels") else run.kernels
+    return bubbles.microbatches_on_device(mb, kernels)
 
 
 def timeline_lanes(kernels: pl.DataFrame | TimelineIndex, *, ranks: list[int] | None = None,

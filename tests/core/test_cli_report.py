@@ -56,6 +56,16 @@ def test_a_run_report_has_human_columns_and_formatted_values(planted_page):
     assert 'compiler.dynamic_sources = "L[\'args\'][0]"' in cells
 
 
+def test_a_note_costs_no_time_in_the_report_as_everywhere(planted_page):
+    """The planted run's collective drift is a note (zero cost): the report says "no time cost", as ``analyze`` and the
+    Overview do, never a measured "0 ns"."""
+    head, rows = next((h, r) for h, r in tables(planted_page) if "finding" in h and "cost" in h)
+    finding, cost = head.index("finding"), head.index("cost")
+    drift = [r for r in rows if r[finding] == "Collective drift"]
+    assert drift and all(r[cost] == "no time cost" for r in drift), drift
+    assert all(r[cost] != "0 ns" for r in rows), rows
+
+
 def test_a_diff_report_has_human_columns_and_formatted_values():
     rep = build_diff_report(workbench.open(TRACES / "cpu-recompile-before"), workbench.open(TRACES / "cpu-recompile-after"))
     check_readable(render_html(rep, plotlyjs="cdn"))

@@ -36,7 +36,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
     # inside training
     "collectors": ("workbench.collectors", "workbench.collectors.*"),
     # what a person sees: the notebook entry (the package itself), figures, the report, the CLI, the app
-    "presentation": ("workbench", "workbench.notebook", "workbench.timeline", "workbench.figures", "workbench.report",
+    "presentation": ("workbench", "workbench.notebook", "workbench.timeline", "workbench.figures", "workbench.schedule",
+                     "workbench.report",
                      "workbench.critical_path_view", "workbench.export", "workbench.export.*",
                      "workbench.cli", "workbench.commands", "workbench.commands.*", "workbench.app",
                      "workbench.app.*"),

@@ -25,11 +25,14 @@ def _open(path: Path, rank: int | None, skip_bad: bool, quiet: bool, job: str | 
 
 
 def _cost(c: dict[str, Any]) -> str:
-    """A finding's cost as printed (a symptom's is already within its root cause's: ``findings.within_root``)."""
-    from workbench.format import duration
+    """A finding's cost as printed (a symptom's is already within its root cause's: ``findings.within_root``); a
+    zero cost reads :data:`~workbench.format.NO_TIME_COST` with its reason."""
+    from workbench.format import NO_TIME_COST, duration
 
     if c.get("ns") is None:
         return f"unknown ({c['basis']}: {c['method']})"
+    if c["ns"] == 0:
+        return f"{NO_TIME_COST} ({c['method']})"
     return f"{duration(c['ns'])} {c['basis']} ({c['method']})"
 
 
@@ -80,7 +83,7 @@ def _print_finding(console: Console, x: dict[str, Any], head: str, indent: str) 
         where.append(f"rank {','.join(map(str, x['ranks']))}")
     if x["steps"]:
         where.append(f"step {','.join(map(str, x['steps']))}")
-    cost = f"no time cost ({x['cost']['method']})" if x["cost"].get("ns") == 0 else _cost(x["cost"])
+    cost = _cost(x["cost"])
     console.print(f"{head}[{x['severity']}] {x['kind']} ({'; '.join(where) or 'run'}) — {cost}",
                   highlight=False, style="bold" if not head.startswith(" ") else None)
     console.print(f"{indent}{x['message']}", highlight=False)

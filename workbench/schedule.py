@@ -1,9 +1,11 @@
-"""The Pipeline page's schedule of one step, drawn from what the bubble table measured.
+"""The schedule of one pipeline step, drawn from what the bubble table measured (the app's Pipeline page and the
+HTML report draw this one figure).
 
 Each stage's row spans the step as the bubble analysis counts it (``bubbles.start``/``end``: on a GPU the rank's
 device segment of the step), and the work drawn is the work it counted: on a GPU the union of the compute kernels
 in that segment (each piece labelled with the micro-batch whose host range launched its first kernel), on a CPU
-the forward/backward ranges. So the grey (idle) share of a row is that stage's bubble in the table.
+the forward/backward ranges. ``microbatches`` is :func:`workbench.timeline.run_microbatches` (each range with
+its host ``host_start``/``host_end``). So the grey (idle) share of a row is that stage's bubble in the table.
 """
 
 from __future__ import annotations
@@ -46,9 +48,10 @@ def schedule_spans(bubbles: pl.DataFrame, microbatches: pl.DataFrame, kernels: p
             if part.is_empty():
                 continue
             merged = part.select("rank", pl.col("start").clip(lo, hi), pl.col("end").clip(lo, hi),
-                                 pl.col("start").alias("t"))
-        host = mb.filter(pl.col("rank") == r["rank"]).select(pl.col("start").alias("t"), pl.col("end").alias("h_end"),
-                                                              "phase", "mb") if not mb.is_empty() else None
+                                 pl.col("host_start").alias("t"))
+        host = mb.filter(pl.col("rank") == r["rank"]).select(
+            pl.col("host_start").alias("t"), pl.col("host_end").alias("h_end"), "phase", "mb") \
+            if not mb.is_empty() else None
         if host is not None and not host.is_empty():
             merged = merged.sort("t").join_asof(host.sort("t"), on="t", strategy="backward").with_columns(
                 phase=pl.when(pl.col("t") <= pl.col("h_end")).then(pl.col("phase")),
