@@ -55,7 +55,8 @@ def proof_rows(run_dir: Path, plant: str, roots: list) -> list[dict]:
     for rank in (0, 1):
         timed = {int(s): ns for s, ns in json.loads((run_dir / "plant" / f"rank{rank}.json").read_text())[
             "plant_ns"].items()}
-        f = next(f for f in roots if f.kind == KIND[plant] and f.ranks == (rank,))
+        f = next((f for f in roots if f.kind == KIND[plant] and f.ranks == (rank,)), None)
+        assert f is not None, (plant, rank, "not named", [(f.kind, f.ranks, f.cost_ns) for f in roots])
         truth = sum(timed[s] for s in f.evidence.by_step)
         rows.append({"rank": rank, "finding": f, "cost": f.cost_ns, "truth": truth,
                      "error": abs(f.cost_ns - truth) / truth})
@@ -68,7 +69,7 @@ def test_host_work_between_ops_is_named_with_its_line_and_cost(runs, roots, plan
         f = row["finding"]
         assert f.evidence.stream == HOST_STREAM and f.evidence.cause == plant
         assert f.evidence.site == f"{SCRIPT}:{plant_line(plant)}", (f.evidence.site, plant_line(plant))
-        assert len(f.evidence.by_step) >= 3
+        assert len(f.evidence.by_step) >= 3, (plant, row["rank"], f.evidence.by_step)
         assert row["error"] <= COST_ERROR, (plant, row["rank"], row["cost"], row["truth"], f.evidence.by_step)
         assert "between its compute ops" in f.message
 
