@@ -47,6 +47,7 @@ class Inputs:
     hangs: HangTables                    # Flight Recorder dumps and the collector's exit records
     found: tuple[Finding[Any], ...] = ()  # what the detectors before this one found
     critical_path: Any = None            # analyses.critical_path.CriticalPath of the run (None: not computed)
+    arrivals: pl.DataFrame | None = None  # every step's collective arrivals (hangs.collective_arrivals; None: not computed)
 
 
 Detect = Callable[[Inputs], Iterable[Finding[Any]]]

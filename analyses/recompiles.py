@@ -300,31 +300,9 @@ def _base_id(c: pl.Expr | None = None) -> pl.Expr:
     return pl.col("compile_id").str.replace(r"_\d+$", "")
 
 
-DIVERGENT: dict[str, pl.DataType] = {
-    "compile_id": pl.String,
-    "co_name": pl.String,
-    "location": pl.String,              # co_filename:co_firstlineno
-    "ranks": pl.List(pl.Int32),         # ranks that compiled it
-    "missing_ranks": pl.List(pl.Int32),  # ranks that did not
-    "step": pl.Int32,                   # step of the compile on the compiling ranks (null when unknown)
-    "start": pl.Int64,                  # earliest start among the compiling ranks
-    "end": pl.Int64,
-    "duration_ns": pl.Int64,            # longest compile among the compiling ranks (null when unknown)
-    "cause": pl.String,
-    "cause_detail": pl.String,
-    "cause_source": pl.String,
-    "nth": pl.Int32,                    # which compile of the code object (0 = first) on the compiling ranks
-}
-
-#: :func:`divergence_cost` output: DIVERGENT plus the wait it caused.
-DIVERGENCE_COST: dict[str, pl.DataType] = {
-    **DIVERGENT,
-    "wait_ns": pl.Int64,                # the others' wait (max over waiting ranks); null when unknown
-    "cost_basis": pl.String,            # measured / estimated
-    "cost_method": pl.String,           # how wait_ns was obtained
-    "waiting_ranks": pl.List(pl.Int32),
-    "wait_by_rank": pl.String,          # JSON {rank: ns}
-}
+#: The divergence tables' columns (declared in :mod:`workbench.schema`, one place for every table).
+DIVERGENT = schema.DIVERGENT
+DIVERGENCE_COST = schema.DIVERGENCE_COST
 
 
 def _code_object() -> pl.Expr:
@@ -417,14 +395,17 @@ def _matched(collectives: pl.DataFrame | None) -> pl.DataFrame:
 
 
 def divergence_cost(div: pl.DataFrame, compiles: pl.DataFrame | None = None, steps: pl.DataFrame | None = None,
-                    collectives: pl.DataFrame | None = None) -> pl.DataFrame:
+                    collectives: pl.DataFrame | None = None, arrivals: pl.DataFrame | None = None) -> pl.DataFrame:
     """Per divergent compile, the wait it caused the other ranks, measured in the step of the compile.
 
     Methods, best first: the waiting ranks' collective wait in that step (instances the compiling rank arrived at
-    last; ``collectives``: COLLECTIVES or :func:`match_collectives` rows) — measured; their step-time excess over
+    last; ``collectives``: COLLECTIVES or :func:`match_collectives` rows, a profiler window's; else ``arrivals``,
+    :func:`~workbench.analyses.hangs.collective_arrivals`: every step's, from the Flight Recorder) — measured;
+    their step-time excess over
     their median in that step (``steps``) — measured; when their own steps did not absorb the stall (asynchronous
     device work) but the next step did, that excess — estimated; else the compile time — estimated. Never a
-    collective of another step. Output: :data:`DIVERGENCE_COST`.
+    collective of another step; several divergent compiles of one step on the same ranks share its measured wait
+    by compile time (their costs add up to it). Output: :data:`DIVERGENCE_COST`.
     """
     rows = []
     matched = _matched(collectives)
@@ -436,12 +417,14 @@ def divergence_cost(div: pl.DataFrame, compiles: pl.DataFrame | None = None, ste
             step = _step_at(steps, comp[0], d["start"])
         per_rank: dict[int, int] = {}
         basis, method = "estimated", "compile time of the compiling rank (no collective or step time recorded)"
-        if step is not None and not matched.is_empty():
-            m = matched.filter((pl.col("step") == step) & pl.col("rank").is_in(waiting) & ~pl.col("p2p")
-                               & pl.col("last_rank").is_in(comp))
+        for source, where in ((matched, ""), (arrivals, ", Flight Recorder arrivals")):
+            if per_rank or step is None or source is None or source.is_empty():
+                continue
+            m = source.filter((pl.col("step") == step) & pl.col("rank").is_in(waiting) & ~pl.col("p2p")
+                              & pl.col("last_rank").is_in(comp))
             per_rank = {int(r): int(w) for r, w in m.group_by("rank").agg(pl.col("wait_ns").sum()).iter_rows() if w}
             if per_rank:
-                basis, method = "measured", f"collective wait in the same step (step {step})"
+                basis, method = "measured", f"collective wait in the same step (step {step}{where})"
         if not per_rank and step is not None and steps is not None and not steps.is_empty():
             here = metrics.step_excess_ns(steps, step, waiting)
             own = metrics.step_excess_ns(steps, step, comp)
@@ -463,12 +446,37 @@ def divergence_cost(div: pl.DataFrame, compiles: pl.DataFrame | None = None, ste
             if wait is None:
                 method = "unknown: no compile time, collective or step time recorded"
         rows.append({**d, "step": step, "wait_ns": wait, "cost_basis": basis, "cost_method": method,
-                     "waiting_ranks": sorted(waiting),
-                     "wait_by_rank": json.dumps({str(k): v for k, v in sorted(per_rank.items())})})
+                     "waiting_ranks": sorted(waiting), "_per_rank": per_rank,
+                     "_shared": bool(per_rank) and not method.startswith("compile time")})
     if not rows:
         return schema.empty(DIVERGENCE_COST)
+    _share_step_waits(rows)
+    for r in rows:
+        r["wait_by_rank"] = json.dumps({str(k): v for k, v in sorted(r.pop("_per_rank").items())})
+        r.pop("_shared")
     return schema.conform(pl.DataFrame(rows, schema_overrides={k: v for k, v in DIVERGENCE_COST.items()}),
                           DIVERGENCE_COST)
+
+
+def _share_step_waits(rows: list[dict[str, Any]]) -> None:
+    """Several divergent compiles of one step on the same ranks (a recompile of the forward and of a second frame)
+    share that step's one measured wait: each takes the part of it its compile time is of theirs together (equal
+    parts when a compile time is missing), so the findings add up to the wait instead of each counting all of it."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["_shared"] and r["step"] is not None:
+            groups.setdefault((r["step"], tuple(r["ranks"] or ()), tuple(r["waiting_ranks"])), []).append(r)
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        times = [r["duration_ns"] or 0 for r in group]
+        total = sum(times)
+        shares = [t / total for t in times] if total > 0 and all(times) else [1 / len(group)] * len(group)
+        for r, share in zip(group, shares):
+            r["_per_rank"] = {k: round(v * share) for k, v in r["_per_rank"].items()}
+            r["wait_ns"] = max(r["_per_rank"].values(), default=0)
+            r["cost_method"] += (f"; its share by compile time ({share:.0%}) of the {len(group)} divergent compiles "
+                                 "of that step")
 
 
 # ---------------------------------------------------------------------- start-up skew
@@ -707,7 +715,7 @@ def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None
     div = divergent_compiles(c)
     divergent_rows: set[tuple[int, str | None]] = set()  # (rank, compile_id) explained by a divergent finding
     if div.height:
-        costed = divergence_cost(div, c, steps, collectives)
+        costed = divergence_cost(div, c, steps, collectives, arrivals)
         for d in costed.iter_rows(named=True):
             for r in d["ranks"]:
                 divergent_rows.add((r, d["compile_id"]))
@@ -906,11 +914,23 @@ def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None
     return out
 
 
+def divergence_table(compiles: pl.DataFrame, steps: pl.DataFrame | None, collectives: pl.DataFrame | None,
+                     arrivals: pl.DataFrame | None) -> pl.DataFrame:
+    """Every divergent compile with the wait it caused (:func:`divergence_cost` of :func:`divergent_compiles`):
+    ``AnalysisTables.divergent``, what the findings, the app and the report show."""
+    if compiles is None or compiles.is_empty():
+        return schema.empty(DIVERGENCE_COST)
+    c = _ensure_classified(compiles)
+    div = divergent_compiles(c)
+    return divergence_cost(div, c, steps, collectives, arrivals) if div.height else schema.empty(DIVERGENCE_COST)
+
+
 @register_detector(Kind.DIVERGENT_RECOMPILE, Kind.NCCL_TIMEOUT_RISK, Kind.DIFFERENT_PROGRAMS, Kind.DIVERGENT_CACHE,
                    Kind.DIVERGENT_COLLECTIVE_SCHEDULE, Kind.DIVERGENT_CONFIG, Kind.DIVERGENT_FINGERPRINT,
                    Kind.COMPILE_SKEW, *sorted(RECOMPILE_KINDS), Kind.RECOMPILE_LIMIT, Kind.GRAPH_BREAK,
                    Kind.COMPILE_FAILURE, Kind.COMPILE_TIME,
-                   needs=("compiles", "steps", "matched", "collectives", "fingerprints", "timeout_s", "hangs"), order=50)
+                   needs=("compiles", "steps", "matched", "collectives", "fingerprints", "timeout_s", "hangs", "arrivals"),
+                   order=50)
 def _detect(x: Inputs) -> list[Finding]:
     """:func:`recompile_finding_list` with every step's collective arrivals from the Flight Recorder."""
     from workbench.analyses.hangs import collective_arrivals
@@ -918,7 +938,8 @@ def _detect(x: Inputs) -> list[Finding]:
     return recompile_finding_list(x.compiles, steps=x.steps,
                                   collectives=x.matched if not x.matched.is_empty() else x.collectives,
                                   fingerprints=x.fingerprints, timeout_s=x.timeout_s,
-                                  arrivals=collective_arrivals(x.hangs.entries, x.steps))
+                                  arrivals=x.arrivals if x.arrivals is not None
+                                  else collective_arrivals(x.hangs.entries, x.steps))
 
 
 # ---------------------------------------------------------------------------------------------- skipped frames
@@ -996,7 +1017,6 @@ def skipped_frame_findings(compiles: pl.DataFrame, *, device: Any = None,
                     base = before[len(before) // 2] if before else 0
                     baseline[r] = base
                     eager[r] = sum(max(0, n - base) for n in after)
-        where = f"{g['co_name']} ({g['co_filename']}:{g['co_firstlineno']})"
         line = g["fail_user_frame"]
         why = g["skip_reason"] or "no_reason_logged"
         if eager:

@@ -29,11 +29,11 @@ from workbench.analyses.detectors import Inputs, register_detector, run_detector
 from workbench.analyses.findings import (
     Cost, Finding, symptom_cost_ns, costs_no_time, findings_frame, findings_to_dicts, make_finding,
 )
-from workbench.analyses.hangs import job_failure_first
+from workbench.analyses.hangs import collective_arrivals, job_failure_first
 from workbench.analyses.kinds import Kind, ProfilerOverheadEvidence
 from workbench.analyses.overlap import comm_compute_overlap
 from workbench.analyses.per_rank import event_tables
-from workbench.analyses.recompiles import classify_compiles
+from workbench.analyses.recompiles import classify_compiles, divergence_table
 from workbench.analyses.rootcause import attribute, trace_compile_spans, without_waits
 from workbench.analyses.stragglers import step_times, straggler_ranks
 from workbench.analyses.window import Window
@@ -58,6 +58,7 @@ class AnalysisTables:
     (``per_rank.kept_gaps``), so thousands of ranks fit in memory. ``idle_by_stream`` / ``idle_by_step`` always
     count every gap."""
 
+    divergent: pl.DataFrame            # each compile made on some ranks only, with the others' wait (recompiles.py)
     breakdown: pl.DataFrame
     breakdown_by_rank: pl.DataFrame
     overlap: pl.DataFrame
@@ -227,13 +228,15 @@ def analysis_tables(run: Any, window: Window = "steady", kernel_wait_ns: int = K
     main_causes = out["idle_by_stream"].join(main, on=["rank", "stream"], how="semi") if not main.is_empty() else None
     hang = _hangs(run)
     cp = _critical_path(run, hang, colls, steps, compiles, traced, ranks, fingerprints)   # critical_path.py
+    arrivals = collective_arrivals(hang.entries, steps)    # every step's, from the Flight Recorder
+    out["divergent"] = divergence_table(compiles, steps, matched if not matched.is_empty() else colls, arrivals)
     device = without_waits(ev["device_time"], victim_waits(cp, ranks))     # exposed communication: transfer only
     inputs = Inputs(
         steps=steps, collectives=colls, matched=matched, ranks=ranks, compiles=compiles, fingerprints=fingerprints,
         meta=getattr(run, "meta", None) or {}, world_size=getattr(run, "world_size", None), timeout_s=timeout_s,
         tables=out, main_causes=main_causes, python_events=ev["python_events"],
         profiler_inflated=not _with_stack_ranks(ev["python_events"]).is_empty(), steps_by_rank=_steps_by_rank(bd),
-        device=device, traced=traced, hangs=hang, critical_path=cp)
+        device=device, traced=traced, hangs=hang, critical_path=cp, arrivals=arrivals)
     found = run_detectors(inputs)   # analyses/detectors.py: every registered detector, in order
     wall = metrics.wall_ns(steps) or {r: sum(e - s for s, e in w) for r, w in device.window.items()}
     roots = attribute(found, device=device, compiles=compiles, matched=matched, steps=steps, wall_ns=wall)

@@ -172,15 +172,9 @@ def compiles(store: RunStore, rid: str) -> pl.DataFrame:
 
 
 def divergent(store: RunStore, rid: str) -> pl.DataFrame:
-    """Divergent compile ids with the wait each caused on the other ranks (``divergent_compiles`` + ``divergence_cost``)."""
-    def go():
-        run = store.run(rid)
-        c = compiles(store, rid)
-        div = recompiles_analysis.divergent_compiles(c)
-        if div.is_empty():
-            return div
-        return recompiles_analysis.divergence_cost(div, c, run.steps, run.collectives)
-    return _cached(store, rid, "divergent", go)
+    """Divergent compile ids with the wait each caused on the other ranks (``AnalysisTables.divergent``: the
+    findings' numbers)."""
+    return table(store, rid, "divergent")
 
 
 # ---------------------------------------------------------------------------------------- recommendations

@@ -155,12 +155,10 @@ def build_report(run: Any, *, title: str | None = None, timeline: bool = True) -
     # recompiles
     if run.compiles.height:
         def rc():
-            from workbench.analyses.recompiles import classify_compiles, divergence_cost, divergent_compiles
+            from workbench.analyses.recompiles import classify_compiles
 
             c = classify_compiles(run.compiles)
-            div = divergent_compiles(c)
-            if div.height:
-                div = divergence_cost(div, c, run.steps, run.collectives)
+            div = tables.divergent if tables is not None else pl.DataFrame()   # the findings' numbers
             parts: list[Any] = [figures.divergence_matrix_figure(c)]
             if div.height:
                 parts.append(div.select([x for x in ("compile_id", "ranks", "missing_ranks", "step", "cause",

@@ -20,7 +20,7 @@ import polars as pl
 
 from workbench import cache as table_cache
 from workbench import rundir, schema
-from workbench.discover import Sources, TraceSource, discover
+from workbench.discover import Sources, TraceSource
 from workbench.errors import InputError, OptionError, TraceError, one_line
 from workbench.regular_file import read_regular
 from workbench.kineto import ASSUMED_RANK, MAX_WORLD_SIZE, read_trace, same_rank_windows

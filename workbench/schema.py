@@ -220,10 +220,38 @@ FINDINGS: dict[str, pl.DataType] = {
     "is_root": pl.Boolean,
 }
 
+#: A compile of one code object made on some ranks only (``analyses.recompiles.divergent_compiles``).
+DIVERGENT: dict[str, pl.DataType] = {
+    "compile_id": pl.String,
+    "co_name": pl.String,
+    "location": pl.String,              # co_filename:co_firstlineno
+    "ranks": pl.List(pl.Int32),         # ranks that compiled it
+    "missing_ranks": pl.List(pl.Int32),  # ranks that did not
+    "step": pl.Int32,                   # step of the compile on the compiling ranks (null when unknown)
+    "start": pl.Int64,                  # earliest start among the compiling ranks
+    "end": pl.Int64,
+    "duration_ns": pl.Int64,            # longest compile among the compiling ranks (null when unknown)
+    "cause": pl.String,
+    "cause_detail": pl.String,
+    "cause_source": pl.String,
+    "nth": pl.Int32,                    # which compile of the code object (0 = first) on the compiling ranks
+}
+
+#: DIVERGENT plus the wait each caused the other ranks (``analyses.recompiles.divergence_cost``).
+DIVERGENCE_COST: dict[str, pl.DataType] = {
+    **DIVERGENT,
+    "wait_ns": pl.Int64,                # the others' wait (max over waiting ranks); null when unknown
+    "cost_basis": pl.String,            # measured / estimated
+    "cost_method": pl.String,           # how wait_ns was obtained
+    "waiting_ranks": pl.List(pl.Int32),
+    "wait_by_rank": pl.String,          # JSON {rank: ns}
+}
+
 #: Every analysis output (``workbench.analyses.summary.AnalysisTables``), declared like the input tables: each
 #: function's docstring says what its columns mean. ``analysis_tables`` conforms its outputs to these, so an empty
 #: table still has its columns.
 ANALYSIS_TABLES: dict[str, dict[str, pl.DataType]] = {
+    "divergent": DIVERGENCE_COST,
     "breakdown": {
         "rank": pl.Int32, "step": pl.Int32, "start": pl.Int64, "end": pl.Int64, "activities": pl.UInt32,
         "window_ns": pl.Int64, "busy_ns": pl.Int64, "idle_ns": pl.Int64, "compute_ns": pl.Int64, "comm_ns": pl.Int64,

@@ -226,3 +226,37 @@ def test_the_findings_frame_keeps_an_unknown_cost_unknown() -> None:
     assert F.symptom_cost_ns(5, 10) == 5 and F.symptom_cost_ns(None, 10) is None and F.symptom_cost_ns(7, None) == 7
     assert F.costs_no_time(0, "info") and F.costs_no_time(None, "info")
     assert not F.costs_no_time(0, "high") and not F.costs_no_time(1, "info")
+
+
+def test_divergent_compiles_of_one_step_share_its_wait() -> None:
+    """Two frames recompiled on rank 1 alone in step 5 (1 s and 3 s of compiling) while rank 0 waited 4 s in that
+    step's all-reduce: one wait, split by compile time (1 s and 3 s), never 4 s counted for each frame; a third
+    compile alone in step 7 keeps its own step's whole wait."""
+    from workbench.analyses.recompiles import DIVERGENT, divergence_cost
+
+    def compile_row(cid: str, step: int, ns: int) -> dict:
+        return {"compile_id": cid, "co_name": f"f{cid}", "location": f"m.py:{step}", "ranks": [1],
+                "missing_ranks": [0], "step": step, "start": step * 10**10, "end": step * 10**10 + ns,
+                "duration_ns": ns, "cause": "shape", "cause_detail": None, "cause_source": None, "nth": 1}
+
+    div = pl.DataFrame([compile_row("0/1", 5, 10**9), compile_row("1/1", 5, 3 * 10**9), compile_row("2/1", 7, 10**9)],
+                       schema=DIVERGENT)
+    matched = pl.DataFrame({"rank": [0, 0, 1, 1], "step": [5, 7, 5, 7], "p2p": [False] * 4, "last_rank": [1] * 4,
+                            "wait_ns": [4 * 10**9, 2 * 10**9, 0, 0]})
+    out = {r["compile_id"]: r for r in divergence_cost(div, collectives=matched).iter_rows(named=True)}
+    assert [out[c]["wait_ns"] for c in ("0/1", "1/1", "2/1")] == [10**9, 3 * 10**9, 2 * 10**9]
+    assert out["0/1"]["wait_ns"] + out["1/1"]["wait_ns"] == 4 * 10**9
+    assert "share" in out["1/1"]["cost_method"] and "share" not in out["2/1"]["cost_method"]
+    assert all(r["cost_basis"] == "measured" for r in out.values())
+
+
+@pytest.mark.parametrize("name", ["h200x2-planted", "cpu-gloo-4rank"])
+def test_the_divergence_table_is_the_findings_numbers(name) -> None:
+    """``AnalysisTables.divergent`` (what the app's Recompiles page and the report list) holds each divergent
+    recompile finding's cost and method: one computation, one number."""
+    tables = analysis_tables(_sample(name))
+    found = {f.evidence.compile_id: f for f in tables.roots if f.kind == "divergent_recompile"}
+    assert found and set(found) == set(tables.divergent["compile_id"].to_list())
+    for r in tables.divergent.iter_rows(named=True):
+        f = found[r["compile_id"]]
+        assert (r["wait_ns"], r["cost_basis"], r["cost_method"]) == (f.cost.ns, f.cost.basis, f.cost.method)

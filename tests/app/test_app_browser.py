@@ -240,11 +240,8 @@ def test_pipeline_page_draws_bubbles_and_the_schedule(page, served, artifacts):
 
 
 def test_recompiles_shows_the_users_line(page, served, cpu_tables, artifacts):
-    from workbench.analyses.recompiles import classify_compiles, divergence_cost, divergent_compiles
-
-    run, _ = cpu_tables
-    c = classify_compiles(run.compiles)
-    div = divergence_cost(divergent_compiles(c), c, run.steps, run.collectives)
+    run, tables = cpu_tables
+    div = tables.divergent
     assert div.height >= 1, "the sample run has a planted divergent recompile"
     goto_ready(page, served.url("/recompiles?run=cpu-gloo-4rank"), "recompiles")
     item = page.text_content(".divergent-item")

@@ -26,11 +26,14 @@ from workbench.analyses.summary import analysis_tables  # noqa: E402
 pytestmark = pytest.mark.slow
 FAST_CASES = 20
 N = 12
+#: The issue's late rank, sized large against a busy CI host's noise: at load 10 on 2 cores the run's own noise bar
+#: reached 22 ms, so a 30 ms plant was below twice it (undetectable by the bench's rule) in some runs.
+LATE_MS = 80.0
 ISSUE = {
-    # 3 gloo ranks, DDP over a compiled model, one rank 40 ms late inside every step before its forward
-    "one_late": Case(1, 3, N, "ddp", (Plant(1, "before_forward", "sleep", 40.0, tuple(range(N))),)),
-    # 4 ranks, one 30 ms late inside every step and another recompiling alone at step 9
-    "late_and_recompile": Case(2, 4, N, "ddp", (Plant(2, "before_forward", "sleep", 30.0, tuple(range(N))),
+    # 3 gloo ranks, DDP over a compiled model, one rank late inside every step before its forward
+    "one_late": Case(1, 3, N, "ddp", (Plant(1, "before_forward", "sleep", LATE_MS, tuple(range(N))),)),
+    # 4 ranks, one late inside every step and another recompiling alone at step 9
+    "late_and_recompile": Case(2, 4, N, "ddp", (Plant(2, "before_forward", "sleep", LATE_MS, tuple(range(N))),
                                                 Plant(1, "forward", "recompile", 300.0, (9,)))),
     # 4 ranks with nothing planted
     "clean": Case(3, 4, N, "ddp", ()),
@@ -105,8 +108,9 @@ def test_issue_late_rank_and_a_one_rank_recompile(recorder) -> None:
     _, truth, roots = recorder("late_and_recompile", ISSUE["late_and_recompile"])
     what = [(f.kind, f.ranks, f.steps) for f in roots]
     st = {f.evidence.rank: f for f in roots if f.kind == Kind.STRAGGLER}
-    # the late rank named in every step it held the others back by twice the run's noise (a busy host can hide
-    # one of its 30 ms in the spread), and in no step it was not planted in
+    # the late rank named in every step it held the others back by twice the run's noise (where a rank nothing was
+    # planted on arrived after it, a profiler export or a busy host masked it: it held no one back there), and in
+    # no step it was not planted in
     sc = score(ISSUE["late_and_recompile"], truth, roots, recorder.bar("late_and_recompile"))
     late = next(c for c in sc.culprits if c.rank == 2)
     assert 2 in st and late.must and set(late.must) <= set(st[2].steps) <= set(range(1, N)), (late, what)
@@ -115,7 +119,7 @@ def test_issue_late_rank_and_a_one_rank_recompile(recorder) -> None:
     div = [f for f in roots if f.kind == Kind.DIVERGENT_RECOMPILE]
     assert div and all(d.evidence.compiling_ranks == (1,) and d.steps == (9,) for d in div), what
     want = truth["truth_by_rank_step_ns"]["1"]["9"]
-    assert max(d.cost.ns for d in div) == pytest.approx(want, rel=0.25)
+    assert sum(d.cost.ns for d in div) == pytest.approx(want, rel=0.25)   # one wait, shared by its frames
     assert 1 not in st or 9 not in st[1].steps, what        # the compile is the divergent recompile's, not a straggle
     assert not [f for f in roots if f.kind in (Kind.DIVERGENT_CONFIG, Kind.DIFFERENT_PROGRAMS)], what
     assert_exposed_is_transfer(roots, recorder.bar("late_and_recompile"))

@@ -4,7 +4,6 @@ generated bench's honest ground truth (deterministic: hand-made tables)."""
 from __future__ import annotations
 
 import polars as pl
-import pytest
 
 from workbench.analyses.critical_path import SYNC_POINTS, instance_table, noise_table
 from workbench.analyses.sync_points import align_calls

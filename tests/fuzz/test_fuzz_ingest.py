@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import shutil
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager

@@ -10,7 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 

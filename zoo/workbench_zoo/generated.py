@@ -444,10 +444,11 @@ def layered_truth(case: Case, measured: dict[int, dict[str, dict[int, int]]]) ->
 def held_back(case: Case, arrivals: dict[int, dict[str, int]]) -> dict[int, dict[int, int]]:
     """Per culprit and step of its planted work: how long it actually held the others back at the collective that
     work delays, from every rank's own arrival there (``perf_counter_ns``, one clock on one host): its arrival less
-    the arrival just before it (0 when it was not last of those), the layered counterfactual of the arrivals
-    themselves. Where the other ranks were slow too in that step (a profiler window, a crowded CPU), this is less
-    than the planted work. ``arrivals``: rank -> ``"step:slot"`` -> ns; steps without every rank's arrival left
-    out."""
+    the arrival just before it (0 when it was first), the layered counterfactual of the arrivals themselves; and 0
+    when a rank with no plant in that step arrived after it: the others would have waited for that rank anyway
+    (a profiler export, a crowded CPU), so the plant held no one back. Where the other ranks were slow too in that
+    step, this is less than the planted work. ``arrivals``: rank -> ``"step:slot"`` -> ns; steps without every
+    rank's arrival left out."""
     out: dict[int, dict[int, int]] = {}
     for p in case.plants:
         for st in p.steps:
@@ -456,8 +457,10 @@ def held_back(case: Case, arrivals: dict[int, dict[str, int]]) -> dict[int, dict
             at = {r: a.get(key) for r, a in arrivals.items()}
             if len(at) < case.world or any(v is None for v in at.values()):
                 continue
+            planted = {q.rank for q in case.plants if st in q.steps}
+            masked = any(v > at[p.rank] for r, v in at.items() if r not in planted)
             before = [v for r, v in at.items() if r != p.rank and v <= at[p.rank]]
-            out.setdefault(p.rank, {})[st] = at[p.rank] - max(before) if before else 0
+            out.setdefault(p.rank, {})[st] = at[p.rank] - max(before) if before and not masked else 0
     return out
 
 
@@ -667,11 +670,8 @@ def score(case: Case, truth: dict[str, Any], roots: list[Any], noise_ns: int | N
             cs.found = True
             cs.found_steps = sorted({int(s) for f in mine for s in f.steps})    # above the run's noise
             cs.clear_steps = sorted({int(s) for f in mine for s, v in _per_step(f).items() if v >= thr})
-            once: dict[tuple[str, tuple[int, ...]], int] = {}   # one kind in the same steps: the same lost time
-            for f in mine:       # (a recompile is one divergent_recompile per compiled frame, each with the wait)
-                k = (f.kind.value, tuple(sorted(int(x) for x in f.steps)))
-                once[k] = max(once.get(k, 0), int(f.cost_ns))
-            cs.cost_ns = sum(once.values())
+            # every second once: the frames of one step's divergent recompile share its wait (recompiles.py)
+            cs.cost_ns = sum(int(f.cost_ns) for f in mine)
             cs.kinds = sorted({f.kind.value for f in mine})
             cs.reason = next((getattr(f.evidence, "reason", None) for f in mine if f.kind == Kind.STRAGGLER), None)
         out.append(cs)

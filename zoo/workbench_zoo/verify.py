@@ -100,7 +100,11 @@ def check_found(fault: Fault, roots: list[Any], truth: dict[str, Any]) -> Found:
             ranks_ok = set(fault.ranks) <= {r for g in same for r in g.ranks}
         seen = {s for g in same for s in g.steps} | {_step_of(g) for g in same}
         steps_ok = (not fault.steps) or set(fault.steps) <= seen
-        return Found(i, f, ranks_ok, steps_ok, f.cost.ns, f.cost.basis, expected_cost(f, truth), top)
+        # one cost shared by several findings of the kind at the same ranks and steps (the frames of one step's
+        # divergent recompile share its wait): the fault's cost is their sum
+        parts = [g.cost.ns for g in same if g.kind == f.kind and g.ranks == f.ranks and g.steps == f.steps]
+        cost = sum(parts) if f.cost.ns is not None and None not in parts else f.cost.ns
+        return Found(i, f, ranks_ok, steps_ok, cost, f.cost.basis, expected_cost(f, truth), top)
     return Found(None, None, truth_ns=truth.get("cost_ns"), top_kind=top)
 
 
