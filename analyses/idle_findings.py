@@ -6,6 +6,8 @@ leaves the GPU idle for at least :data:`~workbench.analyses.kinds.IDLE_CAUSE_PCT
   foreach);
 * ``data_loading``: the ``data`` cause (a ``DataLoader`` in the trace, the collector's data wait before a step).
 
+A cause counts where it recurs: it must reach that share of an average step in :data:`RECUR_STEPS` steps or more.
+
 Each names its rank, steps and per-step cost, the op, and the line of the user's code: the trace's Python frame
 where it was recorded ``with_stack``, else the collector's scan of the training script (``run.json``
 ``source_sites``: sync calls, optimizer constructions with their flags, the DataLoader). On a rank without a GPU
@@ -36,6 +38,9 @@ PER_PARAMETER = "(per-parameter)"
 #: How the cost was measured: on a GPU stream, on a rank's host op stream (``idle_causes.host_op_stream``).
 _METHOD = "GPU idle while the launching thread was in it, analysed window"
 _METHOD_HOST = "host time between compute ops while the training thread was in it, analysed window"
+#: A cause is a finding only where it reaches its share in at least this many of the rank's analysed steps (fewer
+#: where the rank has fewer): on a busy host a thread descheduled once between two ops lands wherever it lands.
+RECUR_STEPS = 2
 #: Ops listed in a finding's evidence.
 TOP_LABELS = 5
 
@@ -89,10 +94,14 @@ def site_of(cause: str, label: str | None, scan: SourceScan | None) -> SourceSit
 def idle_cause_findings(attribution: pl.DataFrame, window_ns: Mapping[int, int],
                         meta: Mapping[str, Any] | None = None) -> list[Finding[IdleCauseEvidence]]:
     """One finding per rank and cause of :data:`KIND_OF_CAUSE` whose attributed idle reaches
-    :data:`IDLE_CAUSE_PCT` % of the rank's window (``window_ns``); ``meta``: ``run.json`` (its source sites)."""
+    :data:`IDLE_CAUSE_PCT` % of the rank's window (``window_ns``), in total and in at least :data:`RECUR_STEPS`
+    of its steps (that share of an average step: a sync, a per-parameter optimizer step, a batch fetch recur; one
+    step's descheduled thread does not); ``meta``: ``run.json`` (its source sites)."""
     if attribution is None or attribution.is_empty():
         return []
     scan = _scan(meta)
+    steps_of = {int(r): {int(x) for x in st if x is not None} for r, st in
+                attribution.group_by("rank").agg(pl.col("step").unique()).iter_rows()}
     a = attribution.filter(pl.col("cause").is_in(list(KIND_OF_CAUSE)))
     a = a.filter((pl.col("cause") != "optimizer") | pl.col("label").fill_null("").str.contains(PER_PARAMETER,
                                                                                                  literal=True))
@@ -104,6 +113,9 @@ def idle_cause_findings(attribution: pl.DataFrame, window_ns: Mapping[int, int],
             continue
         by_step = {int(s): int(v) for s, v in g.group_by("step").agg(pl.col("ns").sum()).drop_nulls(
             "step").iter_rows()}
+        floor = IDLE_CAUSE_PCT / 100.0 * window / max(1, len(steps_of.get(int(rank)) or by_step))
+        if sum(v >= floor for v in by_step.values()) < min(RECUR_STEPS, len(steps_of.get(int(rank)) or by_step)):
+            continue    # in one step only: a one-off (a thread descheduled on a busy host), not this pattern
         labels = g.group_by("label").agg(pl.col("ns").sum()).sort("ns", descending=True)
         top = labels["label"][0] if labels.height else None
         traced_site = g.filter(pl.col("site").is_not_null()).sort("ns", descending=True)["site"]
