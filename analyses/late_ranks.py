@@ -14,7 +14,8 @@ into a straggler: the run's first step (first compiles, set-up), lateness that i
 already names that rank and step and costs at least half of it (that finding is the cause; the waits are its
 symptoms; one that could not measure the wait — a step outside the profiler's windows, a recompile in every step —
 leaves it to the straggler, whose reason is then the compile), the profiler's own trace export between steps (the
-collector's cost, not the user's) and time inside a collective's own call.
+collector's cost, not the user's: beyond the rank's usual lateness, which it keeps in the steps an export
+overlaps) and time inside a collective's own call.
 """
 
 from __future__ import annotations
@@ -64,6 +65,41 @@ def _profiler_dominated(a: pl.DataFrame) -> pl.DataFrame:
         return a
     return pl.concat([a.filter(pl.col("label").fill_null("") != EXPORT_UNTRACED),
                       during.join(drop, on=["culprit", "step"], how="anti")])
+
+
+def _usual_lateness_kept(a: pl.DataFrame, judged: Iterable[int]) -> pl.DataFrame:
+    """``a`` with a rank's usual lateness kept in the steps the profiler's stop or export overlapped: there up to
+    its median lateness over the ``judged`` steps nothing of the profiler's was in (zeros where it was not late)
+    is taken back from the profiler's time (``profiler`` rows, untraced time during an export) as plain untraced
+    time. A rank late by 37 ms every step is still late by them in the step its background export overlaps; the
+    export explains only what goes beyond that."""
+    prof = (pl.col("category") == "profiler") | (pl.col("label").fill_null("") == EXPORT_UNTRACED)
+    own = ~prof & ~pl.col("category").is_in(list(NOT_A_STRAGGLER))
+    per = a.drop_nulls("step").group_by("culprit", "step").agg(
+        _own=pl.col("ns").filter(own).sum(), _prof=pl.col("ns").filter(prof).sum())
+    disturbed = per.filter(pl.col("_prof") > 0)
+    if disturbed.is_empty():
+        return a
+    judged = set(judged)
+    own_by = {(int(c), int(st)): int(n) for c, st, n, _ in per.iter_rows()}
+    bad: dict[int, set[int]] = {}
+    for c, st, _, _ in disturbed.iter_rows():
+        bad.setdefault(int(c), set()).add(int(st))
+    usual = {c: _median([own_by.get((c, st), 0) for st in sorted(judged - b)]) if judged - b else 0
+             for c, b in bad.items()}
+    back = disturbed.with_columns(_f=pl.struct("culprit", "step", "_own", "_prof").map_elements(
+        lambda r: min(1.0, max(0, usual[int(r["culprit"])] - r["_own"]) / r["_prof"]), return_dtype=pl.Float64)
+    ).filter(pl.col("_f") > 0).select("culprit", "step", "_f")
+    if back.is_empty():
+        return a
+    hit = a.join(back, on=["culprit", "step"], how="left").with_columns(_f=pl.when(prof).then(
+        pl.col("_f").fill_null(0.0)).otherwise(0.0))
+    scaled = [(pl.col(c) * (1 - pl.col("_f"))).round().cast(pl.Int64).alias(c) for c in ("ns", "excess_ns")]
+    taken = [(pl.col(c) * pl.col("_f")).round().cast(pl.Int64).alias(c) for c in ("ns", "excess_ns")]
+    kept = hit.with_columns(*scaled).select(a.columns)
+    moved = hit.filter(pl.col("_f") > 0).with_columns(*taken, category=pl.lit("untraced"),
+                                                      label=pl.lit(None, pl.String)).select(a.columns)
+    return pl.concat([kept, moved])
 
 
 def _compile_steps(found: Iterable[Finding[Any]], bounds: Mapping[int, list[tuple[int, int, int]]] | None = None
@@ -136,7 +172,8 @@ def late_rank_findings(cp: CriticalPath, *, wall_ns: Mapping[int, int] | None = 
     bounds = {int(r): step_spans(steps, int(r))[1] for r in a["culprit"].unique()} if steps is not None else {}
     compiled = _compile_steps(found, bounds)
     warm = warmup_steps(cp.instances, steps)
-    a = _profiler_dominated(a)
+    a = _profiler_dominated(_usual_lateness_kept(a, {int(x) for x in cp.instances["step"].drop_nulls().unique()
+                                                     .to_list()} - warm))
     a = a.filter(~pl.col("category").is_in(list(NOT_A_STRAGGLER)) & ~pl.col("step").is_in(list(warm))
                  & ~pl.col("wait_step").is_in(list(warm)))
     if compiled:   # a layer that is mostly a compile a compile finding costs (half of it at least) is that finding's

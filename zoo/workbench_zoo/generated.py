@@ -448,11 +448,14 @@ def held_back(case: Case, arrivals: dict[int, dict[str, int]]) -> dict[int, dict
     when a rank with no plant in that step arrived after it: the others would have waited for that rank anyway
     (a profiler export, a crowded CPU), so the plant held no one back. Where the other ranks were slow too in that
     step, this is less than the planted work. ``arrivals``: rank -> ``"step:slot"`` -> ns; steps without every
-    rank's arrival left out."""
+    rank's arrival left out, and so is the collective DDP's second step starts with (its bucket rebuild
+    broadcasts, which the arrival hook on the all-reduce does not see): there the planted truth stands in."""
     out: dict[int, dict[int, int]] = {}
     for p in case.plants:
         for st in p.steps:
             step, slot = _interval(case, p.phase, st)
+            if case.mode == "ddp" and (step, slot) == (1, 0):
+                continue   # DDP's second forward first rebuilds its buckets with broadcasts the hook does not see
             key = f"{step}:{slot}"
             at = {r: a.get(key) for r, a in arrivals.items()}
             if len(at) < case.world or any(v is None for v in at.values()):
@@ -663,8 +666,8 @@ def score(case: Case, truth: dict[str, Any], roots: list[Any], noise_ns: int | N
         # the previous step's last collective delays it)
         real = {x for s, v in unplanted.get(r, {}).items() if noise and v >= noise for x in (s, s - 1)}
         may = sorted((set(case_steps(case, r)) | real) - set(must))
-        cs = CulpritScore(r, sum(steps.values()), steps, must, may,
-                          held_ns=sum(held.get(s, 0) for s in steps) if held else None)
+        cs = CulpritScore(r, sum(steps.values()), steps, must, may,      # the planted truth where no arrivals
+                          held_ns=sum(held.get(s, v) for s, v in steps.items()) if held else None)
         mine = [f for f in culprit_roots if r in f.blamed_ranks and len(f.blamed_ranks) == 1]
         if mine:
             cs.found = True
