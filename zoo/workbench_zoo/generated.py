@@ -454,7 +454,7 @@ def held_back(case: Case, arrivals: dict[int, dict[str, int]]) -> dict[int, dict
     for p in case.plants:
         for st in p.steps:
             step, slot = _interval(case, p.phase, st)
-            if case.mode == "ddp" and (step, slot) == (1, 0):
+            if case.mode == "ddp" and (step, slot) == (1, 0) and p.phase in ("data", "before_forward", "optimizer"):
                 continue   # DDP's second forward first rebuilds its buckets with broadcasts the hook does not see
             key = f"{step}:{slot}"
             at = {r: a.get(key) for r, a in arrivals.items()}
@@ -634,6 +634,17 @@ def _per_step(f: Any) -> dict[int, int]:
     return {int(s): f.cost_ns for s in f.steps}
 
 
+def _share(rank: int, f: Any, by: dict[int, dict[int, int]]) -> float:
+    """``rank``'s part of finding ``f``'s cost: all of it when ``f`` names it alone, else its planted truth in
+    ``f``'s steps over that of every rank ``f`` names (equal parts when none is known)."""
+    ranks = list(f.blamed_ranks)
+    if len(ranks) == 1:
+        return 1.0
+    t = {q: sum(by.get(int(q), {}).get(int(s), 0) for s in f.steps) for q in ranks}
+    total = sum(t.values())
+    return t[rank] / total if total > 0 else 1.0 / len(ranks)
+
+
 def score(case: Case, truth: dict[str, Any], roots: list[Any], noise_ns: int | None = None) -> CaseScore:
     """Score the analyses' ``roots`` of a recorded ``case`` against its ``truth`` (:func:`ground_truth`).
     ``noise_ns``: the run's noise bar as the engine measured it from the run itself
@@ -668,13 +679,16 @@ def score(case: Case, truth: dict[str, Any], roots: list[Any], noise_ns: int | N
         may = sorted((set(case_steps(case, r)) | real) - set(must))
         cs = CulpritScore(r, sum(steps.values()), steps, must, may,      # the planted truth where no arrivals
                           held_ns=sum(held.get(s, v) for s, v in steps.items()) if held else None)
-        mine = [f for f in culprit_roots if r in f.blamed_ranks and len(f.blamed_ranks) == 1]
+        # a finding naming this rank alone, or with other planted culprits only (two ranks recompiling the same
+        # frame in the same steps are one divergent recompile of both)
+        mine = [f for f in culprit_roots if r in f.blamed_ranks and set(f.blamed_ranks) <= set(case.culprits)]
         if mine:
             cs.found = True
             cs.found_steps = sorted({int(s) for f in mine for s in f.steps})    # above the run's noise
             cs.clear_steps = sorted({int(s) for f in mine for s, v in _per_step(f).items() if v >= thr})
-            # every second once: the frames of one step's divergent recompile share its wait (recompiles.py)
-            cs.cost_ns = sum(int(f.cost_ns) for f in mine)
+            # every second once: the frames of one step's divergent recompile share its wait (recompiles.py); a
+            # finding of several culprits is shared by their planted truth in its steps
+            cs.cost_ns = sum(round(int(f.cost_ns) * _share(r, f, by)) for f in mine)
             cs.kinds = sorted({f.kind.value for f in mine})
             cs.reason = next((getattr(f.evidence, "reason", None) for f in mine if f.kind == Kind.STRAGGLER), None)
         out.append(cs)
