@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import pytest
 
 import workbench
-from workbench.analyses.findings import SEVERITIES, findings_frame, flatten
+from workbench.analyses.findings import SEVERITIES, findings_frame, flatten, severity_of
 from workbench.analyses.summary import analysis_tables
 from workbench.schema import COLLECTIVES, FINDINGS, empty
 
@@ -106,7 +106,10 @@ def test_one_rank_recompile_is_one_root_cause_costed_in_its_own_step(planted: Pa
     assert abs(d.cost.ns - measured) <= 0.25 * measured, (d.cost, measured)
     # one root cause: the per-cause recompile of the same compile is not reported again
     assert not [f for f in flatten(roots) if f.kind.startswith("recompile_")]
-    assert d.severity == "high"
+    # severity is the one rule (the cost's share of its ranks' analysed wall time), never a size this host's load
+    # decides: the recompile is 9-13 % of a 3.2 s run whose first compile alone takes 2.6 s, so high or medium
+    assert d.severity == severity_of(d.cost, max(_wall(planted)[r] for r in d.ranks)), d.severity
+    assert d.severity in ("high", "medium"), d.severity
     if _expected_top(planted, measured) == "divergent_recompile":
         assert roots[0].id == d.id, [f.id for f in roots]
     else:   # the host made the first compile's skew the costlier: it leads, the plant right after it
@@ -138,9 +141,9 @@ def test_without_steps_or_collectives_the_cost_is_an_estimate_and_says_so(plante
     assert "estimated" in d.message
 
 
-def test_analyze_cli_leads_with_the_root_cause_and_fails_on_high(planted: Path) -> None:
+def test_analyze_cli_leads_with_the_root_cause_and_fails_on_medium(planted: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "workbench.cli", "analyze", str(planted), "--json",
-                           "--fail-on", "high"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+                           "--fail-on", "medium"], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 1, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
     waiting = [r for r in range(WORLD) if r != ODD_RANK]
