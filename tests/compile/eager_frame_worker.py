@@ -29,18 +29,19 @@ class Branchy(torch.nn.Module):
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
-    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--steps", type=int, default=10)
     args = p.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model = Branchy()
-    collector = Collector(args.out, profile_start=4, profile_length=2)
+    # a window of several steps: a cause must recur in two of them to be a finding (one step's host hiccup is not)
+    collector = Collector(args.out, profile_start=4, profile_length=4)
     compiled = collector.compile(model, backend="aot_eager")
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, foreach=True)   # no second, unplanted fault (per-parameter)
     collector.instrument(compiled, opt)
+    batches = [torch.randn(32, 64) for _ in range(args.steps)]   # built up front: no data loading between steps
     with collector:
-        for _ in range(args.steps):
-            x = torch.randn(32, 64)
+        for x in batches:
             with collector.step():
                 compiled(x).sum().backward()
                 opt.step()
