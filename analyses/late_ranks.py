@@ -105,9 +105,11 @@ def _usual_lateness_kept(a: pl.DataFrame, judged: Iterable[int]) -> pl.DataFrame
 def _compile_steps(found: Iterable[Finding[Any]], bounds: Mapping[int, list[tuple[int, int, int]]] | None = None
                    ) -> dict[tuple[int, int], int]:
     """(rank, step) of every compile a compile finding already blames (its waits are that finding's), with the most
-    such a finding costs there: divergent recompiles, a start-up compile skew, compiles inside a profiler window
-    (``compiling``; their steps from the ranks' step ``bounds``)."""
+    such a finding costs there: divergent recompiles (the frames of one step share its wait: their costs add up),
+    a start-up compile skew, compiles inside a profiler window (``compiling``; their steps from the ranks' step
+    ``bounds``)."""
     out: dict[tuple[int, int], int] = {}
+    shared: dict[tuple[int, int], int] = {}
 
     def put(k: tuple[int, int], cost: int) -> None:
         out[k] = max(out.get(k, 0), int(cost))
@@ -116,7 +118,9 @@ def _compile_steps(found: Iterable[Finding[Any]], bounds: Mapping[int, list[tupl
         ev = f.evidence
         if isinstance(ev, DivergentRecompileEvidence) and ev.step is not None:
             for r in ev.compiling_ranks:
-                put((int(r), int(ev.step)), f.cost_ns)
+                k = (int(r), int(ev.step))
+                shared[k] = shared.get(k, 0) + int(f.cost_ns)
+                put(k, shared[k])
         elif isinstance(ev, CompileSkewEvidence) and ev.step is not None and f.cost_ns > 0:
             put((int(ev.slowest_rank), int(ev.step)), f.cost_ns)
         elif isinstance(ev, CompilingEvidence):

@@ -394,18 +394,32 @@ def _matched(collectives: pl.DataFrame | None) -> pl.DataFrame:
     return match_collectives(collectives)
 
 
+def _waits_for(inst: pl.DataFrame, comp: list[int], waiting: list[int]) -> pl.DataFrame:
+    """The ``waiting`` ranks' rows of collective instances ``inst`` the compiling ranks ``comp`` arrived at last,
+    ``wait_ns`` each one's wait for them alone: from its own arrival, or from the last arrival of a rank not
+    compiling where that came later (the layer of the critical path that rank is charged: a rank late for another
+    reason keeps its own layer, never counted twice)."""
+    mine = pl.col("rank").is_in(waiting) & pl.col("last_rank").is_in(comp)
+    if not {"arrival", "last_arrival"} <= set(inst.columns):     # waits alone, no arrivals: as they are
+        return inst.filter(mine)
+    key = [c for c in ("pg_name", "pg_ranks", "step", "order") if c in inst.columns]
+    other_last = pl.col("arrival").filter(~pl.col("rank").is_in(comp)).max().over(key)
+    return inst.with_columns(_other_last=other_last).filter(mine).with_columns(
+        wait_ns=(pl.col("last_arrival") - pl.max_horizontal("arrival", "_other_last")).clip(lower_bound=0))
+
+
 def divergence_cost(div: pl.DataFrame, compiles: pl.DataFrame | None = None, steps: pl.DataFrame | None = None,
                     collectives: pl.DataFrame | None = None, arrivals: pl.DataFrame | None = None) -> pl.DataFrame:
     """Per divergent compile, the wait it caused the other ranks, measured in the step of the compile.
 
     Methods, best first: the waiting ranks' collective wait in that step (instances the compiling rank arrived at
-    last; ``collectives``: COLLECTIVES or :func:`match_collectives` rows, a profiler window's; else ``arrivals``,
+    last, counted from the last arrival of the ranks not compiling: :func:`_waits_for`; ``collectives``:
+    COLLECTIVES or :func:`match_collectives` rows, a profiler window's; else ``arrivals``,
     :func:`~workbench.analyses.hangs.collective_arrivals`: every step's, from the Flight Recorder) — measured;
-    their step-time excess over
-    their median in that step (``steps``) — measured; when their own steps did not absorb the stall (asynchronous
-    device work) but the next step did, that excess — estimated; else the compile time — estimated. Never a
-    collective of another step; several divergent compiles of one step on the same ranks share its measured wait
-    by compile time (their costs add up to it). Output: :data:`DIVERGENCE_COST`.
+    their step-time excess over their median in that step (``steps``) — measured; when their own steps did not
+    absorb the stall (asynchronous device work) but the next step did, that excess — estimated; else the compile
+    time — estimated. Never a collective of another step; several divergent compiles of one step on the same ranks
+    share its measured wait by compile time (their costs add up to it). Output: :data:`DIVERGENCE_COST`.
     """
     rows = []
     matched = _matched(collectives)
@@ -420,8 +434,7 @@ def divergence_cost(div: pl.DataFrame, compiles: pl.DataFrame | None = None, ste
         for source, where in ((matched, ""), (arrivals, ", Flight Recorder arrivals")):
             if per_rank or step is None or source is None or source.is_empty():
                 continue
-            m = source.filter((pl.col("step") == step) & pl.col("rank").is_in(waiting) & ~pl.col("p2p")
-                              & pl.col("last_rank").is_in(comp))
+            m = _waits_for(source.filter((pl.col("step") == step) & ~pl.col("p2p")), comp, waiting)
             per_rank = {int(r): int(w) for r, w in m.group_by("rank").agg(pl.col("wait_ns").sum()).iter_rows() if w}
             if per_rank:
                 basis, method = "measured", f"collective wait in the same step (step {step}{where})"

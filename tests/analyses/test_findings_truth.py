@@ -5,6 +5,7 @@ one definition per metric; the typed contract (registry, severity, views)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import statistics
 from pathlib import Path
 from types import SimpleNamespace
@@ -248,6 +249,25 @@ def test_divergent_compiles_of_one_step_share_its_wait() -> None:
     assert out["0/1"]["wait_ns"] + out["1/1"]["wait_ns"] == 4 * 10**9
     assert "share" in out["1/1"]["cost_method"] and "share" not in out["2/1"]["cost_method"]
     assert all(r["cost_basis"] == "measured" for r in out.values())
+
+
+def test_a_recompile_costs_only_its_own_layer_of_the_wait() -> None:
+    """Rank 2 recompiles alone in step 3 and arrives last at its all-reduce (t = 900 ms); rank 1, late for a reason
+    of its own, arrived at 600 ms, rank 0 on time at 0: rank 0 waited 900 ms, but only the 300 ms after rank 1's
+    arrival were for the compile (the critical path charges rank 1 the 600 ms before: never counted twice)."""
+    from workbench.analyses.recompiles import DIVERGENT, divergence_cost
+
+    ms = 10**6
+    div = pl.DataFrame([{"compile_id": "0/1", "co_name": "f", "location": "m.py:3", "ranks": [2],
+                         "missing_ranks": [0, 1], "step": 3, "start": 0, "end": 800 * ms, "duration_ns": 800 * ms,
+                         "cause": "shape", "cause_detail": None, "cause_source": None, "nth": 1}], schema=DIVERGENT)
+    arrivals = pl.DataFrame({"rank": [0, 1, 2], "pg_name": ["0"] * 3, "step": [3] * 3, "order": [7] * 3,
+                             "arrival": [0, 600 * ms, 900 * ms], "p2p": [False] * 3, "ranks_seen": [3] * 3,
+                             "last_arrival": [900 * ms] * 3, "last_rank": [2] * 3,
+                             "wait_ns": [900 * ms, 300 * ms, 0]})
+    row = divergence_cost(div, arrivals=arrivals).row(0, named=True)
+    assert row["wait_ns"] == 300 * ms and row["cost_basis"] == "measured"
+    assert json.loads(row["wait_by_rank"]) == {"0": 300 * ms, "1": 300 * ms}
 
 
 @pytest.mark.parametrize("name", ["h200x2-planted", "cpu-gloo-4rank"])

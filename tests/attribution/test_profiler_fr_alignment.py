@@ -78,3 +78,33 @@ def test_the_ranks_own_clocks_say_how_long_a_culprit_held_the_others():
     assert held_back(case, arrivals) == {1: {2: 29 * MS}}
     extra = unplanted_holds(case, arrivals, measured)
     assert extra[2][4] == 24 * MS and 3 not in extra.get(1, {})
+
+
+def test_a_plant_a_later_unplanted_rank_masked_is_held_by_its_layer_and_need_not_be_named():
+    """Rank 1's optimizer sleep in step 2 makes it 30 ms late at step 3's all-reduce, where rank 2 (nothing planted)
+    arrives 10 ms after it: rank 1's hold is its layer (30 ms over rank 0), the step is masked (may, not must), and
+    its cost counts that layer only where a finding names the step."""
+    from types import SimpleNamespace
+
+    from workbench_zoo.generated import Case, Plant, held_back, masked_steps, score
+
+    case = Case(1, 3, 5, "ddp", (Plant(1, "optimizer", "sleep", 30.0, (1, 2)),))
+    ms = {0: [0, 100, 200, 300, 400], 1: [1, 101, 230, 330, 401], 2: [2, 101, 202, 340, 402]}
+    arrivals = {r: {f"{s}:0": v * MS for s, v in enumerate(a)} for r, a in ms.items()}
+    held, masked = held_back(case, arrivals), masked_steps(case, arrivals)
+    assert held == {1: {1: 28 * MS, 2: 30 * MS}} and masked == {1: [2]}
+    truth = {"truth_by_rank_step_ns": {"1": {"1": 30 * MS, "2": 30 * MS}},
+             "held_by_rank_step_ns": {"1": {"1": 28 * MS, "2": 30 * MS}}, "masked_steps_by_rank": {"1": [2]}}
+
+    def straggler(steps, ns):
+        from workbench.analyses.kinds import Kind
+
+        return SimpleNamespace(kind=Kind.STRAGGLER, severity="medium", ranks=(1,), blamed_ranks=(1,), steps=steps,
+                               cost_ns=ns, evidence=SimpleNamespace(reason="untraced",
+                                                                    lateness_by_step={s: ns // len(steps)
+                                                                                      for s in steps}))
+    named_both = score(case, truth, [straggler((1, 2), 58 * MS)], noise_ns=5 * MS).culprits[0]
+    assert named_both.must == [1] and 2 in named_both.may and named_both.held_ns == 58 * MS
+    assert named_both.right and named_both.cost_error == 0
+    named_one = score(case, truth, [straggler((1,), 28 * MS)], noise_ns=5 * MS).culprits[0]
+    assert named_one.right and named_one.held_ns == 28 * MS and named_one.cost_error == 0

@@ -444,12 +444,12 @@ def layered_truth(case: Case, measured: dict[int, dict[str, dict[int, int]]]) ->
 def held_back(case: Case, arrivals: dict[int, dict[str, int]]) -> dict[int, dict[int, int]]:
     """Per culprit and step of its planted work: how long it actually held the others back at the collective that
     work delays, from every rank's own arrival there (``perf_counter_ns``, one clock on one host): its arrival less
-    the arrival just before it (0 when it was first), the layered counterfactual of the arrivals themselves; and 0
-    when a rank with no plant in that step arrived after it: the others would have waited for that rank anyway
-    (a profiler export, a crowded CPU), so the plant held no one back. Where the other ranks were slow too in that
-    step, this is less than the planted work. ``arrivals``: rank -> ``"step:slot"`` -> ns; steps without every
-    rank's arrival left out, and so is the collective DDP's second step starts with (its bucket rebuild
-    broadcasts, which the arrival hook on the all-reduce does not see): there the planted truth stands in."""
+    the arrival just before it (0 when it was first), the layered counterfactual of the arrivals themselves (a
+    later rank's own lateness is that rank's layer, as the critical path splits it). Where the other ranks were
+    slow too in that step, this is less than the planted work. ``arrivals``: rank -> ``"step:slot"`` -> ns; steps
+    without every rank's arrival left out, and so is the collective DDP's second step starts with (its bucket
+    rebuild broadcasts, which the arrival hook on the all-reduce does not see): there the planted truth stands in.
+    Which of these steps a later, unplanted rank masked: :func:`masked_steps`."""
     out: dict[int, dict[int, int]] = {}
     for p in case.plants:
         for st in p.steps:
@@ -460,11 +460,26 @@ def held_back(case: Case, arrivals: dict[int, dict[str, int]]) -> dict[int, dict
             at = {r: a.get(key) for r, a in arrivals.items()}
             if len(at) < case.world or any(v is None for v in at.values()):
                 continue
-            planted = {q.rank for q in case.plants if st in q.steps}
-            masked = any(v > at[p.rank] for r, v in at.items() if r not in planted)
             before = [v for r, v in at.items() if r != p.rank and v <= at[p.rank]]
-            out.setdefault(p.rank, {})[st] = at[p.rank] - max(before) if before and not masked else 0
+            out.setdefault(p.rank, {})[st] = at[p.rank] - max(before) if before else 0
     return out
+
+
+def masked_steps(case: Case, arrivals: dict[int, dict[str, int]]) -> dict[int, list[int]]:
+    """Per culprit, the planted steps where a rank with no plant in that step arrived after it at the collective its
+    work delays (a profiler export, a crowded CPU): the others waited for that rank anyway, so the plant need not
+    be named there; where it is, its hold (:func:`held_back`) counts in its cost."""
+    out: dict[int, list[int]] = {}
+    for p in case.plants:
+        for st in p.steps:
+            step, slot = _interval(case, p.phase, st)
+            at = {r: a.get(f"{step}:{slot}") for r, a in arrivals.items()}
+            if len(at) < case.world or any(v is None for v in at.values()):
+                continue
+            planted = {q.rank for q in case.plants if st in q.steps}
+            if any(v > at[p.rank] for r, v in at.items() if r not in planted):
+                out.setdefault(p.rank, []).append(st)
+    return {r: sorted(set(v)) for r, v in out.items()}
 
 
 def unplanted_holds(case: Case, arrivals: dict[int, dict[str, int]],
@@ -504,6 +519,7 @@ def ground_truth(records: dict[int, RankRecord], fault: Fault) -> dict[str, Any]
     by = layered_truth(case, measured) if case is not None else {}
     arrivals = {r: rec.notes.get("arrivals") or {} for r, rec in records.items()}
     held = held_back(case, arrivals) if case else {}
+    masked = masked_steps(case, arrivals) if case else {}
     unplanted = unplanted_holds(case, arrivals, measured) if case else {}
     per = {r: sum(v.values()) for r, v in by.items()}
     healthy = [r for r in records if r not in fault.ranks]
@@ -513,6 +529,7 @@ def ground_truth(records: dict[int, RankRecord], fault: Fault) -> dict[str, Any]
     out.update({"control": case.control if case else None, "case": case.to_dict() if case else None,
                 "truth_by_rank_step_ns": {str(r): {str(s): v for s, v in d.items()} for r, d in by.items()},
                 "held_by_rank_step_ns": {str(r): {str(s): v for s, v in d.items()} for r, d in held.items()},
+                "masked_steps_by_rank": {str(r): v for r, v in masked.items()},
                 "unplanted_hold_by_rank_step_ns": {str(r): {str(s): v for s, v in d.items()}
                                                    for r, d in unplanted.items()},
                 "cost_by_rank_ns": {str(r): v for r, v in per.items()},
@@ -528,7 +545,7 @@ def truth_for(out: str | Path) -> dict[str, Any]:
 
 
 __all__ = ["Case", "KINDS", "PHASES", "Plant", "ground_truth", "layered_truth", "main", "plan", "run_case",
-           "truth_for", "culprit_kinds", "held_back", "score", "unplanted_holds"]
+           "truth_for", "culprit_kinds", "held_back", "masked_steps", "score", "unplanted_holds"]
 
 
 # ---------------------------------------------------------------------------------------------- scoring
@@ -663,6 +680,7 @@ def score(case: Case, truth: dict[str, Any], roots: list[Any], noise_ns: int | N
             for r, d in (truth.get("held_by_rank_step_ns") or {}).items()}
     unplanted = {int(r): {int(s): int(v) for s, v in d.items()}
                  for r, d in (truth.get("unplanted_hold_by_rank_step_ns") or {}).items()}
+    masked = {int(r): {int(s) for s in v} for r, v in (truth.get("masked_steps_by_rank") or {}).items()}
     culprit_roots = [f for f in roots if f.kind in culprit_kinds() and f.severity != "info"]   # not a zero-cost note
     out = []
     for r in case.culprits:
@@ -671,14 +689,14 @@ def score(case: Case, truth: dict[str, Any], roots: list[Any], noise_ns: int | N
         size = {s: sum(math.inf if p.kind == RECOMPILE_PLANT else p.size_ms     # a recompile's own time is the plant
                        for p in case.plants if p.rank == r and s in p.steps) * 1e6 for s in steps}
         held = hold.get(r, {})
+        hidden = masked.get(r, set())     # a later, unplanted rank held the others there anyway: may, not must
         must = sorted(s for s, v in steps.items()     # never the first step: its compiles, never judged
-                      if s > 0 and v > 0 and min(v, size.get(s, 0), held.get(s, v)) >= thr)
+                      if s > 0 and v > 0 and s not in hidden and min(v, size.get(s, 0), held.get(s, v)) >= thr)
         # late there without a plant (its own clock): the step of that collective, or the one before (work after
         # the previous step's last collective delays it)
         real = {x for s, v in unplanted.get(r, {}).items() if noise and v >= noise for x in (s, s - 1)}
         may = sorted((set(case_steps(case, r)) | real) - set(must))
-        cs = CulpritScore(r, sum(steps.values()), steps, must, may,      # the planted truth where no arrivals
-                          held_ns=sum(held.get(s, v) for s, v in steps.items()) if held else None)
+        cs = CulpritScore(r, sum(steps.values()), steps, must, may)
         # a finding naming this rank alone, or with other planted culprits only (two ranks recompiling the same
         # frame in the same steps are one divergent recompile of both)
         mine = [f for f in culprit_roots if r in f.blamed_ranks and set(f.blamed_ranks) <= set(case.culprits)]
@@ -691,6 +709,8 @@ def score(case: Case, truth: dict[str, Any], roots: list[Any], noise_ns: int | N
             cs.cost_ns = sum(round(int(f.cost_ns) * _share(r, f, by)) for f in mine)
             cs.kinds = sorted({f.kind.value for f in mine})
             cs.reason = next((getattr(f.evidence, "reason", None) for f in mine if f.kind == Kind.STRAGGLER), None)
+        if held:   # the planted truth where no arrivals; a masked step counts where the finding names it
+            cs.held_ns = sum(held.get(s, v) for s, v in steps.items() if s not in hidden or s in cs.found_steps)
         out.append(cs)
     planted = set(case.culprits)
 
