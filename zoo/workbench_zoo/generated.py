@@ -689,7 +689,11 @@ def score(case: Case, truth: dict[str, Any], roots: list[Any], noise_ns: int | N
         size = {s: sum(math.inf if p.kind == RECOMPILE_PLANT else p.size_ms     # a recompile's own time is the plant
                        for p in case.plants if p.rank == r and s in p.steps) * 1e6 for s in steps}
         held = hold.get(r, {})
-        hidden = masked.get(r, set())     # a later, unplanted rank held the others there anyway: may, not must
+        # may, not must: where a later, unplanted rank held the others anyway, and at the collective that closes
+        # the warm-up (step 1's first: its interval holds step 0's tail, the optimizer's first step building its
+        # state, a backward compiled late, which the engine leaves to the compile findings)
+        hidden = masked.get(r, set()) | {s for p in case.plants if p.rank == r for s in p.steps
+                                         if _interval(case, p.phase, s) == (1, 0)}
         must = sorted(s for s, v in steps.items()     # never the first step: its compiles, never judged
                       if s > 0 and v > 0 and s not in hidden and min(v, size.get(s, 0), held.get(s, v)) >= thr)
         # late there without a plant (its own clock): the step of that collective, or the one before (work after
