@@ -109,3 +109,22 @@ def test_a_plant_a_later_unplanted_rank_masked_is_held_by_its_layer_and_need_not
     assert named_both.right and named_both.cost_error == 0
     named_one = score(case, truth, [straggler((1,), 28 * MS)], noise_ns=5 * MS).culprits[0]
     assert named_one.right and named_one.held_ns == 28 * MS and named_one.cost_error == 0
+
+
+def test_two_culprits_arriving_within_the_noise_cannot_be_told_apart_by_order():
+    """Ranks 1 and 2, both planted before step 2's forward, reach its all-reduce 3 ms apart at a 10 ms noise bar:
+    which of them the others waited for is noise, so rank 1's step 2 may be named, not must. In step 3 rank 2
+    arrived 30 ms after rank 1 (three noise units): rank 1's own 62 ms hold there is a must step."""
+    from workbench_zoo.generated import Case, Plant, next_arrival_gaps, score
+
+    case = Case(1, 3, 5, "explicit", (Plant(1, "before_forward", "sleep", 60.0, (2, 3, 4)),
+                                      Plant(2, "before_forward", "sleep", 60.0, (2, 3))))
+    ms = {0: [0, 100, 200, 300, 400], 1: [0, 100, 262, 362, 460], 2: [0, 100, 265, 392, 400]}
+    arrivals = {r: {f"{s}:0": v * MS for s, v in enumerate(a)} for r, a in ms.items()}
+    gaps = next_arrival_gaps(case, arrivals)
+    assert gaps == {1: {2: 3 * MS, 3: 30 * MS}}
+    truth = {"truth_by_rank_step_ns": {"1": {"2": 60 * MS, "3": 60 * MS, "4": 60 * MS}},
+             "held_by_rank_step_ns": {"1": {"2": 62 * MS, "3": 62 * MS, "4": 60 * MS}},
+             "next_arrival_gap_by_rank_step_ns": {"1": {"2": 3 * MS, "3": 30 * MS}}}
+    one = score(case, truth, [], noise_ns=10 * MS).culprits[0]
+    assert one.must == [3, 4] and 2 in one.may

@@ -465,6 +465,23 @@ def held_back(case: Case, arrivals: dict[int, dict[str, int]]) -> dict[int, dict
     return out
 
 
+def next_arrival_gaps(case: Case, arrivals: dict[int, dict[str, int]]) -> dict[int, dict[int, int]]:
+    """Per culprit and planted step: how long after it the next rank arrived at the collective its work delays
+    (only where one arrived after it). Two ranks arriving within the run's noise of each other cannot be told
+    apart by order: which of them the others waited for is not something the run can show."""
+    out: dict[int, dict[int, int]] = {}
+    for p in case.plants:
+        for st in p.steps:
+            step, slot = _interval(case, p.phase, st)
+            at = {r: a.get(f"{step}:{slot}") for r, a in arrivals.items()}
+            if len(at) < case.world or any(v is None for v in at.values()):
+                continue
+            after = [v - at[p.rank] for r, v in at.items() if r != p.rank and v > at[p.rank]]
+            if after:
+                out.setdefault(p.rank, {})[st] = min(after)
+    return out
+
+
 def masked_steps(case: Case, arrivals: dict[int, dict[str, int]]) -> dict[int, list[int]]:
     """Per culprit, the planted steps where a rank with no plant in that step arrived after it at the collective its
     work delays (a profiler export, a crowded CPU): the others waited for that rank anyway, so the plant need not
@@ -520,6 +537,7 @@ def ground_truth(records: dict[int, RankRecord], fault: Fault) -> dict[str, Any]
     arrivals = {r: rec.notes.get("arrivals") or {} for r, rec in records.items()}
     held = held_back(case, arrivals) if case else {}
     masked = masked_steps(case, arrivals) if case else {}
+    gaps = next_arrival_gaps(case, arrivals) if case else {}
     unplanted = unplanted_holds(case, arrivals, measured) if case else {}
     per = {r: sum(v.values()) for r, v in by.items()}
     healthy = [r for r in records if r not in fault.ranks]
@@ -530,6 +548,8 @@ def ground_truth(records: dict[int, RankRecord], fault: Fault) -> dict[str, Any]
                 "truth_by_rank_step_ns": {str(r): {str(s): v for s, v in d.items()} for r, d in by.items()},
                 "held_by_rank_step_ns": {str(r): {str(s): v for s, v in d.items()} for r, d in held.items()},
                 "masked_steps_by_rank": {str(r): v for r, v in masked.items()},
+                "next_arrival_gap_by_rank_step_ns": {str(r): {str(s): v for s, v in d.items()}
+                                                     for r, d in gaps.items()},
                 "unplanted_hold_by_rank_step_ns": {str(r): {str(s): v for s, v in d.items()}
                                                    for r, d in unplanted.items()},
                 "cost_by_rank_ns": {str(r): v for r, v in per.items()},
@@ -545,7 +565,7 @@ def truth_for(out: str | Path) -> dict[str, Any]:
 
 
 __all__ = ["Case", "KINDS", "PHASES", "Plant", "ground_truth", "layered_truth", "main", "plan", "run_case",
-           "truth_for", "culprit_kinds", "held_back", "masked_steps", "score", "unplanted_holds"]
+           "truth_for", "culprit_kinds", "held_back", "masked_steps", "next_arrival_gaps", "score", "unplanted_holds"]
 
 
 # ---------------------------------------------------------------------------------------------- scoring
@@ -681,6 +701,8 @@ def score(case: Case, truth: dict[str, Any], roots: list[Any], noise_ns: int | N
     unplanted = {int(r): {int(s): int(v) for s, v in d.items()}
                  for r, d in (truth.get("unplanted_hold_by_rank_step_ns") or {}).items()}
     masked = {int(r): {int(s) for s in v} for r, v in (truth.get("masked_steps_by_rank") or {}).items()}
+    gap = {int(r): {int(s): int(v) for s, v in d.items()}
+           for r, d in (truth.get("next_arrival_gap_by_rank_step_ns") or {}).items()}
     culprit_roots = [f for f in roots if f.kind in culprit_kinds() and f.severity != "info"]   # not a zero-cost note
     out = []
     for r in case.culprits:
@@ -692,8 +714,10 @@ def score(case: Case, truth: dict[str, Any], roots: list[Any], noise_ns: int | N
         # may, not must: where a later, unplanted rank held the others anyway, and at the collective that closes
         # the warm-up (step 1's first: its interval holds step 0's tail, the optimizer's first step building its
         # state, a backward compiled late, which the engine leaves to the compile findings)
+        # ... and where another rank arrived after it within the noise (their order is noise)
         hidden = masked.get(r, set()) | {s for p in case.plants if p.rank == r for s in p.steps
-                                         if _interval(case, p.phase, s) == (1, 0)}
+                                         if _interval(case, p.phase, s) == (1, 0)} | {
+            s for s, v in gap.get(r, {}).items() if noise and v < noise}
         must = sorted(s for s, v in steps.items()     # never the first step: its compiles, never judged
                       if s > 0 and v > 0 and s not in hidden and min(v, size.get(s, 0), held.get(s, v)) >= thr)
         # late there without a plant (its own clock): the step of that collective, or the one before (work after
