@@ -47,8 +47,6 @@ MAX_ON_TIME = 8
 NAMED_GAP_NS = 1_000_000
 #: The label of untraced time during a profiler export beyond what the export's CPU time explains.
 EXPORT_UNTRACED = "during the profiler's trace export"
-#: A gloo rank's time between its call of a collective and the backend thread's start of it: inside its own call.
-QUEUED_LABEL = "called, queued for the backend's thread"
 #: Activities whose excess is below this share of a layer's total excess are left out of its split.
 MIN_SHARE = 0.05
 
@@ -65,7 +63,6 @@ INSTANCES: dict[str, pl.DataType] = {
     "exit_prev": pl.Int64,     # when the rank left the group's previous collective (its completion, else the
     #                            previous instance's last arrival); null for the group's first instance
     "eff_arrival": pl.Int64,   # effective arrival (module docstring)
-    "call": pl.Int64,          # the host's own call of it (aligned); before eff_arrival where execution began later
     "last_arrival": pl.Int64,
     "on_time": pl.Int64,       # the lower median of the instance's effective arrivals
     "wait_ns": pl.Int64,       # last arrival - own effective arrival
@@ -151,7 +148,6 @@ def _group_instances(pg: str, g: pl.DataFrame) -> pl.DataFrame:
         "op": [ops_l[i] for i in ii], "step": [steps_l[i] for i in ii], "slot": [int(slot[i]) for i in ii],
         "exit_prev": [back(exit_prev[i, j]) for i, j in zip(ii, jj)],
         "eff_arrival": [back(eff[i, j]) for i, j in zip(ii, jj)],
-        "call": [back(arr[i, j]) for i, j in zip(ii, jj)],
         "last_arrival": [back(last[i]) for i in ii],
         "on_time": [back(on_time[i]) for i in ii],
         "wait_ns": [int(round(last[i] - eff[i, j])) for i, j in zip(ii, jj)],
@@ -386,30 +382,12 @@ class RankActivity:
         return any(s < b and e > a for s, e in self.windows)
 
 
-def _interval_totals(row: Mapping[str, Any], ra: RankActivity, t0: int, step: int | None,
-                     queued: bool) -> dict[tuple[str, str | None, int], int]:
-    """What a rank did from ``t0`` to its effective arrival (:func:`activities.totals`); with ``queued`` (its
-    collectives run on a host thread: gloo), the time from its own call to the execution start is its collective's
-    own (:data:`QUEUED_LABEL`): the host had called and was blocked in it while the backend's thread had not begun."""
-    end, call = row["eff_arrival"], row.get("call")
-    if not queued or call is None or not t0 < call < end:
-        return act.totals(ra.pieces(t0, end), rel_step=step)
-    out = act.totals(ra.pieces(t0, call), rel_step=step)
-    key = ("collective", QUEUED_LABEL, 0)
-    out[key] = out.get(key, 0) + (end - call)
-    return out
-
-
-def attribute(layers: pl.DataFrame, inst: pl.DataFrame, activity: Mapping[int, RankActivity],
-              queued_ranks: Iterable[int] = ()) -> pl.DataFrame:
+def attribute(layers: pl.DataFrame, inst: pl.DataFrame, activity: Mapping[int, RankActivity]) -> pl.DataFrame:
     """Each layer split over what its culprit did (schema :data:`ATTRIBUTION`): the culprit's time since the
     previous exit and the on-time ranks' (those not late, :func:`late_from`; at most :data:`MAX_ON_TIME`, the
     nearest the median), cut into activities; the layer goes to
     the culprit's activities in proportion to their excess over the on-time median (per category, label and
-    step); ``step`` is the step the activity ran in, ``wait_step`` the step of the collective. ``queued_ranks``:
-    ranks whose collectives run on a host thread (gloo), where the time between a call and its execution start is
-    the collective's own (:func:`_interval_totals`)."""
-    queued_ranks = set(queued_ranks)
+    step); ``step`` is the step the activity ran in, ``wait_step`` the step of the collective."""
     if layers.is_empty():
         return _empty(ATTRIBUTION)
     by_inst = {k: g for k, g in inst.group_by(["pg_name", "key_step", "seq"], maintain_order=True)}
@@ -433,12 +411,12 @@ def attribute(layers: pl.DataFrame, inst: pl.DataFrame, activity: Mapping[int, R
         if t0 is None or not on_time:
             out.append(_row(lay, "untraced", None, None, lay["layer_ns"], lay["layer_ns"], lay["step"], False))
             continue
-        mine = _interval_totals(me, ra, t0, step, c in queued_ranks)
+        mine = act.totals(ra.pieces(t0, me["eff_arrival"]), rel_step=step)
         theirs = []
         for r in on_time:
             a = _since(r, activity[r["rank"]], step)
             if a is not None:
-                theirs.append(_interval_totals(r, activity[r["rank"]], a, step, r["rank"] in queued_ranks))
+                theirs.append(act.totals(activity[r["rank"]].pieces(a, r["eff_arrival"]), rel_step=step))
         sites: dict[tuple[str, str | None], str | None] = {}
         for p in ra.pieces(t0, me["eff_arrival"]):
             sites.setdefault((p.category, p.label), p.site)
@@ -548,7 +526,6 @@ class CriticalPath:
     attribution: pl.DataFrame
     clock: pl.DataFrame
     notes: list[str] = field(default_factory=list)
-    queued_ranks: frozenset[int] = frozenset()   # ranks whose collectives run on a host thread (gloo)
 
     @property
     def empty(self) -> bool:
@@ -602,20 +579,8 @@ def critical_path(entries: pl.DataFrame | None, collectives: pl.DataFrame | None
     inst = instance_table(sync)
     noise = noise_table(inst, warmup_steps(inst, steps))
     layers, waits = blame(inst, noise)
-    cp = CriticalPath(sync, inst, noise, layers, waits, _empty(ATTRIBUTION), clock, notes,
-                      gloo_ranks(entries, collectives))
+    cp = CriticalPath(sync, inst, noise, layers, waits, _empty(ATTRIBUTION), clock, notes)
     return explain(cp, steps, compiles, events, ranks, exports)
-
-
-def gloo_ranks(*tables: pl.DataFrame | None) -> frozenset[int]:
-    """Ranks whose collectives (Flight Recorder entries, the profiler's collectives) all ran on gloo."""
-    seen: dict[int, bool] = {}
-    for t in tables:
-        if t is None or t.is_empty() or "backend" not in t.columns or "rank" not in t.columns:
-            continue
-        for r, b in t.select("rank", pl.col("backend").cast(pl.String)).unique().iter_rows():
-            seen[int(r)] = seen.get(int(r), True) and b == "gloo"
-    return frozenset(r for r, g in seen.items() if g)
 
 
 def explain(cp: CriticalPath, steps: pl.DataFrame | None, compiles: pl.DataFrame | None,
@@ -627,7 +592,7 @@ def explain(cp: CriticalPath, steps: pl.DataFrame | None, compiles: pl.DataFrame
         return cp
     activity = rank_activity(sorted(cp.instances["rank"].unique().to_list()), steps, compiles, events,
                              cp.offsets(ranks), exports)
-    cp.attribution = attribute(cp.layers, cp.instances, activity, cp.queued_ranks)
+    cp.attribution = attribute(cp.layers, cp.instances, activity)
     return cp
 
 
@@ -754,8 +719,7 @@ def victim_waits(cp: CriticalPath, ranks: pl.DataFrame | None = None) -> dict[in
     return out
 
 
-__all__ = ["ATTRIBUTION", "CriticalPath", "EXPORT_WAITS", "INSTANCES", "LAYERS", "MIN_NOISE_NS", "QUEUED_LABEL",
-           "RankActivity", "gloo_ranks",
+__all__ = ["ATTRIBUTION", "CriticalPath", "EXPORT_WAITS", "INSTANCES", "LAYERS", "MIN_NOISE_NS", "RankActivity",
            "SYNC_POINTS", "WAITS", "attribute", "blame", "critical_path", "critical_path_of", "crowded_ranks",
            "explain", "export_costs", "export_waits", "instance_table", "late_from", "noise_table", "rank_activity",
            "shorth_sigma", "sync_points", "victim_waits", "window_events", "warmup_steps"]

@@ -198,39 +198,3 @@ def test_export_cost_is_its_whole_cpu_time_on_a_crowded_host():
     assert costs[2] == [(0, 100, 10)]          # spare cores: the GIL time only
     assert costs[1] == [(0, 100, 40), (5, 9, None)]   # one missing: the other; none: its length later
     assert crowded_ranks(None) == set()
-
-
-def test_a_gloo_rank_queued_inside_its_own_call_is_not_late():
-    """Rank 2 calls every step's all-reduce on time, but its gloo thread starts the collective 40 ms later (a busy
-    host): the others wait for it, and that time is its collective's own (queued after the call), never a
-    straggler's reason. The same times with rank 2 reaching the call 40 ms late name it."""
-    from workbench.analyses.critical_path import QUEUED_LABEL, CriticalPath, attribute, rank_activity
-
-    n, step_ms = 8, 200.0
-    steps = steps_frame(range(3), n, step_ms)
-
-    def run(queued_call: bool):
-        rows = []
-        for k in range(n):
-            for r in range(3):
-                late = 40.0 if r == 2 and k >= 1 else 0.0
-                start = k * step_ms + 100 + late + 0.1 * r
-                call = start - late if queued_call else start
-                rows.append({"rank": r, "pg_name": "0", "key_step": -1, "seq": k, "op": "all_reduce", "step": k,
-                             "arrival": T0 + int(call * MS), "start": T0 + int(start * MS),
-                             "complete": T0 + int((k * step_ms + 141) * MS), "source": "fr+kineto",
-                             "call_site": "train.py:18 in main"})
-        s = pl.DataFrame(rows, schema=SYNC_POINTS)
-        inst = instance_table(s)
-        noise = noise_table(inst, {0})
-        layers, waits = blame(inst, noise)
-        a = attribute(layers, inst, rank_activity(range(3), steps, None, None), queued_ranks={0, 1, 2})
-        return a, late_rank_findings(CriticalPath(s, inst, noise, layers, waits, a, pl.DataFrame()))
-
-    queued, found = run(queued_call=True)
-    mine = queued.filter(pl.col("culprit") == 2)
-    assert set(mine["label"].to_list()) == {QUEUED_LABEL} and set(mine["category"].to_list()) == {"collective"}
-    assert mine["ns"].sum() == pytest.approx((n - 1) * 40 * MS, rel=0.01)
-    assert not found
-    _, found = run(queued_call=False)
-    assert [f.evidence.rank for f in found] == [2] and found[0].evidence.reason == "untraced"

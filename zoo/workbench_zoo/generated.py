@@ -737,8 +737,10 @@ def score(case: Case, truth: dict[str, Any], roots: list[Any], noise_ns: int | N
             cs.cost_ns = sum(round(int(f.cost_ns) * _share(r, f, by)) for f in mine)
             cs.kinds = sorted({f.kind.value for f in mine})
             cs.reason = next((getattr(f.evidence, "reason", None) for f in mine if f.kind == Kind.STRAGGLER), None)
-        if held:   # the planted truth where no arrivals; a masked step counts where the finding names it
-            cs.held_ns = sum(held.get(s, v) for s, v in steps.items() if s not in hidden or s in cs.found_steps)
+        if held:   # the planted truth where no arrivals; a step never judged (the first) or hidden counts where
+            # the finding names it
+            cs.held_ns = sum(held.get(s, v) for s, v in steps.items()
+                             if (s > 0 and s not in hidden) or s in cs.found_steps)
         out.append(cs)
     planted = set(case.culprits)
 
