@@ -441,6 +441,17 @@ def layered_truth(case: Case, measured: dict[int, dict[str, dict[int, int]]]) ->
     return out
 
 
+def _plant_arrivals(case: Case, arrivals: dict[int, dict[str, int]]):
+    """Each plant and planted step with every rank's arrival at the collective its work delays (``arrivals``: rank ->
+    ``"step:slot"`` -> ns); steps without every rank's arrival left out."""
+    for p in case.plants:
+        for st in p.steps:
+            step, slot = _interval(case, p.phase, st)
+            at = {r: a.get(f"{step}:{slot}") for r, a in arrivals.items()}
+            if len(at) == case.world and all(v is not None for v in at.values()):
+                yield p, st, (step, slot), at
+
+
 def held_back(case: Case, arrivals: dict[int, dict[str, int]]) -> dict[int, dict[int, int]]:
     """Per culprit and step of its planted work: how long it actually held the others back at the collective that
     work delays, from every rank's own arrival there (``perf_counter_ns``, one clock on one host): its arrival less
@@ -451,17 +462,11 @@ def held_back(case: Case, arrivals: dict[int, dict[str, int]]) -> dict[int, dict
     rebuild broadcasts, which the arrival hook on the all-reduce does not see): there the planted truth stands in.
     Which of these steps a later, unplanted rank masked: :func:`masked_steps`."""
     out: dict[int, dict[int, int]] = {}
-    for p in case.plants:
-        for st in p.steps:
-            step, slot = _interval(case, p.phase, st)
-            if case.mode == "ddp" and (step, slot) == (1, 0) and p.phase in ("data", "before_forward", "optimizer"):
-                continue   # DDP's second forward first rebuilds its buckets with broadcasts the hook does not see
-            key = f"{step}:{slot}"
-            at = {r: a.get(key) for r, a in arrivals.items()}
-            if len(at) < case.world or any(v is None for v in at.values()):
-                continue
-            before = [v for r, v in at.items() if r != p.rank and v <= at[p.rank]]
-            out.setdefault(p.rank, {})[st] = at[p.rank] - max(before) if before else 0
+    for p, st, (step, slot), at in _plant_arrivals(case, arrivals):
+        if case.mode == "ddp" and (step, slot) == (1, 0) and p.phase in ("data", "before_forward", "optimizer"):
+            continue   # DDP's second forward first rebuilds its buckets with broadcasts the hook does not see
+        before = [v for r, v in at.items() if r != p.rank and v <= at[p.rank]]
+        out.setdefault(p.rank, {})[st] = at[p.rank] - max(before) if before else 0
     return out
 
 
@@ -470,15 +475,10 @@ def next_arrival_gaps(case: Case, arrivals: dict[int, dict[str, int]]) -> dict[i
     (only where one arrived after it). Two ranks arriving within the run's noise of each other cannot be told
     apart by order: which of them the others waited for is not something the run can show."""
     out: dict[int, dict[int, int]] = {}
-    for p in case.plants:
-        for st in p.steps:
-            step, slot = _interval(case, p.phase, st)
-            at = {r: a.get(f"{step}:{slot}") for r, a in arrivals.items()}
-            if len(at) < case.world or any(v is None for v in at.values()):
-                continue
-            after = [v - at[p.rank] for r, v in at.items() if r != p.rank and v > at[p.rank]]
-            if after:
-                out.setdefault(p.rank, {})[st] = min(after)
+    for p, st, _, at in _plant_arrivals(case, arrivals):
+        after = [v - at[p.rank] for r, v in at.items() if r != p.rank and v > at[p.rank]]
+        if after:
+            out.setdefault(p.rank, {})[st] = min(after)
     return out
 
 
@@ -487,15 +487,10 @@ def masked_steps(case: Case, arrivals: dict[int, dict[str, int]]) -> dict[int, l
     work delays (a profiler export, a crowded CPU): the others waited for that rank anyway, so the plant need not
     be named there; where it is, its hold (:func:`held_back`) counts in its cost."""
     out: dict[int, list[int]] = {}
-    for p in case.plants:
-        for st in p.steps:
-            step, slot = _interval(case, p.phase, st)
-            at = {r: a.get(f"{step}:{slot}") for r, a in arrivals.items()}
-            if len(at) < case.world or any(v is None for v in at.values()):
-                continue
-            planted = {q.rank for q in case.plants if st in q.steps}
-            if any(v > at[p.rank] for r, v in at.items() if r not in planted):
-                out.setdefault(p.rank, []).append(st)
+    for p, st, _, at in _plant_arrivals(case, arrivals):
+        planted = {q.rank for q in case.plants if st in q.steps}
+        if any(v > at[p.rank] for r, v in at.items() if r not in planted):
+            out.setdefault(p.rank, []).append(st)
     return {r: sorted(set(v)) for r, v in out.items()}
 
 
