@@ -47,6 +47,8 @@ MAX_ON_TIME = 8
 NAMED_GAP_NS = 1_000_000
 #: The label of untraced time during a profiler export beyond what the export's CPU time explains.
 EXPORT_UNTRACED = "during the profiler's trace export"
+#: A gloo rank's time between its call of a collective and the backend thread's start of it: inside its own call.
+QUEUED_LABEL = "called, queued for the backend's thread"
 #: Activities whose excess is below this share of a layer's total excess are left out of its split.
 MIN_SHARE = 0.05
 
@@ -62,7 +64,11 @@ INSTANCES: dict[str, pl.DataType] = {
     "step": pl.Int32, "slot": pl.Int32,
     "exit_prev": pl.Int64,     # when the rank left the group's previous collective (its completion, else the
     #                            previous instance's last arrival); null for the group's first instance
+    "exit_first": pl.Int64,    # the earliest exit of any rank from that previous collective: its data was there;
+    #                            a rank that left later spent the rest on its own (its completion callback
+    #                            waiting for the interpreter lock its main thread held)
     "eff_arrival": pl.Int64,   # effective arrival (module docstring)
+    "call": pl.Int64,          # the host's own call of it (aligned); before eff_arrival where execution began later
     "last_arrival": pl.Int64,
     "on_time": pl.Int64,       # the lower median of the instance's effective arrivals
     "wait_ns": pl.Int64,       # last arrival - own effective arrival
@@ -107,12 +113,14 @@ def _group_instances(pg: str, g: pl.DataFrame) -> pl.DataFrame:
     full = seen.all(axis=1)
     eff = np.full((n_k, n_r), np.nan)
     exit_prev = np.full((n_k, n_r), np.nan)
+    exit_first = np.full(n_k, np.nan)
     last = np.full(n_k, np.nan)
     prev_full = False
     for i in range(n_k):
         if i > 0 and prev_full:
             xp = np.where(np.isnan(comp[i - 1]), last[i - 1], comp[i - 1])
             exit_prev[i] = xp
+            exit_first[i] = np.nanmin(xp)
             base_eff = np.fmax(arr[i], xp)
         else:
             base_eff = arr[i]
@@ -147,7 +155,9 @@ def _group_instances(pg: str, g: pl.DataFrame) -> pl.DataFrame:
         "key_step": [keys_l[i][0] for i in ii], "seq": [keys_l[i][1] for i in ii],
         "op": [ops_l[i] for i in ii], "step": [steps_l[i] for i in ii], "slot": [int(slot[i]) for i in ii],
         "exit_prev": [back(exit_prev[i, j]) for i, j in zip(ii, jj)],
+        "exit_first": [back(exit_first[i]) for i in ii],
         "eff_arrival": [back(eff[i, j]) for i, j in zip(ii, jj)],
+        "call": [back(arr[i, j]) for i, j in zip(ii, jj)],
         "last_arrival": [back(last[i]) for i in ii],
         "on_time": [back(on_time[i]) for i in ii],
         "wait_ns": [int(round(last[i] - eff[i, j])) for i, j in zip(ii, jj)],
@@ -382,12 +392,30 @@ class RankActivity:
         return any(s < b and e > a for s, e in self.windows)
 
 
-def attribute(layers: pl.DataFrame, inst: pl.DataFrame, activity: Mapping[int, RankActivity]) -> pl.DataFrame:
+def _interval_totals(row: Mapping[str, Any], ra: RankActivity, t0: int, step: int | None,
+                     queued: bool) -> dict[tuple[str, str | None, int], int]:
+    """What a rank did from ``t0`` to its effective arrival (:func:`activities.totals`); with ``queued`` (its
+    collectives run on a host thread: gloo), the time from its own call to the execution start is its collective's
+    own (:data:`QUEUED_LABEL`): the host had called and was blocked in it while the backend's thread had not begun."""
+    end, call = row["eff_arrival"], row.get("call")
+    if not queued or call is None or not t0 < call < end:
+        return act.totals(ra.pieces(t0, end), rel_step=step)
+    out = act.totals(ra.pieces(t0, call), rel_step=step)
+    key = ("collective", QUEUED_LABEL, 0)
+    out[key] = out.get(key, 0) + (end - call)
+    return out
+
+
+def attribute(layers: pl.DataFrame, inst: pl.DataFrame, activity: Mapping[int, RankActivity],
+              queued_ranks: Iterable[int] = ()) -> pl.DataFrame:
     """Each layer split over what its culprit did (schema :data:`ATTRIBUTION`): the culprit's time since the
     previous exit and the on-time ranks' (those not late, :func:`late_from`; at most :data:`MAX_ON_TIME`, the
     nearest the median), cut into activities; the layer goes to
     the culprit's activities in proportion to their excess over the on-time median (per category, label and
-    step); ``step`` is the step the activity ran in, ``wait_step`` the step of the collective."""
+    step); ``step`` is the step the activity ran in, ``wait_step`` the step of the collective. ``queued_ranks``:
+    ranks whose collectives run on a host thread (gloo), where the time between a call and its execution start is
+    the collective's own (:func:`_interval_totals`)."""
+    queued_ranks = set(queued_ranks)
     if layers.is_empty():
         return _empty(ATTRIBUTION)
     by_inst = {k: g for k, g in inst.group_by(["pg_name", "key_step", "seq"], maintain_order=True)}
@@ -411,12 +439,12 @@ def attribute(layers: pl.DataFrame, inst: pl.DataFrame, activity: Mapping[int, R
         if t0 is None or not on_time:
             out.append(_row(lay, "untraced", None, None, lay["layer_ns"], lay["layer_ns"], lay["step"], False))
             continue
-        mine = act.totals(ra.pieces(t0, me["eff_arrival"]), rel_step=step)
+        mine = _interval_totals(me, ra, t0, step, c in queued_ranks)
         theirs = []
         for r in on_time:
             a = _since(r, activity[r["rank"]], step)
             if a is not None:
-                theirs.append(act.totals(activity[r["rank"]].pieces(a, r["eff_arrival"]), rel_step=step))
+                theirs.append(_interval_totals(r, activity[r["rank"]], a, step, r["rank"] in queued_ranks))
         sites: dict[tuple[str, str | None], str | None] = {}
         for p in ra.pieces(t0, me["eff_arrival"]):
             sites.setdefault((p.category, p.label), p.site)
@@ -444,11 +472,13 @@ def attribute(layers: pl.DataFrame, inst: pl.DataFrame, activity: Mapping[int, R
 
 
 def _since(row: Mapping[str, Any], ra: RankActivity, step: int | None) -> int | None:
-    """Where a rank's interval before an arrival starts (aligned clock): its exit from the group's previous
-    collective, else (the first one recorded, e.g. a profiler window's first) the start of its step, batch wait
-    included."""
+    """Where a rank's interval before an arrival starts (aligned clock): the group's previous collective's earliest
+    exit (its data was there; a rank that left it later was busy with its own work, e.g. its completion callback
+    waited for the interpreter lock while the main thread collected garbage), else (the first one recorded, e.g.
+    a profiler window's first) the start of its step, batch wait included."""
     if row["exit_prev"] is not None:
-        return row["exit_prev"]
+        first = row.get("exit_first")
+        return row["exit_prev"] if first is None else min(row["exit_prev"], first)
     if step is None:
         return None
     ask = next((a for a, _, s in ra.bounds if s == step), None)
@@ -526,6 +556,7 @@ class CriticalPath:
     attribution: pl.DataFrame
     clock: pl.DataFrame
     notes: list[str] = field(default_factory=list)
+    queued_ranks: frozenset[int] = frozenset()   # ranks whose collectives run on a host thread (gloo)
 
     @property
     def empty(self) -> bool:
@@ -579,8 +610,20 @@ def critical_path(entries: pl.DataFrame | None, collectives: pl.DataFrame | None
     inst = instance_table(sync)
     noise = noise_table(inst, warmup_steps(inst, steps))
     layers, waits = blame(inst, noise)
-    cp = CriticalPath(sync, inst, noise, layers, waits, _empty(ATTRIBUTION), clock, notes)
+    cp = CriticalPath(sync, inst, noise, layers, waits, _empty(ATTRIBUTION), clock, notes,
+                      gloo_ranks(entries, collectives))
     return explain(cp, steps, compiles, events, ranks, exports)
+
+
+def gloo_ranks(*tables: pl.DataFrame | None) -> frozenset[int]:
+    """Ranks whose collectives (Flight Recorder entries, the profiler's collectives) all ran on gloo."""
+    seen: dict[int, bool] = {}
+    for t in tables:
+        if t is None or t.is_empty() or "backend" not in t.columns or "rank" not in t.columns:
+            continue
+        for r, b in t.select("rank", pl.col("backend").cast(pl.String)).unique().iter_rows():
+            seen[int(r)] = seen.get(int(r), True) and b == "gloo"
+    return frozenset(r for r, g in seen.items() if g)
 
 
 def explain(cp: CriticalPath, steps: pl.DataFrame | None, compiles: pl.DataFrame | None,
@@ -592,7 +635,7 @@ def explain(cp: CriticalPath, steps: pl.DataFrame | None, compiles: pl.DataFrame
         return cp
     activity = rank_activity(sorted(cp.instances["rank"].unique().to_list()), steps, compiles, events,
                              cp.offsets(ranks), exports)
-    cp.attribution = attribute(cp.layers, cp.instances, activity)
+    cp.attribution = attribute(cp.layers, cp.instances, activity, cp.queued_ranks)
     return cp
 
 
@@ -719,7 +762,8 @@ def victim_waits(cp: CriticalPath, ranks: pl.DataFrame | None = None) -> dict[in
     return out
 
 
-__all__ = ["ATTRIBUTION", "CriticalPath", "EXPORT_WAITS", "INSTANCES", "LAYERS", "MIN_NOISE_NS", "RankActivity",
-           "SYNC_POINTS", "WAITS", "attribute", "blame", "critical_path", "critical_path_of", "crowded_ranks",
-           "explain", "export_costs", "export_waits", "instance_table", "late_from", "noise_table", "rank_activity",
-           "shorth_sigma", "sync_points", "victim_waits", "window_events", "warmup_steps"]
+__all__ = ["ATTRIBUTION", "EXPORT_WAITS", "INSTANCES", "LAYERS", "MIN_NOISE_NS", "QUEUED_LABEL", "SYNC_POINTS",
+           "WAITS", "CriticalPath", "RankActivity", "attribute", "blame", "critical_path", "critical_path_of",
+           "crowded_ranks", "explain", "export_costs", "export_waits", "gloo_ranks", "instance_table", "late_from",
+           "noise_table", "rank_activity", "shorth_sigma", "sync_points", "victim_waits", "warmup_steps",
+           "window_events"]

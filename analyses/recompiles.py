@@ -315,14 +315,20 @@ def _numbered(compiles: pl.DataFrame) -> pl.DataFrame:
     """Classified compiles with ``_code`` (code object) and ``_nth`` (its n-th compile on the rank, by time)."""
     c = _ensure_classified(compiles).with_columns(_code=_code_object())
     c = c.sort(["rank", "_code", "start", "frame_compile_id"], nulls_last=True)
-    return c.with_columns(_nth=pl.int_range(pl.len()).over("rank", "_code").cast(pl.Int32))
+    c = c.with_columns(_nth=pl.int_range(pl.len()).over("rank", "_code").cast(pl.Int32))
+    in_step = pl.int_range(pl.len()).over("rank", "_code", "step").cast(pl.String)
+    return c.with_columns(_event=pl.when(pl.col("step").is_not_null())
+                          .then(pl.concat_str([pl.lit("step "), pl.col("step").cast(pl.String), pl.lit("#"), in_step]))
+                          .otherwise(pl.concat_str([pl.lit("nth "), pl.col("_nth").cast(pl.String)])))
 
 
 def divergent_compiles(compiles: pl.DataFrame) -> pl.DataFrame:
     """Compiles made on some ranks only, of code objects every rank compiles (DIVERGENT schema, by start).
 
-    Compiles are matched across ranks by code object (frame name + file:line) and their order on the rank, not by
-    compile id (ids differ when ranks number frames differently). A code object some ranks never compile is not a
+    Compiles are matched across ranks by code object (frame name + file:line), the step they ran in and their order
+    in it (their order on the rank where the step is unknown), not by compile id: ids differ when ranks number
+    frames differently, and a rank's n-th compile of a frame may come in another step than another rank's (two
+    ranks recompiling alone in different steps are two events). A code object some ranks never compile is not a
     divergent recompile: see :func:`different_programs`.
     """
     if compiles.height == 0 or compiles["rank"].n_unique() < 2:
@@ -331,9 +337,11 @@ def divergent_compiles(compiles: pl.DataFrame) -> pl.DataFrame:
     all_ranks = sorted(c["rank"].unique().to_list())
     everywhere = c.group_by("_code").agg(n=pl.col("rank").n_unique()).filter(pl.col("n") == len(all_ranks))["_code"]
     c = c.filter(pl.col("_code").is_in(everywhere.implode()))
-    g = (c.group_by("_code", "_nth").agg(
+    g = (c.group_by("_code", "_event").agg(
+        pl.col("_nth").min(),
         pl.col("rank").unique().sort().alias("ranks"),
         pl.col("compile_id").sort_by("rank").first(),
+        pl.col("compile_id").sort_by("rank").alias("rank_compile_ids"),
         pl.col("co_name").drop_nulls().first(),
         (pl.col("co_filename") + ":" + pl.col("co_firstlineno").cast(pl.String)).drop_nulls().first().alias("location"),
         pl.col("step").min(),
@@ -730,8 +738,8 @@ def recompile_finding_list(compiles: pl.DataFrame, *, steps: pl.DataFrame | None
     if div.height:
         costed = divergence_cost(div, c, steps, collectives, arrivals)
         for d in costed.iter_rows(named=True):
-            for r in d["ranks"]:
-                divergent_rows.add((r, d["compile_id"]))
+            for r, cid in zip(d["ranks"], d["rank_compile_ids"] or [d["compile_id"]] * len(d["ranks"])):
+                divergent_rows.add((r, cid))
             step_txt = f"at step {d['step']}" if d["step"] is not None else "at an unknown step (no step context)"
             cause_txt = f" ({d['cause']}: {d['cause_source']})" if d["cause_source"] else f" ({d['cause']})"
             ranks_txt = ranks_text(d["ranks"])

@@ -235,6 +235,7 @@ DIVERGENT: dict[str, pl.DataType] = {
     "cause_detail": pl.String,
     "cause_source": pl.String,
     "nth": pl.Int32,                    # which compile of the code object (0 = first) on the compiling ranks
+    "rank_compile_ids": pl.List(pl.String),  # each compiling rank's own compile id (in the order of ``ranks``)
 }
 
 #: DIVERGENT plus the wait each caused the other ranks (``analyses.recompiles.divergence_cost``).

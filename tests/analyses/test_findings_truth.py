@@ -280,3 +280,33 @@ def test_the_divergence_table_is_the_findings_numbers(name) -> None:
     for r in tables.divergent.iter_rows(named=True):
         f = found[r["compile_id"]]
         assert (r["wait_ns"], r["cost_basis"], r["cost_method"]) == (f.cost.ns, f.cost.basis, f.cost.method)
+
+
+def test_ranks_recompiling_a_frame_in_different_steps_are_two_events() -> None:
+    """Three ranks compile ``forward`` at step 0; rank 0 recompiles it alone at step 2 and rank 1 at step 5 (each its second compile of the frame). Matched by their
+    order on the rank they would be one event of both at step 2; they are two, each of one rank, at its own step,
+    and every recompile is explained by its divergent finding (no second, per-cause finding of the same compile)."""
+    from workbench import schema
+    from workbench.analyses.kinds import Kind
+    from workbench.analyses.recompiles import divergent_compiles, recompile_finding_list
+
+    ms = 10**6
+    rows = []
+    for r in range(3):
+        rows.append({"rank": r, "compile_id": "0/0", "frame_compile_id": 0, "co_name": "forward",
+                     "co_filename": "m.py", "co_firstlineno": 3, "start": 0, "end": 100 * ms,
+                     "duration_ns": 100 * ms, "status": "ok", "step": 0})
+    for r, step, cid in ((0, 2, "0/1"), (1, 5, "0/2")):      # ids differ too: ranks number compiles on their own
+        rows.append({"rank": r, "compile_id": cid, "frame_compile_id": int(cid[-1]), "co_name": "forward",
+                     "co_filename": "m.py", "co_firstlineno": 3, "start": step * 1000 * ms,
+                     "end": step * 1000 * ms + 300 * ms, "duration_ns": 300 * ms, "status": "ok", "step": step,
+                     "recompile_reasons": ["tensor 'x' size mismatch at index 0. expected 16, actual 11"]})
+    compiles = schema.conform(pl.DataFrame(rows), schema.COMPILES)
+    div = divergent_compiles(compiles)
+    assert sorted((d["step"], tuple(d["ranks"]), tuple(d["rank_compile_ids"])) for d in div.iter_rows(named=True)) \
+        == [(2, (0,), ("0/1",)), (5, (1,), ("0/2",))]
+    found = recompile_finding_list(compiles)
+    div_steps = sorted((f.steps[0], tuple(f.evidence.compiling_ranks)) for f in found
+                       if f.kind == Kind.DIVERGENT_RECOMPILE)
+    assert div_steps == [(2, (0,)), (5, (1,))]
+    assert not [f for f in found if f.kind.value.startswith("recompile_")]

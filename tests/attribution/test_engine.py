@@ -198,3 +198,67 @@ def test_export_cost_is_its_whole_cpu_time_on_a_crowded_host():
     assert costs[2] == [(0, 100, 10)]          # spare cores: the GIL time only
     assert costs[1] == [(0, 100, 40), (5, 9, None)]   # one missing: the other; none: its length later
     assert crowded_ranks(None) == set()
+
+
+def test_a_gloo_rank_queued_inside_its_own_call_is_not_late():
+    """Rank 2 calls every step's all-reduce on time, but its gloo thread starts the collective 40 ms later (a busy
+    host): the others wait for it, and that time is its collective's own (queued after the call), never a
+    straggler's reason. The same times with rank 2 reaching the call 40 ms late name it."""
+    from workbench.analyses.critical_path import QUEUED_LABEL, CriticalPath, attribute, rank_activity
+
+    n, step_ms = 8, 200.0
+    steps = steps_frame(range(3), n, step_ms)
+
+    def run(queued_call: bool):
+        rows = []
+        for k in range(n):
+            for r in range(3):
+                late = 40.0 if r == 2 and k >= 1 else 0.0
+                start = k * step_ms + 100 + late + 0.1 * r
+                call = start - late if queued_call else start
+                rows.append({"rank": r, "pg_name": "0", "key_step": -1, "seq": k, "op": "all_reduce", "step": k,
+                             "arrival": T0 + int(call * MS), "start": T0 + int(start * MS),
+                             "complete": T0 + int((k * step_ms + 141) * MS), "source": "fr+kineto",
+                             "call_site": "train.py:18 in main"})
+        s = pl.DataFrame(rows, schema=SYNC_POINTS)
+        inst = instance_table(s)
+        noise = noise_table(inst, {0})
+        layers, waits = blame(inst, noise)
+        a = attribute(layers, inst, rank_activity(range(3), steps, None, None), queued_ranks={0, 1, 2})
+        return a, late_rank_findings(CriticalPath(s, inst, noise, layers, waits, a, pl.DataFrame()))
+
+    queued, found = run(queued_call=True)
+    mine = queued.filter(pl.col("culprit") == 2)
+    assert set(mine["label"].to_list()) == {QUEUED_LABEL} and set(mine["category"].to_list()) == {"collective"}
+    assert mine["ns"].sum() == pytest.approx((n - 1) * 40 * MS, rel=0.01)
+    assert not found
+    _, found = run(queued_call=False)
+    assert [f.evidence.rank for f in found] == [2] and found[0].evidence.reason == "untraced"
+
+
+def test_work_after_a_collective_completed_is_the_rank_s_own_though_its_exit_was_recorded_later():
+    """Rank 2 waits 60 ms for its batch before every step; its completion of each all-reduce is recorded only when
+    that wait is over (its completion callback waited for the interpreter lock its main thread held, as a DDP hook's
+    does while the main thread runs a long garbage collection). The collective's data was there when the other
+    ranks completed it: the time after is rank 2's own, and the reason it was late is its data loading."""
+    from workbench.analyses.critical_path import CriticalPath, attribute, rank_activity
+
+    n, step_ms = 8, 200.0
+    steps = steps_frame(range(3), n, step_ms, {(2, k): 60.0 for k in range(1, n)})
+    rows = []
+    for k in range(n):
+        for r in range(3):
+            late = 60.0 if r == 2 and k >= 1 else 0.0
+            done = k * step_ms + 101 + (60.0 if k >= 1 else 0.0)
+            if r == 2 and k + 1 < n:
+                done = (k + 1) * step_ms + 65          # recorded after its next batch wait
+            rows.append((r, k, k, k * step_ms + 100 + late + 0.1 * r, done))
+    s = sync(rows)
+    inst = instance_table(s)
+    noise = noise_table(inst, {0})
+    layers, waits = blame(inst, noise)
+    a = attribute(layers, inst, rank_activity(range(3), steps, None, None))
+    (f,) = late_rank_findings(CriticalPath(s, inst, noise, layers, waits, a, pl.DataFrame()))
+    assert f.evidence.rank == 2 and f.evidence.reason == "data"
+    assert set(f.steps) == set(range(1, n))
+    assert f.cost.ns == pytest.approx((n - 1) * 60 * MS, rel=0.02)

@@ -736,6 +736,12 @@ def score(case: Case, truth: dict[str, Any], roots: list[Any], noise_ns: int | N
             # the finding names it
             cs.held_ns = sum(held.get(s, v) for s, v in steps.items()
                              if (s > 0 and s not in hidden) or s in cs.found_steps)
+            # ... and so does a collective no plant delays where the rank's own clock shows it late by the noise or
+            # more and the finding names its step (or the one before): what the clocks show it cost there
+            delayed = {_interval(case, p.phase, s)[0] for p in case.plants if p.rank == r for s in p.steps}
+            cs.held_ns += sum(v for s, v in unplanted.get(r, {}).items()
+                              if s > 0 and s not in delayed and noise and v >= noise
+                              and {s, s - 1} & set(cs.found_steps))
         out.append(cs)
     planted = set(case.culprits)
 
