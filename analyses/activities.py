@@ -9,9 +9,11 @@ label (op name, function, compiled frame), its site (``file:line`` where known) 
 nothing covers is ``untraced``.
 
 Categories, most specific first: ``compile`` (compile-log spans and ``(dynamo_timed)`` ranges), ``data`` (the data
-wait before a step; ``DataLoader`` annotations), ``sync`` (host-device syncs: ``aten::item``,
+wait before a step; ``DataLoader`` annotations), ``gc`` (a Python garbage collection the collector kept,
+``gc.jsonl``: it stops whatever op or function allocated past the threshold, so it comes before them),
+``sync`` (host-device syncs: ``aten::item``,
 ``aten::_local_scalar_dense``, ``cuda*Synchronize``, ``cudaMemcpy``), ``optimizer`` (``Optimizer.step#*`` and the ops
-under it), ``collective`` (the rank's own communication calls), ``gc`` (Python garbage collection, where recorded),
+under it), ``collective`` (the rank's own communication calls),
 ``range`` (user ranges: ``collector.range(name)``, ``record_function``), ``cpu_op`` (other host ops; label: the op),
 ``python`` (Python frames, ``with_stack``; label: the function, site: its line), ``profiler`` (the collector's export
 of a profiler window: between steps on the training thread, then in a background thread that holds the GIL in
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 import polars as pl
 
 #: Activity categories, most specific first (a piece of time covered by several spans takes the first).
-CATEGORIES: tuple[str, ...] = ("compile", "data", "sync", "optimizer", "collective", "gc", "range", "cpu_op",
+CATEGORIES: tuple[str, ...] = ("compile", "data", "gc", "sync", "optimizer", "collective", "range", "cpu_op",
                                "python", "profiler", "outside_step", "untraced")
 #: The profiler's background export overlaps the training thread's own activity: it takes only time nothing more
 #: specific covers (its rank in :data:`CATEGORIES` already says so: after every traced category).
@@ -43,6 +45,13 @@ WORDS: dict[str, str] = {
 
 #: The label of the profiler's background trace export spans.
 EXPORT_LABEL = "profiler trace export (background thread)"
+
+
+def gc_label(generation: int | None) -> str:
+    """A garbage collection's label: its generation (2: a full collection, every object walked)."""
+    if generation is None:
+        return "generation not recorded"
+    return "full collection (generation 2)" if generation == 2 else f"generation {generation} collection"
 
 _SYNC = re.compile(r"^(aten::item|aten::_local_scalar_dense|cuda(Stream|Device|Event)Synchronize|cudaMemcpy(Async)?$)")
 _DATA = re.compile(r"DataLoader|^enumerate\(")
@@ -177,12 +186,14 @@ def event_spans(events: pl.DataFrame | None, rank: int, t0: int | None = None, t
 
 
 def rank_spans(rank: int, steps: pl.DataFrame | None, compiles: pl.DataFrame | None = None,
-               events: pl.DataFrame | None = None, exports: Sequence[tuple[int, int, int | None]] = ()
-               ) -> tuple[list[Span], list[tuple[int, int, int]]]:
+               events: pl.DataFrame | None = None, exports: Sequence[tuple[int, int, int | None]] = (),
+               gc: Sequence[tuple[int, int, int | None]] = ()) -> tuple[list[Span], list[tuple[int, int, int]]]:
     """Every labelled span of ``rank`` (steps, compiles, window events, the profiler's background trace exports:
-    ``exports``, (start, end, GIL CPU)) and its step bounds (:func:`step_spans`)."""
+    ``exports``, (start, end, GIL CPU), its garbage collections: ``gc``, (start, end, generation)) and its step
+    bounds (:func:`step_spans`)."""
     spans, bounds = step_spans(steps, rank) if steps is not None else ([], [])
     spans += [Span(int(e[0]), int(e[1]), "profiler", EXPORT_LABEL) for e in exports]
+    spans += [Span(int(a), int(b), "gc", gc_label(g)) for a, b, g in gc]
     return spans + compile_spans(compiles, rank) + event_spans(events, rank), bounds
 
 

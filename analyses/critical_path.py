@@ -199,16 +199,20 @@ def noise_table(inst: pl.DataFrame, skip_steps: Iterable[int] = ()) -> pl.DataFr
     """The lateness each slot (process group, op and its k-th call in the step) tolerates as noise: ``noise_ns`` =
     max(:data:`MIN_NOISE_NS`, NOISE_Z × the median over the slot's ranks of each rank's own :func:`shorth_sigma`).
 
-    A relative arrival is the arrival minus the instance's on-time (lower median) arrival, the on-time rank left out
-    (with two ranks: the higher rank's arrival minus the lower's): it takes out what every rank shares (a slow
-    step). Each rank's relative arrivals in a slot (at least :data:`SERIES_MIN`) are one series; its spread is the
+    A relative arrival is the arrival minus the instance's on-time (lower median) arrival, for the on-time rank its
+    arrival minus the one before it (:func:`_relative_to_the_others`; with two ranks: the higher rank's arrival
+    minus the lower's): it takes out what every rank shares (a slow step). Each rank's relative arrivals in a slot (at least :data:`SERIES_MIN`) are one series; its spread is the
     width of its tightest half (the shortest-half σ), so a rank late by the same amount every step, in most steps or
     in half of them, does not widen it (its late or its quiet values are one tight half), and the slot's noise is
     the median of its ranks' spreads. A slot with fewer than :data:`MIN_NOISE_SAMPLES` arrivals in its series takes
     the median over every series of its group (fewer than :data:`MIN_SHORTH` even so: :data:`FEW_SAMPLES_SHARE` of
     the ranks' median time between two collectives). (Pooling every rank's residuals from its lower quartile into
     one shortest half failed where one rank of two was late in most steps by varying amounts: its late values were
-    half the pool and set the noise at the lateness itself.)
+    half the pool and set the noise at the lateness itself. Leaving the on-time rank out of each instance failed
+    where one rank of three was late by 0.5-1.3 s in three of seven steps: in its quiet steps it was often the
+    on-time rank itself, so its series held mostly its late values, another rank's series was too short to count,
+    and the median of the two left read 622 ms. Measuring every rank against the lower median of the *others*
+    failed the other way: with two late ranks of four that reference is a late rank, and the bar rose 2-8x.)
     ``skip_steps``: steps left out (warm-up). Columns: ``pg_name``, ``slot``, ``op``, ``noise_ns``, ``samples``,
     ``pooled``."""
     schema = {"pg_name": pl.String, "slot": pl.Int32, "op": pl.String, "noise_ns": pl.Int64, "samples": pl.Int32,
@@ -223,13 +227,27 @@ def noise_table(inst: pl.DataFrame, skip_steps: Iterable[int] = ()) -> pl.DataFr
     two = x.filter(pl.col("ranks_seen") == 2).with_columns(
         _rel=(pl.col("eff_arrival") - pl.col("eff_arrival").sort_by("rank").first().over(key)).cast(pl.Float64),
     ).filter(pl.col("rank") != pl.col("rank").min().over(key))
-    many = x.filter((pl.col("ranks_seen") > 2) & (pl.col("position") != pl.col("_m")))
+    many = _relative_to_the_others(x.filter(pl.col("ranks_seen") > 2))
     cols = ["pg_name", "slot", "op", "rank", "_rel"]
     pool = pl.concat([two.select(cols), many.select(cols)])
     got = _noise_pass(x, pool)
     rows = [{"pg_name": pg, "slot": sl, "op": op, "noise_ns": int(n), "samples": k, "pooled": pooled}
             for (pg, sl, op), (n, k, pooled) in got.items()]
     return pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)
+
+
+def _relative_to_the_others(x: pl.DataFrame) -> pl.DataFrame:
+    """``x`` (instances of three ranks or more) with ``_rel``: each rank's arrival minus the instance's on-time
+    (lower median) arrival, and for the on-time rank itself, whose difference is 0 by definition, its arrival minus
+    the one just before it. Every rank then has a value in every step: a rank late in some steps and on time (in the
+    middle) in the others keeps its quiet values in its series, and no late rank is ever the reference."""
+    key = ["pg_name", "key_step", "seq"]
+    before = x.select(*key, position=pl.col("position") + 1, _before="eff_arrival")
+    y = x.join(before, on=[*key, "position"], how="left")
+    on_time_rank = pl.col("position") == pl.col("_m")
+    return y.with_columns(_rel=pl.when(on_time_rank & pl.col("_before").is_not_null())
+                          .then(pl.col("eff_arrival") - pl.col("_before"))
+                          .otherwise(pl.col("eff_arrival") - pl.col("on_time")).cast(pl.Float64)).drop("_before")
 
 
 def _noise_pass(x: pl.DataFrame, pool: pl.DataFrame) -> dict[tuple[str, int, str], tuple[float, int, bool]]:
@@ -515,15 +533,16 @@ def _row(lay: Mapping[str, Any], cat: str, label: str | None, site: str | None, 
 
 def rank_activity(ranks: Iterable[int], steps: pl.DataFrame | None, compiles: pl.DataFrame | None,
                   events: pl.DataFrame | None, offsets: Mapping[int, int] | None = None,
-                  exports: Mapping[int, list[tuple[int, int, int | None]]] | None = None
-                  ) -> dict[int, RankActivity]:
+                  exports: Mapping[int, list[tuple[int, int, int | None]]] | None = None,
+                  gc: Mapping[int, list[tuple[int, int, int | None]]] | None = None) -> dict[int, RankActivity]:
     """:class:`RankActivity` of each rank (``offsets``: each rank's clock minus the aligned clock, ns;
-    ``exports``: the profiler's background trace exports per rank)."""
+    ``exports``: the profiler's background trace exports per rank; ``gc``: its garbage collections,
+    ``HangTables.gc_pauses``)."""
     out = {}
     windows = _windows(steps)
     for r in ranks:
         ex = list((exports or {}).get(int(r), ()))
-        spans, bounds = act.rank_spans(int(r), steps, compiles, events, ex)
+        spans, bounds = act.rank_spans(int(r), steps, compiles, events, ex, (gc or {}).get(int(r), ()))
         traced = events is not None and not events.is_empty() and int(r) in set(events["rank"].unique().to_list())
         out[int(r)] = RankActivity(spans, bounds, int((offsets or {}).get(int(r), 0)), windows.get(int(r), []), ex,
                                    traced)
@@ -593,10 +612,12 @@ class CriticalPath:
 def critical_path(entries: pl.DataFrame | None, collectives: pl.DataFrame | None, steps: pl.DataFrame | None,
                   compiles: pl.DataFrame | None = None, events: pl.DataFrame | None = None,
                   ranks: pl.DataFrame | None = None,
-                  exports: Mapping[int, list[tuple[int, int, int | None]]] | None = None) -> CriticalPath:
+                  exports: Mapping[int, list[tuple[int, int, int | None]]] | None = None,
+                  gc: Mapping[int, list[tuple[int, int, int | None]]] | None = None) -> CriticalPath:
     """Every layer above on the given tables (``entries``: Flight Recorder entries, ``collectives``: the profiler's,
     ``events``: the window events of the ranks to explain, ``ranks``: the RANKS table for hosts, ``exports``: the
-    profiler's trace exports per rank, ``HangTables.trace_exports``)."""
+    profiler's trace exports per rank, ``HangTables.trace_exports``; ``gc``: the ranks' garbage collections,
+    ``HangTables.gc_pauses``)."""
     from workbench.analyses.clock import align
 
     notes: list[str] = []
@@ -612,7 +633,7 @@ def critical_path(entries: pl.DataFrame | None, collectives: pl.DataFrame | None
     layers, waits = blame(inst, noise)
     cp = CriticalPath(sync, inst, noise, layers, waits, _empty(ATTRIBUTION), clock, notes,
                       gloo_ranks(entries, collectives))
-    return explain(cp, steps, compiles, events, ranks, exports)
+    return explain(cp, steps, compiles, events, ranks, exports, gc)
 
 
 def gloo_ranks(*tables: pl.DataFrame | None) -> frozenset[int]:
@@ -628,13 +649,14 @@ def gloo_ranks(*tables: pl.DataFrame | None) -> frozenset[int]:
 
 def explain(cp: CriticalPath, steps: pl.DataFrame | None, compiles: pl.DataFrame | None,
             events: pl.DataFrame | None, ranks: pl.DataFrame | None = None,
-            exports: Mapping[int, list[tuple[int, int, int | None]]] | None = None) -> CriticalPath:
+            exports: Mapping[int, list[tuple[int, int, int | None]]] | None = None,
+            gc: Mapping[int, list[tuple[int, int, int | None]]] | None = None) -> CriticalPath:
     """``cp`` with its layers split over what the late ranks did (:func:`attribute`), from these tables (``events``:
     the profiler windows' host events, where there are any)."""
     if cp.layers.is_empty():
         return cp
     activity = rank_activity(sorted(cp.instances["rank"].unique().to_list()), steps, compiles, events,
-                             cp.offsets(ranks), exports)
+                             cp.offsets(ranks), exports, gc)
     cp.attribution = attribute(cp.layers, cp.instances, activity, cp.queued_ranks)
     return cp
 
@@ -648,11 +670,12 @@ def critical_path_of(run: Any) -> CriticalPath:
     steps = getattr(run, "steps", None)
     compiles = getattr(run, "compiles", None)
     ranks = getattr(run, "ranks", None)
-    cp = critical_path(entries, getattr(run, "collectives", None), steps, compiles, None, ranks, exports)
+    pauses = getattr(hang, "gc_pauses", None)
+    cp = critical_path(entries, getattr(run, "collectives", None), steps, compiles, None, ranks, exports, pauses)
     if cp.layers.is_empty():
         return cp
     return explain(cp, steps, compiles, window_events(run, sorted(cp.instances["rank"].unique().to_list())), ranks,
-                   exports)
+                   exports, pauses)
 
 
 def window_events(run: Any, ranks: list[int]) -> pl.DataFrame | None:

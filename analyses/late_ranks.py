@@ -213,6 +213,7 @@ def late_rank_findings(cp: CriticalPath, *, wall_ns: Mapping[int, int] | None = 
         reason = by_cat["category"][0]
         top = by_act.filter(pl.col("category") == reason).row(0, named=True)
         layers = cp.layers.filter(pl.col("culprit") == c)
+        own_site = top["site"] is not None          # the activity's own line, else the late collective's call
         site = top["site"] or _late_call_site(layers)
         # each victim's wait through a layer, by the share of that layer kept here (not the profiler's, a compile
         # finding's, a collective's own): the others' waits and the cost then count the same time
@@ -240,7 +241,8 @@ def late_rank_findings(cp: CriticalPath, *, wall_ns: Mapping[int, int] | None = 
         wall = (wall_ns or {}).get(c) or (max((wall_ns or {}).values()) if wall_ns else None)
         symptoms = _wait_symptoms(c, waits, wall_ns)
         out.append(make_finding(
-            Kind.STRAGGLER, _message(c, steps, lat, reason, top["label"], site, wait_by, traced, cost), ev,
+            Kind.STRAGGLER, _message(c, steps, lat, reason, top["label"], site, wait_by, traced, cost, own_site),
+            ev,
             Cost.measured(cost, "the longest any other rank waited for it at the collectives it arrived at late "
                                 "(the layers of the critical path it was charged, every step, Flight Recorder)"),
             ranks=[c], steps=steps, wall_ns=wall, source="critical_path", symptoms=symptoms))
@@ -312,13 +314,14 @@ def _short_site(site: str | None) -> str | None:
 
 
 def _message(rank: int, steps: list[int], lat: list[int], reason: str, label: str | None, site: str | None,
-             wait_by: dict[int, int], traced: str | None, cost: int) -> str:
+             wait_by: dict[int, int], traced: str | None, cost: int, own_site: bool = True) -> str:
     doing = WORDS.get(reason, reason)
     if label and reason not in ("untraced", "data"):
         doing += f": {label}"
     where = _short_site(site)
-    at = f" at {where}" if where and reason not in ("untraced",) else ""
-    before = f" before the collective called from {where}" if where and reason == "untraced" else ""
+    called = reason == "untraced" or not own_site     # the site is the late collective's call, not the activity's
+    at = f" at {where}" if where and not called else ""
+    before = f" before the collective called from {where}" if where and called else ""
     seen = f" (in a profiler window it was {traced})" if traced and reason == "untraced" else ""
     others = ", ".join(f"rank {v} {format_ns(n)}" for v, n in sorted(wait_by.items()))
     return (f"Rank {rank} held the other ranks back in {_steps_text(steps)}: {format_ns(_median(lat))} per step "
@@ -343,7 +346,8 @@ def _detect(x: Inputs) -> list[Finding[StragglerEvidence]]:
     cp = x.critical_path
     if cp is None:
         cp = critical_path(x.hangs.entries, x.collectives, x.steps, with_traced(x.compiles, x.traced), None,
-                           x.ranks, export_costs(x.hangs.trace_exports, crowded_ranks(x.fingerprints)))
+                           x.ranks, export_costs(x.hangs.trace_exports, crowded_ranks(x.fingerprints)),
+                           x.hangs.gc_pauses)
     return late_rank_findings(cp, wall_ns=wall_ns(x.steps), found=x.found, steps=x.steps)
 
 

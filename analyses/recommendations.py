@@ -592,6 +592,15 @@ _LATE_FIXES: dict[str, tuple[str, str, str]] = {
 }
 
 
+def _doing(reason: str) -> str:
+    """What a late rank was doing, in words (``activities.WORDS``): "waiting for its batch", "in a Python garbage
+    collection"."""
+    from workbench.analyses.activities import WORDS
+
+    words = WORDS.get(reason, reason.replace("_", " "))
+    return words if reason in ("data", "compile") else f"in {words}"      # "waiting for ...", "compiling ..."
+
+
 @register_fixer(StragglerEvidence)
 def _straggler(f: Finding[StragglerEvidence]) -> list[Fix]:
     ev = f.evidence
@@ -601,7 +610,7 @@ def _straggler(f: Finding[StragglerEvidence]) -> list[Fix]:
         where = f" ({ev.what})" if ev.what and ev.reason not in ("untraced",) else ""
         return [Fix(fix_id, f"{title}: rank {ev.rank}{where}",
                     "the others stop waiting for it at every collective it reached late", 1.0,
-                    f"it was late doing {ev.reason.replace('_', ' ')} (the critical path across ranks)",
+                    f"it was late {_doing(ev.reason)} (the critical path across ranks)",
                     code=code.replace("RANK", str(ev.rank)), site=CodeLine.parse(ev.site) if ev.site else None,
                     about=None if ev.site else _batch_fetch_site)]
     if ev.slow_data_loading:

@@ -118,11 +118,11 @@ def _critical_path(run: Any, hang: HangTables, colls: pl.DataFrame, steps: pl.Da
 
     compiles = with_traced(compiles, traced)
     exports = export_costs(hang.trace_exports, crowded_ranks(fingerprints))
-    cp = critical_path(hang.entries, colls, steps, compiles, None, ranks, exports)
+    cp = critical_path(hang.entries, colls, steps, compiles, None, ranks, exports, hang.gc_pauses)
     if cp.layers.is_empty():
         return cp
     events = window_events(run, sorted(cp.instances["rank"].unique().to_list()))
-    return explain(cp, steps, compiles, events, ranks, exports) if events is not None else cp
+    return explain(cp, steps, compiles, events, ranks, exports, hang.gc_pauses) if events is not None else cp
 
 
 def _with_stack_ranks(python_events: pl.DataFrame) -> pl.DataFrame:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from workbench import rundir
-from workbench.collectors import compile_capture, hang_capture, source_sites
+from workbench.collectors import compile_capture, gc_pauses, hang_capture, source_sites
 from workbench.collectors import step_writer as sw
 from workbench.collectors.apply import ConfigApplier
 from workbench.collectors.fingerprint import fingerprint
@@ -76,6 +76,7 @@ _STARTED: weakref.WeakSet[Collector] = weakref.WeakSet()
 def _disarm_in_forked_child() -> None:
     for collector in list(_STARTED):
         collector._disarm_fast_path()
+    gc_pauses.stop_in_forked_child()
 
 
 if hasattr(os, "register_at_fork"):
@@ -287,6 +288,7 @@ class Collector(contextlib.ContextDecorator):
         self._windows: ProfilerWindows | None = None
         self._compile_handler: compile_capture.TraceFileHandler | None = None
         self._hang: hang_capture.HangCapture | None = None
+        self._gc: gc_pauses.GcPauses | None = None
         self._ranges = Ranges(enabled=False)
         self._open_ranges: dict[str, tuple[Any, bool]] = {}
         self._hooks: list[Any] = []          # hooks that stay (mark_dynamic)
@@ -436,6 +438,10 @@ class Collector(contextlib.ContextDecorator):
             self._steps = StepLog(steps, self._steps_report)
         except Exception as exc:
             self._fail("steps", exc)
+        if self.options.gc_pauses:
+            self._gc = gc_pauses.GcPauses(self.path / rundir.GC_PAUSES.format(rank=self.rank),
+                                          lambda exc: self._fail("gc_pauses", exc))
+            self._gc.start()
         st = self._state
         self._hang = hang_capture.start(self.rank_dir, self.rank, lambda: (st.current, st.next_step),
                                         lambda exc: self._fail("hang_capture", exc))
@@ -490,6 +496,9 @@ class Collector(contextlib.ContextDecorator):
                 compile_capture.uninstall(self._compile_handler)
         if self._steps is not None:
             self._steps.close()       # every step's line is on disk from here
+        if self._gc is not None:
+            self._gc.close()
+            self._gc = None
         if self._hang is not None:  # Flight Recorder dump and exit record (docs/hangs.md)
             self._hang.close()
             self._hang = None

@@ -46,6 +46,7 @@ class CollectorOptions:
     device_timing: bool = True                          # CUDA events (resolved later, no sync)
     device_timing_every: int = 100                      # on every n-th step (a timed step costs ~130 µs more)
     nvtx: bool = True                                   # NVTX / record_function ranges
+    gc_pauses: bool = True                              # garbage collections of 1 ms or more in rank<R>/gc.jsonl
     run_id: str | None = None                           # None: $TORCHELASTIC_RUN_ID or a generated id
     extra: dict[str, object] = field(default_factory=dict)  # user metadata copied into run.json
 

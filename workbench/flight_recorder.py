@@ -781,12 +781,13 @@ def load_hang_tables(root: str | Path, compile_logs: list[tuple[Path, int | None
                 states.append(_rank_state(rank, hang, len(found.get(rank, [])), problems))
     rank_state = pl.DataFrame(states, schema=RANK_STATE) if states else pl.DataFrame(schema=RANK_STATE)
     exports = rundir.trace_exports(base, problems) if base.is_dir() and rundir.is_run_dir(base) else {}
+    pauses = rundir.gc_pauses(base, problems) if base.is_dir() and rundir.is_run_dir(base) else {}
     graph_rows: list[dict[str, Any]] = []
     for path, rank in compile_logs or []:
         graph_rows.extend(read_graph_collectives(Path(path), rank))
     graphs = (pl.DataFrame(graph_rows, schema=GRAPH_COLLECTIVES) if graph_rows
               else pl.DataFrame(schema=GRAPH_COLLECTIVES))
-    return HangTables(entries, status, rank_state, graphs, problems, exports)
+    return HangTables(entries, status, rank_state, graphs, problems, exports, pauses)
 
 
 # ---------------------------------------------------------------------------------------------- a Run's view

@@ -168,6 +168,8 @@ def parse_jsonl(data: bytes) -> tuple[list[dict[str, Any]], int]:
 
 #: When each profiler window's trace was exported (``collectors/profiling.py``), per rank.
 TRACE_EXPORTS = "rank{rank}/trace/exports.jsonl"
+#: The rank's garbage collections of 1 ms or more (``collectors/gc_pauses.py``).
+GC_PAUSES = "rank{rank}/gc.jsonl"
 
 
 def _ns_of(row: dict[str, Any], key: str) -> int | None:
@@ -195,6 +197,34 @@ def trace_exports(path: Path, problems: list[str] | None = None
         spans = [(r["start_ns"], r["end_ns"], _ns_of(r, "gil_cpu_ns"), _ns_of(r, "cpu_ns")) for r in rows
                  if isinstance(r.get("start_ns"), int) and isinstance(r.get("end_ns"), int)
                  and r["end_ns"] >= r["start_ns"]]
+        if (bad or len(spans) < len(rows)) and problems is not None:
+            problems.append(f"{f}: {bad + len(rows) - len(spans)} line(s) without start_ns/end_ns integers: "
+                            "skipped")
+        if spans:
+            out[rank] = spans
+    return out
+
+
+def gc_pauses(path: Path, problems: list[str] | None = None) -> dict[int, list[tuple[int, int, int | None]]]:
+    """Per rank of the run directory ``path``: (start, end, generation) ns of each garbage collection the collector
+    kept (``collectors/gc_pauses.py``; generation None when not recorded); an unreadable file or line is one line
+    in ``problems`` and the rest is kept."""
+    from workbench.errors import TraceError
+
+    out: dict[int, list[tuple[int, int, int | None]]] = {}
+    for rank in rank_dirs(path):
+        f = path / GC_PAUSES.format(rank=rank)
+        if not f.is_file():
+            continue
+        try:
+            rows, bad = read_jsonl(f, 16 << 20)
+        except TraceError as exc:
+            if problems is not None:
+                problems.append(str(exc))
+            continue
+        spans = [(r["start_ns"], r["end_ns"], _ns_of(r, "generation")) for r in rows
+                 if isinstance(r.get("start_ns"), int) and isinstance(r.get("end_ns"), int)
+                 and 0 <= r["start_ns"] <= r["end_ns"]]
         if (bad or len(spans) < len(rows)) and problems is not None:
             problems.append(f"{f}: {bad + len(rows) - len(spans)} line(s) without start_ns/end_ns integers: "
                             "skipped")

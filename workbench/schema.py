@@ -455,7 +455,9 @@ class HangTables:
     """Everything the hang analysis reads (``workbench.flight_recorder.load_hang_tables``; ``Run.hangs``), as
     frames with the schemas above; ``problems``: unreadable files; ``trace_exports``: per rank, when the collector
     exported its profiler windows, (start, end, CPU time holding the GIL, whole CPU time) ns
-    (``rank<R>/trace/exports.jsonl``: the critical path counts that time as the profiler's)."""
+    (``rank<R>/trace/exports.jsonl``: the critical path counts that time as the profiler's); ``gc_pauses``: per rank,
+    the garbage collections the collector kept, (start, end, generation) ns (``rank<R>/gc.jsonl``: the critical path
+    names that time a garbage collection)."""
 
     entries: pl.DataFrame
     status: pl.DataFrame
@@ -463,6 +465,7 @@ class HangTables:
     graph_collectives: pl.DataFrame
     problems: list[str] = field(default_factory=list)
     trace_exports: dict[int, list[tuple[int, int, int | None, int | None]]] = field(default_factory=dict)
+    gc_pauses: dict[int, list[tuple[int, int, int | None]]] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:

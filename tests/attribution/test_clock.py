@@ -63,6 +63,8 @@ def shifted_copy(run: Path, out: Path) -> Path:
             _shift_jsonl(r1 / "hang" / name, ("time_ns",))
     if (r1 / "trace" / "exports.jsonl").is_file():
         _shift_jsonl(r1 / "trace" / "exports.jsonl", ("start_ns", "end_ns"))
+    if (r1 / "gc.jsonl").is_file():
+        _shift_jsonl(r1 / "gc.jsonl", ("start_ns", "end_ns"))
     for t in (r1 / "trace").glob("*.json.gz"):
         doc = json.loads(gzip.decompress(t.read_bytes()))
         doc["baseTimeNanoseconds"] = int(doc["baseTimeNanoseconds"]) + DELTA

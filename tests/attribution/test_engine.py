@@ -83,11 +83,22 @@ def test_noise_rule_blames_the_late_steps_only():
         for r in range(3):
             jitter = rnd.gauss(0, 0.5)
             rows.append((r, step, step, step * 100 + 20 + jitter + (late.get(step, 0.0) if r == 1 else 0.0), None))
-    inst = instance_table(sync(rows))
+    s = sync(rows)
+    inst = instance_table(s)
     noise = noise_table(inst, {0})
-    assert MIN_NOISE_NS <= noise["noise_ns"][0] < 5 * MS
-    layers, _ = blame(inst, noise)
-    assert sorted(zip(layers["culprit"], layers["step"])) == [(1, 3), (1, 6)]
+    bar = noise["noise_ns"][0]
+    assert MIN_NOISE_NS <= bar < 5 * MS
+    layers, waits = blame(inst, noise)
+    # the late steps are charged; a layer elsewhere (three spreads of a 0.5 ms jitter are exceeded now and then
+    # over 27 arrivals) is never a clear one, and the only finding is rank 1 in its late steps
+    got = {(c, st): ns for c, st, ns in zip(layers["culprit"], layers["step"], layers["layer_ns"])}
+    assert {(1, 3), (1, 6)} <= set(got)
+    assert all(ns < 2 * bar for k, ns in got.items() if k not in {(1, 3), (1, 6)}), got
+    from workbench.analyses.critical_path import CriticalPath, attribute, rank_activity
+
+    a = attribute(layers, inst, rank_activity(range(3), steps_frame(range(3), 10, 100.0), None, None))
+    found = late_rank_findings(CriticalPath(s, inst, noise, layers, waits, a, pl.DataFrame()))
+    assert [(f.evidence.rank, set(f.steps)) for f in found] == [(1, {3, 6})]
 
 
 def test_a_rank_late_every_step_is_not_noise():
@@ -262,3 +273,31 @@ def test_work_after_a_collective_completed_is_the_rank_s_own_though_its_exit_was
     assert f.evidence.rank == 2 and f.evidence.reason == "data"
     assert set(f.steps) == set(range(1, n))
     assert f.cost.ns == pytest.approx((n - 1) * 60 * MS, rel=0.02)
+
+
+def test_a_rank_late_for_its_garbage_collections_is_named_with_them():
+    """Rank 1 of three runs a 70 ms full garbage collection (the collector's ``gc.jsonl``) before its all-reduce in
+    steps 2, 4 and 6; every rank has 2 ms young collections now and then. It is named late in those steps, the reason
+    a garbage collection, its cost the others' wait."""
+    from workbench.analyses.critical_path import CriticalPath, attribute, rank_activity
+
+    n, step_ms, late = 8, 200.0, {2, 4, 6}
+    steps = steps_frame(range(3), n, step_ms)
+    rows, gc = [], {r: [] for r in range(3)}
+    for k in range(n):
+        for r in range(3):
+            slow = 70.0 if r == 1 and k in late else 0.0
+            rows.append((r, k, k, k * step_ms + 100 + slow + 0.1 * r, k * step_ms + 101 + (70.0 if k in late else 0)))
+            if slow:
+                gc[r].append((T0 + int((k * step_ms + 20) * MS), T0 + int((k * step_ms + 90) * MS), 2))
+            gc[r].append((T0 + int((k * step_ms + 5 + r) * MS), T0 + int((k * step_ms + 7 + r) * MS), 0))
+    s = sync(rows)
+    inst = instance_table(s)
+    noise = noise_table(inst, {0})
+    layers, waits = blame(inst, noise)
+    a = attribute(layers, inst, rank_activity(range(3), steps, None, None, gc=gc))
+    (f,) = late_rank_findings(CriticalPath(s, inst, noise, layers, waits, a, pl.DataFrame()))
+    assert f.evidence.rank == 1 and f.evidence.reason == "gc" and set(f.steps) == late
+    assert f.evidence.what == "full collection (generation 2)"
+    assert f.cost.ns == pytest.approx(3 * 70 * MS, rel=0.02)
+    assert "a Python garbage collection" in f.message

@@ -37,6 +37,8 @@ ISSUE = {
                                                 Plant(1, "forward", "recompile", 300.0, (9,)))),
     # 4 ranks with nothing planted
     "clean": Case(3, 4, N, "ddp", ()),
+    # not the issue's: 3 ranks, one running full garbage collections over a big heap in its optimizer phase
+    "gc": Case(4, 3, N, "ddp", (Plant(1, "optimizer", "gc", 150.0, (3, 6, 9)),)),
 }
 
 
@@ -154,6 +156,22 @@ def test_issue_clean_run_has_nothing_medium_or_high(recorder) -> None:
     assert not [(f.kind, f.ranks, f.severity) for f in roots
                 if f.severity in ("medium", "high") and f.kind != Kind.EXPOSED_COMMUNICATION]
     assert_exposed_is_transfer(roots, recorder.bar("clean"))
+
+
+def test_a_rank_late_for_garbage_collections_is_named_with_them(recorder) -> None:
+    """The collector keeps the rank's long collections (``gc.jsonl``): the late rank's reason is a garbage
+    collection, a full one, in the steps it ran them, and the fix is the one for the collector."""
+    _, truth, roots = recorder("gc", ISSUE["gc"])
+    sc = score(ISSUE["gc"], truth, roots, recorder.bar("gc"))
+    st = [f for f in roots if f.kind == Kind.STRAGGLER and f.evidence.rank == 1]
+    assert st, [(f.kind, f.ranks, f.steps) for f in roots]
+    assert st[0].evidence.reason == "gc" and st[0].evidence.what == "full collection (generation 2)"
+    # every step it clearly cost named, and no step named clearly that was not planted (the bench's rule)
+    assert sc.culprits[0].right and {3, 6, 9} & set(st[0].steps), (sc.culprits[0], st[0].steps)
+    from workbench.analyses.recommendations import fixers_for
+
+    fixes = [fx for fn in fixers_for(Kind.STRAGGLER) for fx in fn(st[0])]
+    assert fixes and fixes[0].fix_id == "tame_gc" and "gc.freeze()" in (fixes[0].code or fixes[0].why), fixes[0]
 
 
 def assert_exposed_is_transfer(roots: list, noise_ns: int | None) -> None:
