@@ -144,11 +144,13 @@ def critical_path_figure(cp: Any, *, steps: tuple[int, int] | None = None, steps
 
 def _busiest_steps(cp: Any) -> tuple[int, int]:
     """The span of at most :data:`MAX_TIMELINE_STEPS` steps around the step with the most waiting for a late
-    rank (else the first steps)."""
+    rank (else the first steps), the warm-up step left out where there are others (its first compiles would
+    stretch the axis over the steps that show who held whom)."""
     st = sorted(cp.instances["step"].drop_nulls().unique().to_list())
     if not st:
         return 0, 0
-    w = cp.waits.filter(pl.col("culprit").is_not_null())
+    st = st[1:] if len(st) > 1 else st
+    w = cp.waits.filter(pl.col("culprit").is_not_null() & pl.col("step").is_in(st))
     if w.is_empty():
         return st[0], st[min(len(st), MAX_TIMELINE_STEPS) - 1]
     top = int(w.group_by("step").agg(pl.col("ns").sum()).sort("ns", descending=True)["step"][0])

@@ -301,3 +301,20 @@ def test_a_rank_late_for_its_garbage_collections_is_named_with_them():
     assert f.evidence.what == "full collection (generation 2)"
     assert f.cost.ns == pytest.approx(3 * 70 * MS, rel=0.02)
     assert "a Python garbage collection" in f.message
+
+
+def test_the_timeline_view_leaves_the_warm_up_step_out():
+    """Rank 1 is 2 s late in step 0 (its first compile) and 80 ms late in step 3: the critical-path timeline's
+    default steps are around step 3, not the warm-up whose compile would stretch the axis over everything else."""
+    from workbench.analyses.critical_path import CriticalPath
+    from workbench.critical_path_view import _busiest_steps
+
+    late = {0: 2000.0, 3: 80.0}
+    rows = [(r, k, k, k * 3000 + 100 + (late.get(k, 0.0) if r == 1 else 0.0) + 0.1 * r, None)
+            for k in range(12) for r in range(3)]
+    s = sync(rows)
+    inst = instance_table(s)
+    noise = noise_table(inst, {0})
+    layers, waits = blame(inst, noise)
+    lo, hi = _busiest_steps(CriticalPath(s, inst, noise, layers, waits, pl.DataFrame(), pl.DataFrame()))
+    assert 0 < lo <= 3 <= hi
