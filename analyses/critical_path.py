@@ -430,7 +430,7 @@ def attribute(layers: pl.DataFrame, inst: pl.DataFrame, activity: Mapping[int, R
     previous exit and the on-time ranks' (those not late, :func:`late_from`; at most :data:`MAX_ON_TIME`, the
     nearest the median), cut into activities; the layer goes to
     the culprit's activities in proportion to their excess over the on-time median (per category, label and
-    step); ``step`` is the step the activity ran in, ``wait_step`` the step of the collective. ``queued_ranks``:
+    step), or, for a layer above another late rank's, over that rank's (what the culprit did beyond it); ``step`` is the step the activity ran in, ``wait_step`` the step of the collective. ``queued_ranks``:
     ranks whose collectives run on a host thread (gloo), where the time between a call and its execution start is
     the collective's own (:func:`_interval_totals`)."""
     queued_ranks = set(queued_ranks)
@@ -451,15 +451,19 @@ def attribute(layers: pl.DataFrame, inst: pl.DataFrame, activity: Mapping[int, R
         m = max(0, (late - 1) // 2)           # the on-time ranks: those not late, the nearest the median first
         on_time = sorted((r for r in ordered[:late] if r["rank"] in activity),
                          key=lambda r: abs(r["position"] - m))[:MAX_ON_TIME]
+        # the layer is what the culprit did beyond the rank that arrived just before it where that rank was late
+        # too (a stall both had is that rank's layer, not this one's), else beyond the on-time ranks
+        below = ordered[me["position"] - 1] if me["position"] - 1 >= max(late, 1) else None
+        base = [below] if below is not None and below["rank"] in activity else on_time
         step = lay["step"]
         ra = activity[c]
         t0 = _since(me, ra, step)
-        if t0 is None or not on_time:
+        if t0 is None or not base:
             out.append(_row(lay, "untraced", None, None, lay["layer_ns"], lay["layer_ns"], lay["step"], False))
             continue
         mine = _interval_totals(me, ra, t0, step, c in queued_ranks)
         theirs = []
-        for r in on_time:
+        for r in base:
             a = _since(r, activity[r["rank"]], step)
             if a is not None:
                 theirs.append(_interval_totals(r, activity[r["rank"]], a, step, r["rank"] in queued_ranks))
@@ -471,8 +475,8 @@ def attribute(layers: pl.DataFrame, inst: pl.DataFrame, activity: Mapping[int, R
             other = float(np.median([t.get(key, 0) for t in theirs])) if theirs else 0.0
             if ns - other > 0:
                 excess[key] = ns - other
-        _cap_exports(excess, ra, [activity[r["rank"]] for r in on_time], t0, me["eff_arrival"],
-                     [(_since(r, activity[r["rank"]], step), r["eff_arrival"]) for r in on_time])
+        _cap_exports(excess, ra, [activity[r["rank"]] for r in base], t0, me["eff_arrival"],
+                     [(_since(r, activity[r["rank"]], step), r["eff_arrival"]) for r in base])
         total = sum(excess.values())
         excess = {k: v for k, v in excess.items() if v >= MIN_SHARE * total}
         total = sum(excess.values())

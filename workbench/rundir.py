@@ -176,16 +176,16 @@ def _ns_of(row: dict[str, Any], key: str) -> int | None:
     return int(row[key]) if isinstance(row.get(key), int) and row[key] >= 0 else None
 
 
-def trace_exports(path: Path, problems: list[str] | None = None
-                  ) -> dict[int, list[tuple[int, int, int | None, int | None]]]:
-    """Per rank of the run directory ``path``: (start, end, CPU time holding the GIL, whole CPU time) ns of each
-    background trace export (``collectors/profiling.py``; CPU times None when not recorded); an unreadable file or
-    line is one line in ``problems`` and the rest is kept."""
+def _span_lines(path: Path, template: str, extra: tuple[str, ...], problems: list[str] | None
+                ) -> dict[int, list[tuple[int | None, ...]]]:
+    """Per rank of the run directory ``path``: (start_ns, end_ns, *``extra``) of each line of the rank's
+    ``template`` file that has integer ``start_ns <= end_ns`` (an ``extra`` field not a non-negative integer is
+    None); an unreadable file, or the lines left out, one line each in ``problems``, the rest kept."""
     from workbench.errors import TraceError
 
-    out: dict[int, list[tuple[int, int, int | None, int | None]]] = {}
+    out: dict[int, list[tuple[int | None, ...]]] = {}
     for rank in rank_dirs(path):
-        f = path / TRACE_EXPORTS.format(rank=rank)
+        f = path / template.format(rank=rank)
         if not f.is_file():
             continue
         try:
@@ -194,7 +194,7 @@ def trace_exports(path: Path, problems: list[str] | None = None
             if problems is not None:
                 problems.append(str(exc))
             continue
-        spans = [(r["start_ns"], r["end_ns"], _ns_of(r, "gil_cpu_ns"), _ns_of(r, "cpu_ns")) for r in rows
+        spans = [(r["start_ns"], r["end_ns"], *(_ns_of(r, k) for k in extra)) for r in rows
                  if isinstance(r.get("start_ns"), int) and isinstance(r.get("end_ns"), int)
                  and r["end_ns"] >= r["start_ns"]]
         if (bad or len(spans) < len(rows)) and problems is not None:
@@ -205,29 +205,16 @@ def trace_exports(path: Path, problems: list[str] | None = None
     return out
 
 
+def trace_exports(path: Path, problems: list[str] | None = None
+                  ) -> dict[int, list[tuple[int, int, int | None, int | None]]]:
+    """Per rank of the run directory ``path``: (start, end, CPU time holding the GIL, whole CPU time) ns of each
+    background trace export (``collectors/profiling.py``; CPU times None when not recorded); an unreadable file or
+    line is one line in ``problems`` and the rest is kept."""
+    return _span_lines(path, TRACE_EXPORTS, ("gil_cpu_ns", "cpu_ns"), problems)  # type: ignore[return-value]
+
+
 def gc_pauses(path: Path, problems: list[str] | None = None) -> dict[int, list[tuple[int, int, int | None]]]:
     """Per rank of the run directory ``path``: (start, end, generation) ns of each garbage collection the collector
     kept (``collectors/gc_pauses.py``; generation None when not recorded); an unreadable file or line is one line
     in ``problems`` and the rest is kept."""
-    from workbench.errors import TraceError
-
-    out: dict[int, list[tuple[int, int, int | None]]] = {}
-    for rank in rank_dirs(path):
-        f = path / GC_PAUSES.format(rank=rank)
-        if not f.is_file():
-            continue
-        try:
-            rows, bad = read_jsonl(f, 16 << 20)
-        except TraceError as exc:
-            if problems is not None:
-                problems.append(str(exc))
-            continue
-        spans = [(r["start_ns"], r["end_ns"], _ns_of(r, "generation")) for r in rows
-                 if isinstance(r.get("start_ns"), int) and isinstance(r.get("end_ns"), int)
-                 and 0 <= r["start_ns"] <= r["end_ns"]]
-        if (bad or len(spans) < len(rows)) and problems is not None:
-            problems.append(f"{f}: {bad + len(rows) - len(spans)} line(s) without start_ns/end_ns integers: "
-                            "skipped")
-        if spans:
-            out[rank] = spans
-    return out
+    return _span_lines(path, GC_PAUSES, ("generation",), problems)  # type: ignore[return-value]

@@ -318,3 +318,28 @@ def test_the_timeline_view_leaves_the_warm_up_step_out():
     layers, waits = blame(inst, noise)
     lo, hi = _busiest_steps(CriticalPath(s, inst, noise, layers, waits, pl.DataFrame(), pl.DataFrame()))
     assert 0 < lo <= 3 <= hi
+
+
+def test_a_layer_above_another_late_rank_is_what_its_rank_did_beyond_that_one():
+    """Ranks 2 and 3 of four both wait 40 ms for their batch in steps 2-5 (a shared stall); rank 3 then runs a 15 ms
+    garbage collection too. Rank 2's layer (40 ms over the on-time ranks) is its data loading; rank 3's layer
+    above it (15 ms) is the collection, not the data wait both had."""
+    from workbench.analyses.critical_path import attribute, rank_activity
+
+    n, step_ms, late = 8, 200.0, range(2, 6)
+    steps = steps_frame(range(4), n, step_ms, {(r, k): 40.0 for r in (2, 3) for k in late})
+    rows, gc = [], {3: []}
+    for k in range(n):
+        for r in range(4):
+            extra = (40.0 if r in (2, 3) and k in late else 0.0) + (15.0 if r == 3 and k in late else 0.0)
+            rows.append((r, k, k, k * step_ms + 100 + extra + 0.1 * r, k * step_ms + 101 + (55.0 if k in late else 0)))
+            if r == 3 and k in late:
+                gc[3].append((T0 + int((k * step_ms + 50) * MS), T0 + int((k * step_ms + 65) * MS), 2))
+    inst = instance_table(sync(rows))
+    layers, _ = blame(inst, noise_table(inst, {0}))
+    a = attribute(layers, inst, rank_activity(range(4), steps, None, None, gc=gc)).filter(pl.col("step") > 0)
+    by = a.group_by("culprit", "category").agg(pl.col("ns").sum())
+    got = {(c, cat): ns for c, cat, ns in by.iter_rows()}
+    assert set(got) == {(2, "data"), (3, "gc")}, got
+    assert got[(3, "gc")] == pytest.approx(len(late) * 15 * MS, rel=0.02)
+    assert got[(2, "data")] == pytest.approx(len(late) * 40 * MS, rel=0.02)
