@@ -3,8 +3,9 @@
 Layers (docs/critical-path.md):
 
 * :func:`workbench.analyses.sync_points.sync_points` — one row per rank and collective instance: the host's call
-  (Flight Recorder ``time_created_ns``, every step), the execution start and completion where known (a profiler
-  window's ``gloo:*`` span or NCCL kernel; NCCL's Flight Recorder with timing), matched across ranks by process
+  (Flight Recorder ``time_created_ns``, every step), the device's execution start where known (an NCCL kernel;
+  NCCL's Flight Recorder with timing) and the completion (those, or a profiler window's ``gloo:*`` span: a gloo
+  rank arrives at its call), matched across ranks by process
   group and sequence id, and stepped by the rank's ``steps.jsonl``.
 * :func:`workbench.analyses.clock.align` — every time on one clock (per-host offsets from the completions).
 * :func:`instance_table` — per rank and instance: its *effective arrival* (the execution start where known, else

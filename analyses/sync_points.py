@@ -28,7 +28,9 @@ SYNC_POINTS: dict[str, pl.DataType] = {
     "op": pl.String,
     "step": pl.Int32,          # the training step of the instance (the earliest over its ranks)
     "arrival": pl.Int64,       # the host's call (ns)
-    "start": pl.Int64,         # execution start (NCCL kernel on the device, the gloo thread), null where unknown
+    "start": pl.Int64,         # execution start on the device (an NCCL kernel), null where unknown; on gloo
+    #                            null: a rank's arrival is its host's call, as the others' wait for it is (its
+    #                            gloo thread starting later on a busy host is the collective's own queueing)
     "complete": pl.Int64,      # completion, null where unknown
     "source": pl.String,       # fr | kineto | fr+kineto
     "call_site": pl.String,    # file:line in function of the user's call (Flight Recorder stacks), else null
@@ -64,12 +66,12 @@ def _kineto_points(collectives: pl.DataFrame) -> pl.DataFrame:
     c = collectives.filter(~pl.col("collective").cast(pl.String).str.to_lowercase().is_in(_P2P))
     if c.is_empty():
         return _empty(SYNC_POINTS)
-    gpu = pl.col("backend").cast(pl.String).fill_null("") != "gloo"
+    gloo = pl.col("backend").cast(pl.String).fill_null("") == "gloo"     # its "kernel" is the gloo thread's span
     return c.with_columns(pl.col("pg_name").fill_null(""), pl.col("step").fill_null(-1)).sort("start").select(
         "rank", "pg_name", key_step="step",
         seq=(pl.col("start").rank("ordinal").over("rank", "pg_name", "step") - 1).cast(pl.Int64),
         op=pl.col("collective").cast(pl.String), step="step", arrival="start",
-        start=pl.coalesce("kernel_start", pl.when(~gpu).then(pl.col("start"))),
+        start=pl.when(~gloo).then(pl.col("kernel_start")),
         complete=pl.coalesce("kernel_end", "end"), source=pl.lit("kineto"), call_site=pl.lit(None, pl.String),
     ).cast(SYNC_POINTS)  # type: ignore[arg-type]
 
@@ -117,9 +119,9 @@ def sync_points(entries: pl.DataFrame | None, collectives: pl.DataFrame | None,
         return kt.sort("pg_name", "key_step", "seq", "rank")
     if kt.is_empty():
         return fr.sort("pg_name", "key_step", "seq", "rank")
-    pairs = align_calls(fr, kt)
+    pairs = align_calls(fr, kt).with_columns(_matched=pl.lit(True))
     j = fr.join(pairs, on=["rank", "pg_name", "seq"], how="left")
-    ok = pl.col("_kstart").is_not_null()
+    ok = pl.col("_matched").fill_null(False)
     return j.with_columns(
         start=pl.when(ok).then(pl.coalesce("start", "_kstart")).otherwise("start"),
         complete=pl.when(ok).then(pl.coalesce("complete", "_kcomplete")).otherwise("complete"),
