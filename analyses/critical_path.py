@@ -341,13 +341,18 @@ def blame(inst: pl.DataFrame, noise: pl.DataFrame) -> tuple[pl.DataFrame, pl.Dat
             if b - a <= 0:
                 continue
             on_time = rows[max(0, (charged_from - 1) // 2)]["eff_arrival"]
-            layers.append({"culprit": rows[j]["rank"], "pg_name": pg, "key_step": ks, "seq": sq, "step": step,
-                           "op": op, "layer_start": a, "layer_end": b, "layer_ns": b - a,
-                           "lateness_ns": b - on_time, "noise_ns": thr, "victims": j,
-                           "call_site": rows[j]["call_site"]})
-            for v in rows[:j]:
-                waits.append({"victim": v["rank"], "culprit": rows[j]["rank"], "pg_name": pg, "key_step": ks,
-                              "seq": sq, "step": step, "start": a, "end": b, "ns": b - a})
+            tie = [j]
+            while tie[-1] + 1 < n and rows[tie[-1] + 1]["eff_arrival"] - rows[tie[-1]]["eff_arrival"] <= thr:
+                tie.append(tie[-1] + 1)
+            share = (b - a) // len(tie)
+            for t in tie:
+                layers.append({"culprit": rows[t]["rank"], "pg_name": pg, "key_step": ks, "seq": sq, "step": step,
+                               "op": op, "layer_start": a, "layer_end": b, "layer_ns": share,
+                               "lateness_ns": rows[t]["eff_arrival"] - on_time, "noise_ns": thr, "victims": j,
+                               "call_site": rows[t]["call_site"]})
+                for v in rows[:j]:
+                    waits.append({"victim": v["rank"], "culprit": rows[t]["rank"], "pg_name": pg, "key_step": ks,
+                                  "seq": sq, "step": step, "start": a, "end": b, "ns": share})
         # the rest of each rank's wait (in noise), up to the first charged layer's start
         top = rows[charged_from - 1]["eff_arrival"] if charged_from < n else rows[-1]["eff_arrival"]
         for v in rows:

@@ -343,3 +343,21 @@ def test_a_layer_above_another_late_rank_is_what_its_rank_did_beyond_that_one():
     assert set(got) == {(2, "data"), (3, "gc")}, got
     assert got[(3, "gc")] == pytest.approx(len(late) * 15 * MS, rel=0.02)
     assert got[(2, "data")] == pytest.approx(len(late) * 40 * MS, rel=0.02)
+
+
+def test_ranks_arriving_within_the_noise_of_each_other_share_their_layer():
+    """Ranks 3, 5 and 6 of seven reach step 4's all-reduce 58 ms after the others, within 1.7 ms of each other;
+    none of them alone held the others back (had any one been on time, the others would still have waited): the
+    58 ms layer is shared in three, never charged whole to the first of them."""
+    rnd = random.Random(5)
+    late = {3: 58.0, 5: 59.3, 6: 59.7}      # the run's own jitter (3 ms) puts its noise bar well above 1.7 ms
+    rows = [(r, k, k, k * 200 + 100 + (late.get(r, 0.0) + 0.01 * r if k == 4 else rnd.gauss(0, 3.0)), None)
+            for k in range(10) for r in range(7)]
+    inst = instance_table(sync(rows))
+    layers, waits = blame(inst, noise_table(inst, {0}))
+    mine = layers.filter(pl.col("step") == 4).group_by("culprit").agg(pl.col("layer_ns").sum())
+    got = dict(mine.iter_rows())
+    assert set(got) == {3, 5, 6}
+    assert max(got.values()) < 0.5 * 58 * MS and sum(got.values()) == pytest.approx(59.76 * MS, abs=0.1 * MS)
+    w = waits.filter((pl.col("step") == 4) & (pl.col("victim") == 0)).group_by("culprit").agg(pl.col("ns").sum())
+    assert sum(n for c, n in w.iter_rows() if c is not None) == pytest.approx(59.76 * MS, abs=0.1 * MS)
