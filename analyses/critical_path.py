@@ -202,7 +202,8 @@ def noise_table(inst: pl.DataFrame, skip_steps: Iterable[int] = ()) -> pl.DataFr
 
     A relative arrival is the arrival minus the instance's on-time (lower median) arrival, for the on-time rank its
     arrival minus the one before it (:func:`_relative_to_the_others`; with two ranks: the higher rank's arrival
-    minus the lower's): it takes out what every rank shares (a slow step). Each rank's relative arrivals in a slot (at least :data:`SERIES_MIN`) are one series; its spread is the
+    minus the lower's): it takes out what every rank shares (a slow step). Each rank's relative arrivals in a slot
+    (at least :data:`SERIES_MIN`) are one series; its spread is the
     width of its tightest half (the shortest-half σ), so a rank late by the same amount every step, in most steps or
     in half of them, does not widen it (its late or its quiet values are one tight half), and the slot's noise is
     the median of its ranks' spreads. A slot with fewer than :data:`MIN_NOISE_SAMPLES` arrivals in its series takes
@@ -436,7 +437,8 @@ def attribute(layers: pl.DataFrame, inst: pl.DataFrame, activity: Mapping[int, R
     previous exit and the on-time ranks' (those not late, :func:`late_from`; at most :data:`MAX_ON_TIME`, the
     nearest the median), cut into activities; the layer goes to
     the culprit's activities in proportion to their excess over the on-time median (per category, label and
-    step), or, for a layer above another late rank's, over that rank's (what the culprit did beyond it); ``step`` is the step the activity ran in, ``wait_step`` the step of the collective. ``queued_ranks``:
+    step), or, for a layer above another late rank's, over that rank's (what the culprit did beyond it); ``step``
+    is the step the activity ran in, ``wait_step`` the step of the collective. ``queued_ranks``:
     ranks whose collectives run on a host thread (gloo), where the time between a call and its execution start is
     the collective's own (:func:`_interval_totals`)."""
     queued_ranks = set(queued_ranks)
